@@ -1,0 +1,22 @@
+"""The wire contract of regrow: actions, observations, episode state and task records.
+
+Both the env server and the trainer import these models; nothing else of regrow is shared.
+"""
+
+from proto.actions import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolCall, tool_specs
+from proto.observations import CodingObservation, EpisodeState, TestOutcome, RewardDetails
+from proto.tasks import DeletedUnit, TaskRecord, TaskStats
+
+__all__ = [
+    "TOOL_ARGS",
+    "TOOL_DESCRIPTIONS",
+    "ToolCall",
+    "tool_specs",
+    "CodingObservation",
+    "EpisodeState",
+    "TestOutcome",
+    "RewardDetails",
+    "DeletedUnit",
+    "TaskRecord",
+    "TaskStats",
+]

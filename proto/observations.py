@@ -1,0 +1,48 @@
+"""What the environment answers: observations, episode state and the graded reward."""
+
+from typing import Any, Literal
+
+from openenv.core.env_server.types import Observation, State
+from pydantic import BaseModel, Field
+
+
+class CodingObservation(Observation):
+    """The result of one step (or of reset) in a coding episode."""
+
+    output: str = Field(default="", description="The tool's output (stdout, then stderr).")
+    exit_code: int | None = Field(default=None, description="Exit code of a command, else null.")
+    truncated: bool = Field(default=False, description="True when the output was cut at the cap.")
+    feedback: str | None = Field(default=None, description="A short hint when the step went wrong.")
+    problem_statement: str | None = Field(default=None, description="Set on reset: the task.")
+    tools: list[dict[str, Any]] | None = Field(default=None, description="Set on reset: the tools.")
+
+
+class EpisodeState(State):
+    """Server-side state of one episode."""
+
+    task_id: str | None = None
+    done: bool = False
+    steps_left: int | None = None
+    seconds_left: float | None = None
+
+
+class TestOutcome(BaseModel):
+    """One test's result in grading."""
+
+    nodeid: str
+    outcome: Literal["passed", "failed", "error", "skipped", "missing"]
+    group: Literal["FAIL_TO_PASS", "PASS_TO_PASS"]
+
+
+class RewardDetails(BaseModel):
+    """How a submission was graded; goes into the final observation's metadata."""
+
+    reward: float
+    mode: Literal["fraction", "binary"]
+    f2p_passed: int
+    f2p_total: int
+    p2p_passed: int
+    p2p_total: int
+    tests: list[TestOutcome] = Field(default_factory=list)
+    ignored_paths: list[str] = Field(default_factory=list, description="Edits left out of grading.")
+    error: str | None = None

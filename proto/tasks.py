@@ -1,0 +1,46 @@
+"""The task record task_synth writes and env_server reads (SWE-bench-like field names)."""
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+DeletionKind = Literal["function", "method", "class", "module", "feature"]
+DeletionMode = Literal["stub", "remove", "file"]
+
+
+class DeletedUnit(BaseModel):
+    """One piece of code the task removed."""
+
+    path: str = Field(description="File path relative to the repository root.")
+    qualname: str = Field(description="Qualified name, e.g. `Parser.parse`; the module path for modules.")
+    kind: DeletionKind
+    start_line: int
+    end_line: int
+
+
+class TaskStats(BaseModel):
+    lines_deleted: int
+    covering_tests: int
+    complexity: int
+
+
+class TaskRecord(BaseModel):
+    """One line of tasks.jsonl."""
+
+    instance_id: str
+    repo: str
+    source_commit: str
+    image: str = Field(description="Docker image holding the deleted workspace at /workspace.")
+    mode: DeletionMode
+    deleted: list[DeletedUnit]
+    problem_statement: str
+    FAIL_TO_PASS: list[str]
+    PASS_TO_PASS: list[str]
+    test_command: str
+    solution_patch: str = Field(description="Kept in the task store only; never in an agent image.")
+    test_files: list[str] = Field(default_factory=list, description="Pristine tests, under hidden/<id>/.")
+    split: str = "train"
+    stats: TaskStats
+    created_at: datetime
+    synth_version: str

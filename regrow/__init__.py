@@ -1,0 +1,1 @@
+"""regrow: the command line that ties the parts together."""

@@ -1,0 +1,65 @@
+"""The `regrow` command: one subcommand per job; each imports its part only when it runs."""
+
+import json
+import logging
+import sys
+
+import typer
+from rich.console import Console
+
+app = typer.Typer(help="Train coding agents with RL on tasks synthesized from your own repositories.", no_args_is_help=True)
+images_app = typer.Typer(help="Build the images regrow runs on (no registry needed).", no_args_is_help=True)
+bench_app = typer.Typer(help="Benchmarks; each prints one JSON object.", no_args_is_help=True)
+app.add_typer(images_app, name="images")
+app.add_typer(bench_app, name="bench")
+
+console = Console(stderr=True)
+
+
+@app.callback()
+def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail.")) -> None:
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def fail(message: str) -> None:
+    """Print a one-line error and exit 1."""
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def print_json(payload: object) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
+
+
+@images_app.command("build")
+def images_build(force: bool = typer.Option(False, help="Rebuild even when the image exists.")) -> None:
+    """Build regrow/base from the machine's apt mirror, unless it exists."""
+    from sandbox import DockerBackend, SandboxError
+    from sandbox.base_image import BASE_IMAGE, build_base_image
+
+    try:
+        backend = DockerBackend()
+        with console.status(f"building {BASE_IMAGE} (debootstrap, a few minutes)..."):
+            built = build_base_image(backend, BASE_IMAGE, force=force)
+    except SandboxError as error:
+        fail(str(error))
+    console.print(f"{BASE_IMAGE}: {'built' if built else 'present'}")
+
+
+@bench_app.command("sandbox")
+def bench_sandbox(
+    repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement."),
+    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
+) -> None:
+    """Container start, warm-pool acquire and exec overhead, p50/p95 in ms."""
+    from sandbox import DockerBackend, SandboxError
+    from sandbox.bench import run_sandbox_bench
+
+    try:
+        print_json(run_sandbox_bench(DockerBackend(), repetitions))
+    except SandboxError as error:
+        fail(str(error))

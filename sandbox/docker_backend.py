@@ -1,0 +1,280 @@
+"""Hardened Docker sandboxes: one container, commands with hard timeouts, tar-based file I/O."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from sandbox.errors import DockerUnavailable, ExecTimeout, ImageNotFound, SandboxGone
+from sandbox.exec_stream import read_exec_stream
+from sandbox.file_transfer import DirEntry, list_dir, read_file, search, write_file
+from sandbox.limits import Hardening, Limits
+from sandbox.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 2.0
+# Beyond timeout + kill grace, the host stops waiting and kills the command's processes itself.
+OUTER_GRACE_S = 5.0
+EXEC_MARKER = "REGROW_EXEC"
+# Kills every process that inherited this exec's marker, including ones that left its process group.
+_SWEEP = (
+    'for d in /proc/[0-9]*; do grep -qzx "$0" "$d/environ" 2>/dev/null && kill -9 "${d#/proc/}" 2>/dev/null; done; true'
+)
+_OOM_COUNT = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one command did."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+    oom_killed: bool = False
+
+    def raise_for_timeout(self) -> ExecResult:
+        if self.timed_out:
+            raise ExecTimeout(f"command timed out after {self.duration_s:.1f}s; raise its timeout or make it faster", self)
+        return self
+
+
+def _gone_or_raise(error: docker.errors.APIError, container_id: str) -> Exception:
+    status = getattr(error.response, "status_code", None)
+    if isinstance(error, docker.errors.NotFound) or status in (404, 409):
+        return SandboxGone(
+            f"sandbox container {container_id[:12]} is gone ({error.explanation or error}); start a new sandbox"
+        )
+    return error
+
+
+class Sandbox:
+    """One running container. Use it as a context manager so it is always destroyed."""
+
+    def __init__(self, backend: DockerBackend, container_id: str, limits: Limits, user: str):
+        self.backend = backend
+        self.id = container_id
+        self.limits = limits
+        self.user = user
+        self._oom_seen = 0
+        self._closed = False
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    @property
+    def api(self) -> docker.APIClient:
+        return self.backend.api
+
+    def exec(
+        self,
+        command: str | list[str],
+        timeout: float = 30.0,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """Run `command` (a shell string, or argv) under `timeout -k` in its own process group."""
+        if not 0 < timeout <= 24 * 3600:
+            raise ValueError(f"timeout must be in (0, 86400] seconds, got {timeout}")
+        argv = command if isinstance(command, list) else ["sh", "-c", command]
+        marker = f"{EXEC_MARKER}={uuid.uuid4().hex}"
+        environment = [marker]
+        for key, value in (env or {}).items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"invalid environment variable {key!r}: names need no '=' and no NUL")
+            environment.append(f"{key}={value}")
+        wrapped = ["timeout", "-k", f"{KILL_GRACE_S:g}", f"{timeout:g}", *argv]
+        started = time.monotonic()
+        try:
+            exec_id = self.api.exec_create(
+                self.id, wrapped, user=user or self.user, workdir=cwd, environment=environment, stdin=False, tty=False
+            )["Id"]
+            sock = self.api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+        try:
+            stream = read_exec_stream(sock, started + timeout + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes)
+        finally:
+            sock.close()
+        exit_code = self._exit_code(exec_id, stream.deadline_hit)
+        duration = time.monotonic() - started
+        timed_out = stream.deadline_hit or (exit_code in (124, 137) and duration >= timeout)
+        if timed_out:
+            self._sweep(marker)
+        oom = exit_code == 137 and not timed_out and self._oom_killed_since_last_check()
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=stream.stdout.decode("utf-8", errors="replace"),
+            stderr=stream.stderr.decode("utf-8", errors="replace"),
+            timed_out=timed_out,
+            truncated=stream.truncated,
+            duration_s=duration,
+            oom_killed=oom,
+        )
+
+    def _exit_code(self, exec_id: str, deadline_hit: bool) -> int:
+        if deadline_hit:
+            return 124
+        for _ in range(50):
+            try:
+                info = self.api.exec_inspect(exec_id)
+            except docker.errors.APIError as error:
+                raise _gone_or_raise(error, self.id) from error
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            time.sleep(0.01)
+        self._ensure_running()
+        return -1
+
+    def _sweep(self, marker: str) -> None:
+        try:
+            exec_id = self.api.exec_create(self.id, ["sh", "-c", _SWEEP, marker], user="root")["Id"]
+            self.api.exec_start(exec_id)
+        except docker.errors.APIError as error:
+            log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)
+
+    def _oom_killed_since_last_check(self) -> bool:
+        try:
+            exec_id = self.api.exec_create(self.id, ["sh", "-c", _OOM_COUNT], user="root")["Id"]
+            text = self.api.exec_start(exec_id).decode(errors="replace")
+        except docker.errors.APIError:
+            return False
+        counts = [int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")]
+        seen = max(counts, default=0)
+        increased = seen > self._oom_seen
+        self._oom_seen = seen
+        return increased
+
+    def _ensure_running(self) -> None:
+        try:
+            state = self.api.inspect_container(self.id)["State"]
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+        if not state.get("Running"):
+            raise SandboxGone(f"sandbox container {self.id[:12]} stopped ({state.get('Status')}); start a new sandbox")
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        """Write `data` to `path`, creating parent directories; raises FileTooLarge past the limit."""
+        payload = data.encode() if isinstance(data, str) else data
+        write_file(self, path, payload, mode)
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of the file at `path`; raises SandboxFileNotFound or FileTooLarge."""
+        return read_file(self, path)
+
+    def list_dir(self, path: str) -> list[DirEntry]:
+        return list_dir(self, path)
+
+    def search(self, pattern: str, path: str) -> ExecResult:
+        return search(self, pattern, path)
+
+    def destroy(self) -> None:
+        """Kill and remove the container; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self.backend.remove(self.id)
+
+
+class DockerBackend:
+    """Starts hardened sandboxes on one Docker engine and tracks the ones it owns."""
+
+    def __init__(self, base_url: str | None = None, timeout: float = 60.0):
+        try:
+            self.client = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
+            self.client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            where = base_url or "the default socket (DOCKER_HOST or unix:///var/run/docker.sock)"
+            raise DockerUnavailable(
+                f"Docker engine not reachable at {where}: is the daemon running and is its socket readable? (`docker info`)"
+            ) from error
+        self.api: docker.APIClient = self.client.api
+        self.owner = current_owner()
+        self._live: set[str] = set()
+        self._lock = threading.Lock()
+
+    def create(
+        self,
+        image: str,
+        limits: Limits | None = None,
+        labels: Mapping[str, str] | None = None,
+        hardening: Hardening | None = None,
+        workdir: str | None = None,
+    ) -> Sandbox:
+        """Start a container from `image` with the hardened defaults, ready for `exec`."""
+        limits = limits or Limits()
+        hardening = hardening or Hardening()
+        all_labels = {**(labels or {}), MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
+        host_config = self.api.create_host_config(
+            network_mode="bridge" if hardening.network else "none",
+            cap_drop=["ALL"] if hardening.drop_all_capabilities else None,
+            cap_add=list(hardening.extra_capabilities) or None,
+            security_opt=["no-new-privileges"] if hardening.no_new_privileges else None,
+            pids_limit=limits.pids,
+            mem_limit=limits.memory_bytes,
+            memswap_limit=limits.memory_bytes,
+            nano_cpus=int(limits.cpus * 1e9),
+            init=True,
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes},mode=1777"},
+        )
+        try:
+            container_id = self.api.create_container(
+                image,
+                command=["sleep", "infinity"],
+                user=hardening.user,
+                working_dir=workdir,
+                labels=all_labels,
+                host_config=host_config,
+            )["Id"]
+        except docker.errors.ImageNotFound as error:
+            raise ImageNotFound(f"image {image!r} not found locally: build it first (`regrow images build`)") from error
+        with self._lock:
+            self._live.add(container_id)
+        try:
+            self.api.start(container_id)
+        except docker.errors.APIError:
+            self.remove(container_id)
+            raise
+        log.debug("sandbox %s started from %s", container_id[:12], image)
+        return Sandbox(self, container_id, limits, hardening.user)
+
+    def remove(self, container_id: str) -> None:
+        with self._lock:
+            self._live.discard(container_id)
+        try:
+            self.api.remove_container(container_id, force=True, v=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as error:
+            if "already in progress" not in str(error):
+                log.warning("could not remove sandbox %s: %s", container_id[:12], error)
+
+    def live_ids(self) -> set[str]:
+        with self._lock:
+            return set(self._live)
+
+    def managed_containers(self) -> list[dict]:
+        """Every container on the engine that carries regrow's managed label."""
+        return self.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"})
+
+    def image_exists(self, image: str) -> bool:
+        try:
+            self.api.inspect_image(image)
+            return True
+        except docker.errors.ImageNotFound:
+            return False

@@ -1,0 +1,80 @@
+"""Read Docker's multiplexed exec stream with an output cap and a hard deadline."""
+
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+
+_HEADER = struct.Struct(">BxxxL")
+_STDOUT, _STDERR = 1, 2
+
+
+@dataclass
+class _CappedBuffer:
+    cap: int
+    data: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+    def add(self, chunk: bytes) -> None:
+        room = self.cap - len(self.data)
+        if room > 0:
+            self.data += chunk[:room]
+        self.total += len(chunk)
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.data)
+
+
+@dataclass
+class StreamResult:
+    stdout: bytes
+    stderr: bytes
+    stdout_total: int
+    stderr_total: int
+    deadline_hit: bool
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_total > len(self.stdout) or self.stderr_total > len(self.stderr)
+
+
+def _raw_socket(sock: object) -> socket.socket:
+    """The socket.socket under whatever docker-py handed back (SocketIO for unix sockets)."""
+    return getattr(sock, "_sock", sock)  # type: ignore[return-value]
+
+
+def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:
+    """Drain a non-TTY exec stream until EOF or `deadline` (monotonic), keeping `cap` bytes a stream.
+
+    Bytes past the cap are counted and dropped, so a chatty command cannot exhaust memory;
+    the command itself is bounded by its timeout.
+    """
+    raw = _raw_socket(sock)
+    out, err = _CappedBuffer(cap), _CappedBuffer(cap)
+    pending = bytearray()
+    deadline_hit = False
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            deadline_hit = True
+            break
+        raw.settimeout(remaining)
+        try:
+            chunk = raw.recv(65536)
+        except (TimeoutError, socket.timeout):
+            deadline_hit = True
+            break
+        except OSError:
+            break
+        if not chunk:
+            break
+        pending += chunk
+        while len(pending) >= _HEADER.size:
+            kind, size = _HEADER.unpack_from(pending)
+            if len(pending) < _HEADER.size + size:
+                break
+            payload = bytes(pending[_HEADER.size : _HEADER.size + size])
+            del pending[: _HEADER.size + size]
+            (err if kind == _STDERR else out).add(payload)
+    return StreamResult(bytes(out.data), bytes(err.data), out.total, err.total, deadline_hit)

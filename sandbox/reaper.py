@@ -1,0 +1,71 @@
+"""Removes labelled containers that no live owner holds, at start and then periodically."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from sandbox.docker_backend import DockerBackend
+from sandbox.owner import OWNER_LABEL, owner_is_alive
+
+log = logging.getLogger(__name__)
+
+# A container this process is creating right now is not yet in its live set.
+CREATION_GRACE_S = 30.0
+
+
+class Reaper:
+    """Reaps orphans: our own untracked containers, and those of dead owners on this host.
+
+    Containers owned by a process on another host are left alone unless `foreign_ttl_s`
+    is set and they are older than that.
+    """
+
+    def __init__(self, backend: DockerBackend, interval_s: float = 60.0, foreign_ttl_s: float | None = None):
+        self.backend = backend
+        self.interval_s = interval_s
+        self.foreign_ttl_s = foreign_ttl_s
+        self.reaped_total = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def is_orphan(self, container: dict, now: float) -> bool:
+        owner = container.get("Labels", {}).get(OWNER_LABEL, "")
+        age = now - float(container.get("Created", now))
+        if owner == self.backend.owner:
+            return container["Id"] not in self.backend.live_ids() and age > CREATION_GRACE_S
+        alive = owner_is_alive(owner)
+        if alive is None:
+            return self.foreign_ttl_s is not None and age > self.foreign_ttl_s
+        return not alive
+
+    def reap_once(self) -> list[str]:
+        """Remove every orphan now; returns their ids."""
+        now = time.time()
+        reaped = [c["Id"] for c in self.backend.managed_containers() if self.is_orphan(c, now)]
+        for container_id in reaped:
+            self.backend.remove(container_id)
+        if reaped:
+            self.reaped_total += len(reaped)
+            log.info("reaped %d orphaned sandbox containers", len(reaped))
+        return reaped
+
+    def start(self) -> Reaper:
+        """Reap once now, then every `interval_s` in a background thread."""
+        self.reap_once()
+        self._thread = threading.Thread(target=self._loop, name="sandbox-reaper", daemon=True)
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.reap_once()
+            except Exception as error:  # a flaky engine must not kill the reaper
+                log.warning("reaper pass failed: %s", error)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join(timeout=10)
