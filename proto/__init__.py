@@ -6,6 +6,7 @@ Both the env server and the trainer import these models; nothing else of regrow 
 from proto.actions import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolCall, tool_specs
 from proto.observations import CodingObservation, EpisodeState, TestOutcome, RewardDetails
 from proto.tasks import DeletedUnit, TaskRecord, TaskStats
+from proto.traces import EpisodeTrace, StepTrace
 
 __all__ = [
     "TOOL_ARGS",
@@ -19,4 +20,6 @@ __all__ = [
     "DeletedUnit",
     "TaskRecord",
     "TaskStats",
+    "EpisodeTrace",
+    "StepTrace",
 ]

@@ -16,6 +16,20 @@ app.add_typer(bench_app, name="bench")
 console = Console(stderr=True)
 
 
+def _register_parts() -> None:
+    """Each part adds its own commands; their heavy imports happen only when a command runs."""
+    import importlib
+
+    for part in ("task_synth.cli", "env_server.cli", "trainer_client.cli"):
+        try:
+            module = importlib.import_module(part)
+        except ModuleNotFoundError as error:
+            if error.name != part:
+                raise
+            continue
+        module.register(app, bench_app)
+
+
 @app.callback()
 def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug detail.")) -> None:
     logging.basicConfig(
@@ -63,3 +77,6 @@ def bench_sandbox(
         print_json(run_sandbox_bench(DockerBackend(), repetitions))
     except SandboxError as error:
         fail(str(error))
+
+
+_register_parts()

@@ -1,0 +1,53 @@
+"""Shared fixtures: the real Docker engine, the base image, and a leak check after the suite."""
+
+import os
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _docker_or_fail_or_skip():
+    from sandbox import DockerBackend, DockerUnavailable
+
+    try:
+        return DockerBackend()
+    except DockerUnavailable as error:
+        if IN_CI:
+            pytest.fail(f"CI=true and the Docker engine is required: {error}")
+        pytest.skip(f"Docker engine not available: {error}")
+
+
+@pytest.fixture(scope="session")
+def docker_backend():
+    """One DockerBackend for the session; fails (never skips) under CI=true when the engine is missing."""
+    return _docker_or_fail_or_skip()
+
+
+@pytest.fixture(scope="session")
+def base_image(docker_backend) -> str:
+    """The regrow base image tag, built from the apt mirror when missing."""
+    from sandbox.base_image import BASE_IMAGE, build_base_image
+
+    build_base_image(docker_backend, BASE_IMAGE)
+    return BASE_IMAGE
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if any container this test process created is still there."""
+    try:
+        import docker
+
+        from sandbox.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
+
+        client = docker.from_env()
+        left = client.api.containers(
+            all=True, filters={"label": [f"{MANAGED_LABEL}=1", f"{OWNER_LABEL}={current_owner()}"]}
+        )
+    except Exception:  # no engine: the docker tests have already failed or skipped
+        return
+    if left:
+        for container in left:
+            client.api.remove_container(container["Id"], force=True)
+        print(f"\nLEAK: {len(left)} sandbox container(s) outlived the test suite: {[c['Id'][:12] for c in left]}")
+        session.exitstatus = 1
