@@ -115,7 +115,7 @@ class Sandbox:
         duration = time.monotonic() - started
         timed_out = stream.deadline_hit or (exit_code in (124, 137) and duration >= timeout)
         if timed_out:
-            self._sweep(marker)
+            self._sweep(marker, user or self.user)
         oom = exit_code == 137 and not timed_out and self._oom_killed_since_last_check()
         return ExecResult(
             exit_code=exit_code,
@@ -141,9 +141,10 @@ class Sandbox:
         self._ensure_running()
         return -1
 
-    def _sweep(self, marker: str) -> None:
+    def _sweep(self, marker: str, user: str) -> None:
+        # As the command's own user: with every capability dropped, root cannot signal other uids.
         try:
-            exec_id = self.api.exec_create(self.id, ["sh", "-c", _SWEEP, marker], user="root")["Id"]
+            exec_id = self.api.exec_create(self.id, ["sh", "-c", _SWEEP, marker], user=user)["Id"]
             self.api.exec_start(exec_id)
         except docker.errors.APIError as error:
             log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)

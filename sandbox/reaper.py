@@ -22,8 +22,15 @@ class Reaper:
     is set and they are older than that.
     """
 
-    def __init__(self, backend: DockerBackend, interval_s: float = 60.0, foreign_ttl_s: float | None = None):
+    def __init__(
+        self,
+        backend: DockerBackend,
+        interval_s: float = 60.0,
+        foreign_ttl_s: float | None = None,
+        creation_grace_s: float = CREATION_GRACE_S,
+    ):
         self.backend = backend
+        self.creation_grace_s = creation_grace_s
         self.interval_s = interval_s
         self.foreign_ttl_s = foreign_ttl_s
         self.reaped_total = 0
@@ -34,7 +41,7 @@ class Reaper:
         owner = container.get("Labels", {}).get(OWNER_LABEL, "")
         age = now - float(container.get("Created", now))
         if owner == self.backend.owner:
-            return container["Id"] not in self.backend.live_ids() and age > CREATION_GRACE_S
+            return container["Id"] not in self.backend.live_ids() and age > self.creation_grace_s
         alive = owner_is_alive(owner)
         if alive is None:
             return self.foreign_ttl_s is not None and age > self.foreign_ttl_s

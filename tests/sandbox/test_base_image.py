@@ -1,0 +1,45 @@
+"""The base image recipe: the apt mirror comes from the machine's own sources."""
+
+import pytest
+
+from sandbox.base_image import ImageSettings, find_apt_mirror
+from sandbox.errors import SandboxError
+
+
+def _settings(tmp_path, suite="bookworm"):
+    return ImageSettings(apt_dir=tmp_path, suite=suite)
+
+
+def test_mirror_is_read_from_deb822_sources(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "debian.sources").write_text(
+        "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n\n"
+        "Types: deb deb-src\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main contrib\n"
+    )
+    source = find_apt_mirror(_settings(tmp_path))
+    assert (source.uri, source.suite) == ("http://mirror.example/debian", "bookworm")
+
+
+def test_mirror_is_read_from_one_line_sources(tmp_path):
+    (tmp_path / "sources.list").write_text(
+        "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://one.example/debian bookworm main non-free\n"
+    )
+    assert find_apt_mirror(_settings(tmp_path)).uri == "http://one.example/debian"
+
+
+def test_disabled_and_foreign_entries_are_skipped(tmp_path):
+    (tmp_path / "sources.list.d").mkdir()
+    (tmp_path / "sources.list.d" / "a.sources").write_text(
+        "Enabled: no\nTypes: deb\nURIs: http://off.example/debian\nSuites: bookworm\nComponents: main\n"
+    )
+    (tmp_path / "sources.list.d" / "b.list").write_text("deb http://other.example/apt nodistro main\n")
+    with pytest.raises(SandboxError, match="REGROW_IMAGES_APT_MIRROR"):
+        find_apt_mirror(_settings(tmp_path))
+
+
+def test_base_image_has_python_git_timeout_and_the_agent_user(docker_backend, base_image):
+    with docker_backend.create(base_image) as sb:
+        result = sb.exec("python3 -m venv /tmp/v && git --version && timeout --version | head -1 && id agent && stat -c %U /workspace")
+        assert result.exit_code == 0, result.stderr
+        assert "uid=1000(agent)" in result.stdout
+        assert result.stdout.strip().endswith("agent")

@@ -1,0 +1,47 @@
+"""Hardening: pids, memory and network limits hold, and the engine stays usable."""
+
+from sandbox import Limits
+
+MiB = 1024 * 1024
+
+
+def test_fork_bomb_is_stopped_by_the_pids_limit(docker_backend, base_image):
+    with docker_backend.create(base_image, limits=Limits(pids=64)) as sb:
+        bomb = sb.exec("bomb() { bomb | bomb & }; bomb", timeout=5)
+        assert "Cannot fork" in bomb.stderr or "Resource temporarily unavailable" in bomb.stderr
+        count = sb.exec("ls -d /proc/[0-9]* | wc -l", user="root", timeout=20)
+        assert count.exit_code == 0 and int(count.stdout) <= 64
+    with docker_backend.create(base_image) as other:  # the engine and host are still fine
+        assert other.exec("echo alive").stdout == "alive\n"
+
+
+def test_memory_hog_is_oom_killed_and_reported(docker_backend, base_image):
+    with docker_backend.create(base_image, limits=Limits(memory_bytes=128 * MiB)) as sb:
+        result = sb.exec("python3 -c 'x = bytearray(1024 * 1024 * 1024); print(len(x))'", timeout=60)
+        assert result.exit_code == 137
+        assert result.oom_killed
+        assert sb.exec("echo after").stdout == "after\n"
+
+
+def test_network_access_fails_inside_the_sandbox(sandbox):
+    probe = "import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)"
+    result = sandbox.exec(["python3", "-c", probe], timeout=20)
+    assert result.exit_code != 0
+    assert "Network is unreachable" in result.stderr or "OSError" in result.stderr
+    assert sandbox.exec("ls /sys/class/net").stdout.split() == ["lo"]
+
+
+def test_container_is_hardened_by_default(docker_backend, sandbox):
+    info = docker_backend.api.inspect_container(sandbox.id)
+    host = info["HostConfig"]
+    assert host["NetworkMode"] == "none"
+    assert host["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in host["SecurityOpt"]
+    assert host["PidsLimit"] > 0 and host["Memory"] > 0 and host["MemorySwap"] == host["Memory"]
+    assert host["NanoCpus"] > 0 and host["Init"] is True
+    assert "/tmp" in host["Tmpfs"]
+    assert info["Config"]["User"] == "agent"
+    assert info["Config"]["Labels"]["regrow.managed"] == "1"
+    assert info["Config"]["Labels"]["regrow.owner"] == docker_backend.owner
+    capabilities = sandbox.exec("grep CapEff /proc/self/status").stdout.split()[1]
+    assert int(capabilities, 16) == 0

@@ -1,0 +1,87 @@
+"""Lifecycle: engine errors, containers that vanish, the warm pool and the reaper."""
+
+import socket
+import threading
+
+import pytest
+
+from sandbox import DockerBackend, DockerUnavailable, ImageNotFound, Reaper, SandboxGone, WarmPool
+
+
+def test_unreachable_engine_gets_an_actionable_error():
+    with pytest.raises(DockerUnavailable, match="docker info"):
+        DockerBackend(base_url="unix:///nonexistent/docker.sock")
+
+
+def test_missing_image_gets_an_actionable_error(docker_backend):
+    with pytest.raises(ImageNotFound, match="regrow images build"):
+        docker_backend.create("regrow/no-such-image:0")
+
+
+def test_container_killed_from_outside_raises_sandbox_gone(docker_backend, base_image):
+    sb = docker_backend.create(base_image)
+    docker_backend.api.remove_container(sb.id, force=True)
+    with pytest.raises(SandboxGone):
+        sb.exec("true")
+    with pytest.raises(SandboxGone):
+        sb.read_file("/etc/hostname")
+    sb.destroy()
+    with docker_backend.create(base_image) as fresh:
+        assert fresh.exec("echo ok").stdout == "ok\n"
+
+
+def test_stopped_container_raises_sandbox_gone(docker_backend, base_image):
+    with docker_backend.create(base_image) as sb:
+        docker_backend.api.kill(sb.id)
+        with pytest.raises(SandboxGone):
+            sb.exec("true")
+
+
+def test_warm_pool_hands_out_distinct_containers_under_concurrency(docker_backend, base_image):
+    handed: list[str] = []
+    lock = threading.Lock()
+    with WarmPool(docker_backend, base_image, size=3) as pool:
+        pool.wait_ready()
+
+        def take():
+            sandbox = pool.acquire()
+            with lock:
+                handed.append(sandbox)
+
+        threads = [threading.Thread(target=take) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        ids = [sandbox.id for sandbox in handed]
+        assert len(ids) == 8 and len(set(ids)) == 8
+        assert all(sandbox.exec("true").exit_code == 0 for sandbox in handed)
+        for sandbox in handed:
+            sandbox.destroy()
+
+
+def test_reaper_removes_orphans_and_keeps_live_containers(docker_backend, base_image):
+    dead_owner = f"{socket.gethostname()}:999999999:1"
+    orphan = docker_backend.api.create_container(
+        base_image, ["sleep", "infinity"], labels={"regrow.managed": "1", "regrow.owner": dead_owner}
+    )["Id"]
+    leaked = docker_backend.create(base_image)
+    docker_backend._live.discard(leaked.id)  # as if its episode ended without destroying it
+    with docker_backend.create(base_image) as live:
+        reaped = Reaper(docker_backend, creation_grace_s=0).reap_once()
+        assert orphan in reaped and leaked.id in reaped
+        assert live.id not in reaped
+        assert live.exec("true").exit_code == 0
+    remaining = {c["Id"] for c in docker_backend.managed_containers()}
+    assert orphan not in remaining and leaked.id not in remaining
+
+
+def test_reaper_leaves_containers_of_other_hosts_alone_without_a_ttl(docker_backend, base_image):
+    foreign = docker_backend.api.create_container(
+        base_image, ["sleep", "infinity"], labels={"regrow.managed": "1", "regrow.owner": "elsewhere:1:1"}
+    )["Id"]
+    try:
+        assert foreign not in Reaper(docker_backend, creation_grace_s=0).reap_once()
+        assert foreign in Reaper(docker_backend, foreign_ttl_s=-1).reap_once()
+    finally:
+        docker_backend.remove(foreign)
