@@ -1,0 +1,120 @@
+"""The three deletion modes: `stub` a body, `remove` a definition, or delete a whole module (`file`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from task_synth.candidates import Unit
+from task_synth.import_fixups import fix_imports
+from task_synth.repo_layout import RepoLayout
+
+MODE_KINDS = {
+    "stub": ("function", "method", "class", "feature"),
+    "remove": ("function", "method", "class", "feature"),
+    "file": ("module",),
+}
+
+
+class DeletionError(ValueError):
+    """A unit that this mode cannot delete."""
+
+
+@dataclass(frozen=True)
+class Deletion:
+    """The files one deletion changes: new text per path, None when the file is gone, and the originals."""
+
+    unit: Unit
+    mode: str
+    changed: dict[str, str | None]
+    original: dict[str, str]
+
+
+def _raise_not_implemented() -> cst.SimpleStatementLine:
+    return cst.SimpleStatementLine([cst.Raise(exc=cst.Name("NotImplementedError"))])
+
+
+def _stubbed(function: cst.FunctionDef) -> cst.FunctionDef:
+    body = function.body
+    kept: list[cst.BaseStatement] = []
+    if isinstance(body, cst.IndentedBlock) and body.body:
+        first = body.body[0]
+        if (
+            isinstance(first, cst.SimpleStatementLine)
+            and isinstance(first.body[0], cst.Expr)
+            and isinstance(first.body[0].value, (cst.SimpleString, cst.ConcatenatedString))
+        ):
+            kept.append(first)
+    return function.with_changes(body=cst.IndentedBlock(body=[*kept, _raise_not_implemented()]))
+
+
+def _stub_class(klass: cst.ClassDef) -> cst.ClassDef:
+    members = [_stubbed(member) if isinstance(member, cst.FunctionDef) else member for member in klass.body.body]
+    return klass.with_changes(body=klass.body.with_changes(body=members))
+
+
+def _edit_top_level(module: cst.Module, unit: Unit, mode: str) -> tuple[cst.Module, set[str]]:
+    """Apply `mode` to the unit's definitions; returns the new module and the top-level names it removed."""
+    owner, _, member = unit.qualname.partition(".")
+    helpers = set(unit.helpers)
+    removed: set[str] = set()
+    found = False
+    body: list[cst.BaseStatement] = []
+    for statement in module.body:
+        name = statement.name.value if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) else None
+        if name in helpers:
+            removed.add(name)
+            continue
+        if name != owner:
+            body.append(statement)
+            continue
+        found = True
+        if unit.kind == "method":
+            statement = _edit_method(statement, member, mode)
+        elif mode == "remove":
+            removed.add(name)
+            continue
+        elif isinstance(statement, cst.ClassDef):
+            statement = _stub_class(statement)
+        else:
+            statement = _stubbed(statement)
+        body.append(statement)
+    if not found:
+        raise DeletionError(f"{unit.qualname} is not defined at the top of {unit.path}")
+    return module.with_changes(body=body), removed
+
+
+def _edit_method(klass: cst.BaseStatement, method: str, mode: str) -> cst.ClassDef:
+    if not isinstance(klass, cst.ClassDef):
+        raise DeletionError(f"{klass} is not a class")
+    members: list[cst.BaseStatement] = []
+    for member in klass.body.body:
+        if isinstance(member, cst.FunctionDef) and member.name.value == method:
+            if mode == "stub":
+                members.append(_stubbed(member))
+            continue
+        members.append(member)
+    if not members:
+        members = [cst.SimpleStatementLine([cst.Pass()])]
+    return klass.with_changes(body=klass.body.with_changes(body=members))
+
+
+def delete_unit(layout: RepoLayout, unit: Unit, mode: str) -> Deletion:
+    """The file changes that delete `unit` in `mode`, with import-time references fixed so the package imports."""
+    if unit.kind not in MODE_KINDS[mode]:
+        raise DeletionError(f"mode {mode!r} deletes {', '.join(MODE_KINDS[mode])}, not a {unit.kind}")
+    sources = {path: (layout.root / path).read_text(encoding="utf-8") for path in layout.modules}
+    if mode == "file":
+        changed = fix_imports(layout, sources, gone_modules={layout.modules[unit.path]}, gone_names={})
+        changed[unit.path] = None
+    else:
+        edited, removed = _edit_top_level(cst.parse_module(sources[unit.path]), unit, mode)
+        sources[unit.path] = edited.code
+        changed = fix_imports(layout, sources, gone_modules=set(), gone_names={layout.modules[unit.path]: removed})
+        changed[unit.path] = changed.get(unit.path, edited.code)
+    original = {path: (layout.root / path).read_text(encoding="utf-8") for path in changed}
+    changed = {path: text for path, text in changed.items() if text != original[path]}
+    if not changed:
+        raise DeletionError(f"deleting {unit.qualname} in mode {mode!r} changes nothing")
+    return Deletion(unit=unit, mode=mode, changed=changed, original=original)

@@ -1,0 +1,167 @@
+"""Drop the import-time references to deleted names and modules, so that the package still imports."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.helpers import get_full_name_for_node
+
+from task_synth.candidates import referenced_names
+from task_synth.repo_layout import RepoLayout
+
+
+def _is_gone_module(name: str, gone_modules: set[str]) -> bool:
+    return any(name == gone or name.startswith(gone + ".") for gone in gone_modules)
+
+
+def _source_module(node: cst.ImportFrom, module_name: str, is_package: bool) -> str:
+    base = get_full_name_for_node(node.module) if node.module else ""
+    if not node.relative:
+        return base or ""
+    package = module_name if is_package else module_name.rpartition(".")[0]
+    for _ in range(len(node.relative) - 1):
+        package = package.rpartition(".")[0]
+    return f"{package}.{base}" if base else package
+
+
+def _bound_name(alias: cst.ImportAlias) -> str:
+    if alias.asname is not None:
+        return get_full_name_for_node(alias.asname.name) or ""
+    return (get_full_name_for_node(alias.name) or "").split(".")[0]
+
+
+def _kept_aliases(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
+    # The last alias of an unparenthesised import must carry no comma.
+    if aliases:
+        aliases[-1] = aliases[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return aliases
+
+
+def _fixed_import(small, module_name, is_package, gone_modules, gone_names, lost: set[str]):
+    """The import with deleted names dropped (None when nothing is left); adds the names it no longer binds to `lost`."""
+    if isinstance(small, cst.ImportFrom):
+        source = _source_module(small, module_name, is_package)
+        if isinstance(small.names, cst.ImportStar):
+            return None if _is_gone_module(source, gone_modules) else small
+        if _is_gone_module(source, gone_modules):
+            lost.update(_bound_name(alias) for alias in small.names)
+            return None
+        kept = []
+        for alias in small.names:
+            name = get_full_name_for_node(alias.name) or ""
+            if _is_gone_module(f"{source}.{name}", gone_modules) or name in gone_names.get(source, set()):
+                lost.add(_bound_name(alias))
+            else:
+                kept.append(alias)
+        if len(kept) == len(small.names):
+            return small
+        return small.with_changes(names=_kept_aliases(kept)) if kept else None
+    if isinstance(small, cst.Import):
+        kept = []
+        for alias in small.names:
+            if _is_gone_module(get_full_name_for_node(alias.name) or "", gone_modules):
+                if alias.asname is not None:
+                    lost.add(_bound_name(alias))
+            else:
+                kept.append(alias)
+        if len(kept) == len(small.names):
+            return small
+        return small.with_changes(names=_kept_aliases(kept)) if kept else None
+    return small
+
+
+def _filtered_all(small: cst.BaseSmallStatement, lost: set[str]) -> cst.BaseSmallStatement | None:
+    """`__all__ = [...]` without the lost names; None when the statement is not an `__all__` list."""
+    if not isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or not isinstance(small.value, (cst.List, cst.Tuple)):
+        return None
+    targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
+    if not any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
+        return None
+    elements = [
+        element
+        for element in small.value.elements
+        if not (isinstance(element.value, cst.SimpleString) and element.value.evaluated_value in lost)
+    ]
+    if elements:
+        elements[-1] = elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    return small.with_changes(value=small.value.with_changes(elements=elements))
+
+
+def _assigned_names(small: cst.BaseSmallStatement) -> set[str]:
+    if isinstance(small, cst.Assign):
+        return set().union(*(referenced_names(target.target) for target in small.targets))
+    if isinstance(small, (cst.AnnAssign, cst.AugAssign)):
+        return referenced_names(small.target)
+    return set()
+
+
+def _import_time_names(definition: cst.FunctionDef | cst.ClassDef) -> set[str]:
+    """Names a def or class statement evaluates when the module is imported."""
+    names: set[str] = set()
+    for decorator in definition.decorators:
+        names |= referenced_names(decorator)
+    if isinstance(definition, cst.FunctionDef):
+        names |= referenced_names(definition.params)
+        if definition.returns:
+            names |= referenced_names(definition.returns)
+        return names
+    for arg in definition.bases + definition.keywords:
+        names |= referenced_names(arg)
+    for member in definition.body.body:
+        if isinstance(member, cst.SimpleStatementLine):
+            names |= referenced_names(member)
+    return names
+
+
+def _fixed_module(module: cst.Module, module_name: str, is_package: bool, gone_modules, gone_names) -> tuple[cst.Module, set[str]]:
+    lost = set(gone_names.get(module_name, set()))
+    body: list[cst.BaseStatement] = []
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
+            if _import_time_names(statement) & lost:
+                lost.add(statement.name.value)
+                continue
+            body.append(statement)
+            continue
+        if not isinstance(statement, cst.SimpleStatementLine):
+            body.append(statement)
+            continue
+        kept = []
+        for small in statement.body:
+            small = _fixed_import(small, module_name, is_package, gone_modules, gone_names, lost)
+            if small is None:
+                continue
+            filtered = _filtered_all(small, lost)
+            if filtered is not None:
+                kept.append(filtered)
+            elif not isinstance(small, (cst.Import, cst.ImportFrom)) and referenced_names(small) & lost:
+                lost |= _assigned_names(small)
+            else:
+                kept.append(small)
+        if kept:
+            kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
+            body.append(statement.with_changes(body=kept))
+    return module.with_changes(body=body), lost
+
+
+def fix_imports(
+    layout: RepoLayout, sources: dict[str, str], gone_modules: set[str], gone_names: dict[str, set[str]]
+) -> dict[str, str]:
+    """New text of every module that had to change, iterated until no module loses another name."""
+    gone_names = {module: set(names) for module, names in gone_names.items()}
+    changed: dict[str, str] = {}
+    for _ in range(len(layout.modules) + 2):
+        progress = False
+        for path, module_name in sorted(layout.modules.items()):
+            if _is_gone_module(module_name, gone_modules):
+                continue
+            is_package = path.endswith("__init__.py")
+            fixed, lost = _fixed_module(cst.parse_module(sources[path]), module_name, is_package, gone_modules, gone_names)
+            if fixed.code != sources[path]:
+                sources[path] = changed[path] = fixed.code
+                progress = True
+            if lost - gone_names.get(module_name, set()):
+                gone_names.setdefault(module_name, set()).update(lost)
+                progress = True
+        if not progress:
+            break
+    return changed
