@@ -1,0 +1,36 @@
+"""The README's snippets work as written."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REGROW = str(Path(sys.executable).parent / "regrow")
+README = (Path(__file__).parent.parent / "README.md").read_text()
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.DOTALL)
+
+
+def test_first_screen_gives_the_two_commands():
+    first_screen = "\n".join(README.splitlines()[:12])
+    assert "make up" in first_screen and "make test" in first_screen
+
+
+def test_every_python_snippet_runs(docker_backend, base_image):
+    snippets = _blocks("python")
+    assert snippets, "the README should show the Python API"
+    for snippet in snippets:
+        exec(compile(snippet, "README.md", "exec"), {})
+
+
+def test_every_regrow_subcommand_in_the_readme_exists():
+    commands = set(re.findall(r"`regrow ([a-z]+(?: [a-z]+)?)", README))
+    assert commands
+    for command in commands:
+        words = command.split()
+        result = subprocess.run([REGROW, *words, "--help"], capture_output=True, text=True)
+        if result.returncode != 0 and len(words) == 2:  # "regrow synth the" is one word of command
+            result = subprocess.run([REGROW, words[0], "--help"], capture_output=True, text=True)
+        assert result.returncode == 0, f"`regrow {command}` in the README does not exist: {result.stderr}"
