@@ -2,9 +2,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+WHEELHOUSE := .cache/wheelhouse
+COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up test setup images host-tools clean
+.PHONY: up up-train down test setup images wheelhouse wheelhouse-train host-tools clean
 
 setup: $(STAMP) host-tools
 
@@ -15,17 +18,35 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# debootstrap builds the base image; docker-compose runs the local stack when `docker compose` is absent.
 host-tools:
 	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
 
 images: setup
 	$(BIN)/regrow images build
 
+# The service images install regrow and its dependencies from here, with no network.
+wheelhouse: setup
+	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage
+
+wheelhouse-train: wheelhouse
+	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE)-train --find-links $(WHEELHOUSE) '.[train]'
+
+.env:
+	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
+
 test: images
 	$(BIN)/pytest
 
-up: images
-	$(BIN)/regrow bench sandbox --repetitions 5
+up: images wheelhouse .env
+	$(COMPOSE) -f compose.yaml up --build
+
+up-train: images wheelhouse-train .env
+	$(COMPOSE) -f compose.yaml --profile train up --build
+
+down:
+	$(COMPOSE) -f compose.yaml down --remove-orphans
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(WHEELHOUSE)
