@@ -1,0 +1,67 @@
+"""What every teacher answers, how it fails, and how teachers.yaml becomes live teachers."""
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig, TeacherConfig
+
+# A message's template overhead (role markers, separators) in tokens, for the worst-case estimate.
+_TOKENS_PER_MESSAGE = 8
+
+
+@dataclass(frozen=True)
+class TeacherReply:
+    """One successful answer: the assistant text and what it took."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_s: float
+    attempts: int
+
+
+class TeacherError(RuntimeError):
+    """A teacher gave no usable answer; `kind` is what the report counts (timeout, http_503, ...)."""
+
+    def __init__(self, kind: str, message: str, retry_after_s: float = 0.0) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after_s = retry_after_s
+
+
+class Teacher(Protocol):
+    """A model that proposes the next assistant turn for a chat."""
+
+    name: str
+
+    async def complete(self, messages: list[dict[str, Any]]) -> TeacherReply: ...
+
+    async def aclose(self) -> None: ...
+
+
+def call_cost_usd(config: TeacherConfig, input_tokens: int, output_tokens: int) -> float:
+    """Price of one call from its token counts."""
+    return (input_tokens * config.input_usd_per_mtok + output_tokens * config.output_usd_per_mtok) / 1e6
+
+
+def worst_case_cost_usd(config: TeacherConfig, messages: list[dict[str, Any]]) -> float:
+    """An upper bound on one answered call: a token is at least one byte, the reply at most max_tokens.
+
+    Failed attempts (timeouts, 5xx) return no usage and are not billed by the APIs we target.
+    """
+    input_bound = sum(len(str(m.get("content", "")).encode()) + _TOKENS_PER_MESSAGE for m in messages)
+    return call_cost_usd(config, input_bound, config.max_tokens)
+
+
+def open_teacher(config: TeacherConfig) -> Teacher:
+    """A live teacher for one config entry (an HF teacher loads its weights here)."""
+    if isinstance(config, OpenAITeacherConfig):
+        from trainer_client.replay.openai_teacher import OpenAITeacher
+
+        return OpenAITeacher(config)
+    if isinstance(config, HFTeacherConfig):
+        from trainer_client.replay.hf_teacher import HFTeacher
+
+        return HFTeacher(config)
+    raise TypeError(f"unknown teacher config {type(config).__name__}")
