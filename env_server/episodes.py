@@ -1,0 +1,308 @@
+"""Live episodes of one server: capacity, sandboxes from warm pools, budgets, steps, grading, idle reaping."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from pydantic import ValidationError
+
+from env_server.event_log import log_event
+from env_server.metrics import ServerMetrics
+from env_server.reward import failing_summary, grade, source_diff
+from env_server.settings import ServerSettings
+from env_server.task_store import Task, TaskStore, UnknownTask
+from env_server.tools import ToolResult, call_tool
+from env_server.trace_store import TraceStore
+from proto.actions import TOOL_ARGS, ToolCall, tool_specs
+from proto.observations import CodingObservation, RewardDetails
+from proto.traces import EpisodeTrace, StepTrace
+from sandbox import DockerBackend, Reaper, Sandbox, SandboxError, SandboxGone, WarmPool
+from sandbox.settings import SandboxSettings
+
+log = logging.getLogger(__name__)
+
+SERVER_LABEL = "regrow.server"
+
+
+class EpisodeError(Exception):
+    """A request about episodes that cannot be served; `code` and `http_status` say how to report it."""
+
+    code = "EXECUTION_ERROR"
+    http_status = 409
+
+    def __init__(self, message: str):
+        super().__init__(f"{self.code}: {message}")
+
+
+class CapacityReached(EpisodeError):
+    code, http_status = "CAPACITY_REACHED", 503
+
+
+class TaskNotFound(EpisodeError):
+    code, http_status = "UNKNOWN_TASK", 404
+
+
+class EpisodeNotFound(EpisodeError):
+    code, http_status = "UNKNOWN_EPISODE", 404
+
+
+class NoEpisode(EpisodeError):
+    code = "NO_EPISODE"
+
+
+class EpisodeOver(EpisodeError):
+    code = "EPISODE_OVER"
+
+
+def _joined(*hints: str | None) -> str | None:
+    return "; ".join(h for h in hints if h) or None
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+@dataclass
+class Episode:
+    """One task being played in one sandbox."""
+
+    id: str
+    task: Task
+    sandbox: Sandbox
+    trace: EpisodeTrace
+    addressable: bool
+    deadline: float
+    steps_left: int
+    last_activity: float = field(default_factory=time.monotonic)
+    steps_taken: int = 0
+    done: bool = False
+    details: RewardDetails | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class EpisodeRuntime:
+    """Everything the episodes of one server share; every transport goes through it."""
+
+    def __init__(self, settings: ServerSettings, store: TaskStore, backend: DockerBackend, traces: TraceStore,
+                 metrics: ServerMetrics | None = None):
+        self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
+        self.metrics = metrics or ServerMetrics()
+        self.server_id = uuid.uuid4().hex[:12]
+        self.limits = SandboxSettings().limits()
+        self.labels = {SERVER_LABEL: self.server_id}
+        self.pools: dict[str, WarmPool] = {}
+        self.reaper = Reaper(backend, interval_s=settings.reaper_interval_s)
+        self._episodes: dict[str, Episode] = {}
+        self._reserved = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._idle_thread = threading.Thread(target=self._reap_idle_forever, name="idle-episodes", daemon=True)
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> EpisodeRuntime:
+        """Reap orphans of earlier servers, fill the warm pools, start the idle-episode reaper."""
+        reaped = self.reaper.reap_once()
+        log_event("server.start", server_id=self.server_id, orphans_reaped=len(reaped), tasks=len(self.store.tasks))
+        self.reaper.start()
+        budget = self.settings.warm_pool_total
+        for image in self.store.images():
+            size = min(self.settings.warm_pool_per_image, budget)
+            if size <= 0:
+                break
+            budget -= size
+            pool = WarmPool(self.backend, image, size, limits=self.limits, labels=self.labels)
+            self.pools[image] = pool
+            self.metrics.warm_pool_ready.labels(image).set_function(lambda pool=pool: pool.ready)
+        self.metrics.active_episodes.set_function(lambda: len(self._episodes))
+        self._idle_thread.start()
+        return self
+
+    def close(self) -> None:
+        """Graceful shutdown: abort every live episode and destroy every container this server owns."""
+        self._stop.set()
+        for episode in list(self._episodes.values()):
+            self.abort(episode, "server shutdown")
+        for pool in self.pools.values():
+            pool.close()
+        self.reaper.stop()
+        for container in self.backend.managed_containers():
+            if container.get("Labels", {}).get(SERVER_LABEL) == self.server_id:
+                self.backend.remove(container["Id"])
+        log_event("server.stop", server_id=self.server_id)
+
+    def wait_warm(self, timeout: float = 120.0) -> bool:
+        return all(pool.wait_ready(timeout) for pool in self.pools.values())
+
+    # --- episodes --------------------------------------------------------------------------------
+
+    def _sandbox(self, image: str) -> Sandbox:
+        try:
+            pool = self.pools.get(image)
+            return pool.acquire() if pool else self.backend.create(image, limits=self.limits, labels=self.labels)
+        except SandboxError:
+            self.metrics.sandbox_failures.labels("create").inc()
+            raise
+
+    def start_episode(self, task_id: str | None = None, seed: int | None = None, split: str | None = None,
+                      episode_id: str | None = None) -> Episode:
+        """A new episode in a started sandbox; a client-chosen `episode_id` makes it addressable over HTTP."""
+        try:
+            task = self.store.pick(task_id, seed, split)
+        except UnknownTask as error:
+            raise TaskNotFound(str(error)) from None
+        with self._lock:
+            if len(self._episodes) + self._reserved >= self.settings.max_episodes:
+                raise CapacityReached(f"all {self.settings.max_episodes} episode slots are busy; retry later")
+            if episode_id is not None and (episode_id in self._episodes or self.traces.get_episode(episode_id)):
+                raise EpisodeError(f"episode id {episode_id!r} is already used; choose another or omit it")
+            self._reserved += 1
+        try:
+            sandbox = self._sandbox(task.record.image)
+        finally:
+            with self._lock:
+                self._reserved -= 1
+        new_id = episode_id or uuid.uuid4().hex
+        trace = EpisodeTrace(episode_id=new_id, task_id=task.id, problem_statement=task.record.problem_statement,
+                             tools=tool_specs(), started_at=_now())
+        episode = Episode(id=new_id, task=task, sandbox=sandbox, trace=trace, addressable=episode_id is not None,
+                          deadline=time.monotonic() + self.settings.wall_clock_budget_s,
+                          steps_left=self.settings.step_budget)
+        with self._lock:
+            self._episodes[new_id] = episode
+        self.traces.start_episode(trace)
+        log_event("episode.start", new_id, task_id=task.id, sandbox=sandbox.id[:12])
+        return episode
+
+    def get(self, episode_id: str) -> Episode:
+        episode = self._episodes.get(episode_id)
+        if episode is None:
+            raise EpisodeNotFound(f"no live episode {episode_id!r}; it ended, timed out, or never existed")
+        return episode
+
+    def live_episodes(self) -> list[Episode]:
+        return list(self._episodes.values())
+
+    def reset_observation(self, episode: Episode) -> CodingObservation:
+        return CodingObservation(
+            output="", problem_statement=episode.task.record.problem_statement, tools=episode.trace.tools,
+            metadata={"episode_id": episode.id, "task_id": episode.task.id, "steps_left": episode.steps_left,
+                      "seconds_left": round(episode.deadline - time.monotonic(), 1)},
+        )
+
+    def play(self, episode: Episode, action: ToolCall) -> CodingObservation:
+        """One step: run the tool (or grade on submit or an exhausted budget) and record it."""
+        with episode.lock:
+            if episode.done:
+                raise EpisodeOver(f"episode {episode.id} is over; reset to start another")
+            started_at, started = _now(), time.monotonic()
+            episode.last_activity = started
+            if started > episode.deadline:
+                observation = self._finish(episode, "budget_exhausted", ToolResult(
+                    feedback="the wall-clock budget ran out before this step; the workspace was graded as it was"))
+            else:
+                result = self._run_tool(episode, action)
+                episode.steps_taken += 1
+                episode.steps_left -= 1
+                if action.tool == "submit":
+                    observation = self._finish(episode, "submitted", result)
+                elif episode.steps_left <= 0 and not episode.done:
+                    result.feedback = _joined(result.feedback, "step budget used up; graded as is")
+                    observation = self._finish(episode, "budget_exhausted", result)
+                else:
+                    observation = self._observation(episode, result)
+            duration = time.monotonic() - started
+            self.metrics.step_seconds.labels(action.tool if action.tool in TOOL_ARGS else "unknown").observe(duration)
+            self.traces.add_step(episode.id, StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
+                                                       started_at=started_at, duration_s=duration))
+            episode.trace.steps.append(StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
+                                                 started_at=started_at, duration_s=duration))
+            episode.last_activity = time.monotonic()
+            log_event("episode.step", episode.id, tool=action.tool, duration_s=round(duration, 4),
+                      error=observation.metadata.get("tool_error"), done=observation.done)
+            return observation
+
+    def _run_tool(self, episode: Episode, action: ToolCall) -> ToolResult:
+        args_model = TOOL_ARGS.get(action.tool)
+        if args_model is None:
+            return ToolResult(feedback=f"unknown tool {action.tool!r}; tools: {', '.join(TOOL_ARGS)}", error="UNKNOWN_TOOL")
+        try:
+            args = args_model.model_validate(action.args)
+        except ValidationError as error:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}" for e in error.errors())
+            schema = json.dumps(args_model.model_json_schema(), separators=(",", ":"))
+            return ToolResult(feedback=f"arguments don't fit {action.tool}: {problems}; schema: {schema}",
+                              error="VALIDATION_ERROR")
+        if action.tool == "submit":
+            return ToolResult(output="submitted")
+        try:
+            return call_tool(episode.sandbox, action.tool, args, self.settings)
+        except SandboxGone as error:
+            self.metrics.sandbox_failures.labels("exec").inc()
+            self.abort(episode, f"sandbox gone: {error}", lock_held=True)
+            return ToolResult(feedback="the sandbox died; this episode is over", error="SANDBOX_GONE")
+
+    def _observation(self, episode: Episode, result: ToolResult, **extra: object) -> CodingObservation:
+        metadata = {"episode_id": episode.id, "step": episode.steps_taken, "steps_left": episode.steps_left}
+        if result.error:
+            metadata["tool_error"] = result.error
+        metadata.update(extra)
+        return CodingObservation(output=result.output, exit_code=result.exit_code, truncated=result.truncated,
+                                 feedback=result.feedback, done=episode.done, reward=episode.details.reward if episode.details else None,
+                                 metadata=metadata)
+
+    def _finish(self, episode: Episode, status: str, result: ToolResult) -> CodingObservation:
+        """Grade the workspace, end the episode, and build the final observation."""
+        try:
+            details = grade(episode.task, source_diff(episode.sandbox), lambda: self._sandbox(episode.task.record.image),
+                            self.settings.reward_mode, self.settings.grade_timeout_s)
+        except (SandboxError, OSError) as error:
+            self.metrics.sandbox_failures.labels("grade").inc()
+            log.warning("grading episode %s failed: %s", episode.id, error)
+            details = RewardDetails(reward=0.0, mode=self.settings.reward_mode, f2p_passed=0, p2p_passed=0,
+                                    f2p_total=len(episode.task.record.FAIL_TO_PASS),
+                                    p2p_total=len(episode.task.record.PASS_TO_PASS), error=str(error))
+        episode.details = details
+        self.metrics.reward.observe(details.reward)
+        self._end(episode, status)
+        summary = failing_summary(details)
+        result.feedback = _joined(result.feedback, summary)
+        result.output = (result.output + "\n" if result.output else "") + f"graded: reward {details.reward:g}"
+        return self._observation(episode, result, reward_details=details.model_dump(mode="json"))
+
+    def _end(self, episode: Episode, status: str) -> None:
+        episode.done = True
+        with self._lock:
+            self._episodes.pop(episode.id, None)
+        episode.sandbox.destroy()
+        self.traces.end_episode(episode.id, status, _now(), episode.details)
+        self.metrics.episodes_total.labels(status).inc()
+        log_event("episode.end", episode.id, status=status, reward=episode.details.reward if episode.details else None)
+
+    def abort(self, episode: Episode, reason: str, lock_held: bool = False) -> None:
+        """End `episode` without grading and destroy its sandbox (disconnects, timeouts, shutdown)."""
+        if episode.done:
+            return
+        # Destroy first: a step blocked inside the sandbox then fails fast and releases the lock.
+        episode.sandbox.destroy()
+        if lock_held:
+            self._end(episode, "aborted")
+        else:
+            with episode.lock:
+                if not episode.done:
+                    self._end(episode, "aborted")
+        log_event("episode.abort", episode.id, reason=reason)
+
+    def _reap_idle_forever(self) -> None:
+        interval = min(self.settings.idle_timeout_s / 4, 5.0)
+        while not self._stop.wait(interval):
+            cutoff = time.monotonic() - self.settings.idle_timeout_s
+            for episode in self.live_episodes():
+                if episode.last_activity < cutoff and not episode.lock.locked():
+                    self.abort(episode, f"idle for more than {self.settings.idle_timeout_s:g}s")

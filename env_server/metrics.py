@@ -1,0 +1,26 @@
+"""Prometheus metrics of one server, in their own registry so several servers can share a process."""
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+REWARD_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+
+class ServerMetrics:
+    """The counters, gauges and histograms `/metrics` exposes."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.active_episodes = Gauge("regrow_active_episodes", "Episodes holding a sandbox now.", registry=self.registry)
+        self.episodes_total = Counter("regrow_episodes_total", "Episodes ended, by how they ended.", ["status"],
+                                      registry=self.registry)
+        self.step_seconds = Histogram("regrow_step_seconds", "Step latency by tool.", ["tool"], buckets=STEP_BUCKETS,
+                                      registry=self.registry)
+        self.reward = Histogram("regrow_reward", "Rewards of graded episodes.", buckets=REWARD_BUCKETS, registry=self.registry)
+        self.warm_pool_ready = Gauge("regrow_warm_pool_ready", "Started sandboxes waiting in the warm pool.", ["image"],
+                                     registry=self.registry)
+        self.sandbox_failures = Counter("regrow_sandbox_failures_total", "Sandbox operations that failed.", ["operation"],
+                                        registry=self.registry)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,48 @@
+"""Server configuration from the environment (prefix REGROW_SERVER_)."""
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# What one episode needs at most: its sandbox's memory limit plus the grading container and slack.
+EPISODE_MEMORY_BYTES = 1536 * 1024 * 1024
+
+
+def default_max_episodes() -> int:
+    """As many concurrent episodes as host memory allows, at least 1."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 4
+    return max(1, int(total * 0.8) // EPISODE_MEMORY_BYTES)
+
+
+class ServerSettings(BaseSettings):
+    """Limits and locations of one env server."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_SERVER_")
+
+    tasks_dir: Path = Path("tasks")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    grpc_port: int = 50051
+    trace_db: Path | None = Field(default=None, description="SQLite file; default TASKS_DIR/traces.sqlite")
+    max_episodes: int = Field(default_factory=default_max_episodes, ge=1)
+    idle_timeout_s: float = Field(default=600.0, gt=0)
+    step_budget: int = Field(default=100, ge=1)
+    wall_clock_budget_s: float = Field(default=1800.0, gt=0)
+    run_timeout_default_s: float = Field(default=30.0, gt=0)
+    run_timeout_cap_s: float = Field(default=120.0, gt=0)
+    grade_timeout_s: float = Field(default=300.0, gt=0)
+    max_write_bytes: int = Field(default=1024 * 1024, ge=1)
+    read_cap_chars: int = Field(default=64 * 1024, ge=1)
+    warm_pool_per_image: int = Field(default=2, ge=0)
+    warm_pool_total: int = Field(default=8, ge=0)
+    reaper_interval_s: float = Field(default=60.0, gt=0)
+    reward_mode: Literal["fraction", "binary"] = "fraction"
+
+    def trace_path(self) -> Path:
+        return self.trace_db or self.tasks_dir / "traces.sqlite"

@@ -1,0 +1,39 @@
+"""Fixtures of the env server tests: the hand-made task store and a live runtime on the real engine."""
+
+from pathlib import Path
+
+import pytest
+
+from tests.task_fixture import build_demo_task_store
+
+
+@pytest.fixture(scope="session")
+def demo_task_store(docker_backend, base_image, tmp_path_factory) -> Path:
+    """A one-task store (image built once per content hash)."""
+    return build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks"))
+
+
+def make_settings(store: Path, tmp_path: Path, **overrides):
+    from env_server.settings import ServerSettings
+
+    values = dict(tasks_dir=store, trace_db=tmp_path / "traces.sqlite", max_episodes=4, warm_pool_per_image=1,
+                  warm_pool_total=1, idle_timeout_s=300.0, reaper_interval_s=3600.0)
+    values.update(overrides)
+    return ServerSettings(**values)
+
+
+def make_runtime(docker_backend, settings):
+    from env_server.episodes import EpisodeRuntime
+    from env_server.task_store import TaskStore
+    from env_server.trace_store import TraceStore
+
+    return EpisodeRuntime(settings, TaskStore(settings.tasks_dir), docker_backend, TraceStore(settings.trace_path())).start()
+
+
+@pytest.fixture(scope="module")
+def runtime(docker_backend, demo_task_store, tmp_path_factory):
+    """A started EpisodeRuntime; every container it made is gone after the module."""
+    live = make_runtime(docker_backend, make_settings(demo_task_store, tmp_path_factory.mktemp("rt")))
+    yield live
+    live.close()
+    live.traces.close()

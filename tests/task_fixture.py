@@ -1,0 +1,227 @@
+"""A hand-made task store with one tiny task, built to the task-store contract (notes/task_store.md).
+
+`build_demo_task_store(backend, base_image, out_dir)` writes `out_dir/tasks.jsonl` and
+`out_dir/hidden/<id>/`, and builds the task image once per content hash (later calls reuse it).
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+
+from proto.tasks import DeletedUnit, TaskRecord, TaskStats
+
+DEMO_TASK_ID = "demo__calc-clamp"
+TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts=""'
+WHEELS = ("pytest==8.3.5", "coverage==7.6.12", "setuptools==75.8.0", "wheel==0.45.1")
+WHEELHOUSE = Path(__file__).resolve().parent.parent / ".cache" / "demo-task-wheels"
+
+ORIGINAL_OPS = '''"""Small arithmetic helpers."""
+
+
+def add(a, b):
+    return a + b
+
+
+def sub(a, b):
+    return a - b
+
+
+def mul(a, b):
+    return a * b
+
+
+def clamp(value, low, high):
+    """Return value limited to the closed range [low, high]."""
+    if low > high:
+        raise ValueError("low must not exceed high")
+    return max(low, min(value, high))
+'''
+
+DELETED_OPS = ORIGINAL_OPS.split("def clamp")[0] + '''def clamp(value, low, high):
+    """Return value limited to the closed range [low, high]."""
+    raise NotImplementedError
+'''
+
+# A plausible wrong solution the reward tests pair with each cheat.
+WRONG_OPS = DELETED_OPS.replace("    raise NotImplementedError\n", "    return value\n")
+
+TESTS = '''from calc.ops import add, clamp, mul, sub
+
+
+def test_add():
+    assert add(2, 3) == 5
+
+
+def test_sub():
+    assert sub(2, 3) == -1
+
+
+def test_mul():
+    assert mul(4, 3) == 12
+
+
+def test_clamp_below():
+    assert clamp(-5, 0, 10) == 0
+
+
+def test_clamp_above():
+    assert clamp(50, 0, 10) == 10
+
+
+def test_clamp_rejects_empty_range():
+    import pytest
+
+    with pytest.raises(ValueError):
+        clamp(1, 5, 0)
+'''
+
+CONFTEST = '''import pytest
+
+
+@pytest.fixture
+def numbers():
+    return [1, 2, 3]
+'''
+
+PYPROJECT = '''[build-system]
+requires = ["setuptools"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "calc"
+version = "0.1.0"
+
+[tool.setuptools]
+packages = ["calc"]
+'''
+
+DOCKERFILE = '''ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+COPY wheels /tmp/wheels
+COPY workspace /workspace
+RUN python3 -m venv /opt/venv \\
+ && /opt/venv/bin/pip install -q --no-index --find-links /tmp/wheels pytest coverage setuptools wheel \\
+ && /opt/venv/bin/pip install -q --no-index --no-build-isolation -e /workspace \\
+ && rm -rf /tmp/wheels /root/.cache /workspace/*.egg-info /workspace/build \\
+ && find /workspace -name __pycache__ -prune -exec rm -rf {} + \\
+ && cd /workspace && git init -q -b main \\
+ && git -c safe.directory=/workspace add -A \\
+ && git -c safe.directory=/workspace -c user.name=regrow -c user.email=regrow@localhost commit -q -m "task" \\
+ && chown -R 1000:1000 /workspace
+ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+WORKDIR /workspace
+USER agent
+'''
+
+F2P = ["tests/test_ops.py::test_clamp_below", "tests/test_ops.py::test_clamp_above", "tests/test_ops.py::test_clamp_rejects_empty_range"]
+P2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_sub", "tests/test_ops.py::test_mul"]
+TEST_FILES = ["tests/test_ops.py", "tests/conftest.py"]
+
+
+def workspace_files(ops_source: str = DELETED_OPS) -> dict[str, str]:
+    """The repository as the agent sees it (the deleted state by default)."""
+    return {
+        "pyproject.toml": PYPROJECT,
+        "calc/__init__.py": "",
+        "calc/ops.py": ops_source,
+        "tests/__init__.py": "",
+        "tests/conftest.py": CONFTEST,
+        "tests/test_ops.py": TESTS,
+    }
+
+
+def unified_patch(path: str, before: str, after: str) -> str:
+    """A `git apply`-able patch of one file."""
+    lines = difflib.unified_diff(before.splitlines(True), after.splitlines(True), f"a/{path}", f"b/{path}")
+    return f"diff --git a/{path} b/{path}\n" + "".join(lines)
+
+
+SOLUTION_PATCH = unified_patch("calc/ops.py", DELETED_OPS, ORIGINAL_OPS)
+
+
+def _content_hash() -> str:
+    digest = hashlib.sha256(DOCKERFILE.encode())
+    for path, text in sorted(workspace_files().items()):
+        digest.update(path.encode() + b"\0" + text.encode() + b"\0")
+    digest.update(repr(WHEELS).encode())
+    return digest.hexdigest()[:12]
+
+
+def _wheelhouse() -> Path:
+    """Wheels of pytest and friends, built once on the host (PyPI or pip's cache)."""
+    if not (WHEELHOUSE / ".complete").exists():
+        WHEELHOUSE.mkdir(parents=True, exist_ok=True)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(WHEELHOUSE), *WHEELS], check=True)
+        (WHEELHOUSE / ".complete").touch()
+    return WHEELHOUSE
+
+
+def build_demo_image(backend, base_image: str) -> str:
+    """The task image, tagged by content hash; built only when missing."""
+    tag = f"regrow/demo-task:{_content_hash()}"
+    if backend.image_exists(tag):
+        return tag
+    wheels = _wheelhouse()
+    with tempfile.TemporaryDirectory() as context:
+        root = Path(context)
+        (root / "Dockerfile").write_text(DOCKERFILE)
+        subprocess.run(["cp", "-r", str(wheels), str(root / "wheels")], check=True)
+        for path, text in workspace_files().items():
+            (root / "workspace" / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / "workspace" / path).write_text(text)
+        backend.client.images.build(
+            path=context, tag=tag, buildargs={"BASE_IMAGE": base_image}, network_mode="none", rm=True
+        )
+    return tag
+
+
+def demo_record(image: str) -> TaskRecord:
+    start = ORIGINAL_OPS.splitlines().index("def clamp(value, low, high):") + 1
+    return TaskRecord(
+        instance_id=DEMO_TASK_ID,
+        repo="demo/calc",
+        source_commit="0" * 40,
+        image=image,
+        mode="stub",
+        deleted=[DeletedUnit(path="calc/ops.py", qualname="clamp", kind="function", start_line=start, end_line=start + 4)],
+        problem_statement="Implement `clamp(value, low, high)` in calc/ops.py: limit value to [low, high]; "
+        "raise ValueError when low > high.",
+        FAIL_TO_PASS=F2P,
+        PASS_TO_PASS=P2P,
+        test_command=TEST_COMMAND,
+        solution_patch=SOLUTION_PATCH,
+        test_files=TEST_FILES,
+        split="train",
+        stats=TaskStats(lines_deleted=3, covering_tests=3, complexity=2),
+        created_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        synth_version="hand-made",
+    )
+
+
+def build_demo_task_store(backend, base_image: str, out_dir: Path) -> Path:
+    """Write a one-task store to `out_dir` (image built or reused) and return `out_dir`."""
+    out_dir = Path(out_dir)
+    record = demo_record(build_demo_image(backend, base_image))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "tasks.jsonl").write_text(record.model_dump_json() + "\n")
+    hidden = out_dir / "hidden" / record.instance_id
+    files = workspace_files(ORIGINAL_OPS)
+    for path in record.test_files:
+        (hidden / "tests" / path).parent.mkdir(parents=True, exist_ok=True)
+        (hidden / "tests" / path).write_text(files[path])
+    (hidden / "solution.patch").write_text(record.solution_patch)
+    return out_dir
+
+
+if __name__ == "__main__":  # build by hand: python -m tests.task_fixture OUT_DIR
+    from sandbox import DockerBackend
+    from sandbox.base_image import BASE_IMAGE
+
+    print(json.dumps(str(build_demo_task_store(DockerBackend(), BASE_IMAGE, Path(sys.argv[1])))))
