@@ -37,3 +37,13 @@ def runtime(docker_backend, demo_task_store, tmp_path_factory):
     yield live
     live.close()
     live.traces.close()
+
+
+@pytest.fixture(scope="module")
+def server(docker_backend, demo_task_store, tmp_path_factory):
+    """The whole server (HTTP, WebSocket, gRPC) on free local ports, stopped after the module."""
+    from env_server.server import start_in_background
+
+    settings = make_settings(demo_task_store, tmp_path_factory.mktemp("srv"), host="127.0.0.1", port=0, grpc_port=0)
+    with start_in_background(settings, docker_backend) as running:
+        yield running

@@ -1,0 +1,69 @@
+"""The HTTP and WebSocket app: OpenEnv's `create_app` around CodingEnvironment, plus regrow's own routes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from functools import partial
+from typing import Literal
+
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response
+from openenv.core.env_server.http_server import create_app
+from openenv.core.env_server.types import ConcurrencyConfig
+
+from env_server.environment import CodingEnvironment
+from env_server.episodes import EpisodeError, EpisodeRuntime
+from proto.actions import ToolCall
+from proto.observations import CodingObservation, EpisodeState
+from proto.traces import EpisodeTrace
+
+ENV_NAME = "regrow_coding"
+
+
+def build_app(runtime: EpisodeRuntime) -> FastAPI:
+    """OpenEnv's app for our environment, with /episodes, /metrics and typed episode errors added."""
+    settings = runtime.settings
+    app = create_app(
+        partial(CodingEnvironment, runtime),
+        ToolCall,
+        CodingObservation,
+        env_name=ENV_NAME,
+        # OpenEnv reaps idle sessions only when given a timeout; the runtime also reaps idle episodes itself.
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=settings.max_episodes, session_timeout=settings.idle_timeout_s),
+        state_cls=EpisodeState,
+        mode="simulation",
+    )
+    app.title = "regrow env server"
+
+    @app.exception_handler(EpisodeError)
+    async def episode_error(request: Request, error: EpisodeError) -> JSONResponse:
+        return JSONResponse(status_code=error.http_status, content={"detail": str(error), "code": error.code})
+
+    @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics")
+    def metrics() -> Response:
+        return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
+
+    @app.get("/episodes", tags=["Traces"], summary="Recorded episodes, newest first (without steps)")
+    def list_episodes(
+        task_id: str | None = None,
+        status: Literal["running", "submitted", "budget_exhausted", "aborted"] | None = None,
+        min_reward: float | None = None,
+        since: datetime | None = None,
+        limit: int = Query(100, ge=1, le=1000),
+        offset: int = Query(0, ge=0),
+    ) -> list[EpisodeTrace]:
+        return runtime.traces.list_episodes(task_id, status, min_reward, since, limit, offset)
+
+    @app.get("/episodes/{episode_id}", tags=["Traces"], summary="One recorded episode with every step")
+    def get_episode(episode_id: str) -> EpisodeTrace:
+        trace = runtime.traces.get_episode(episode_id)
+        if trace is None:
+            raise HTTPException(404, f"no episode {episode_id!r} in the trace store")
+        return trace
+
+    @app.delete("/episodes/{episode_id}", tags=["Traces"], summary="End a live addressable episode without grading")
+    def end_episode(episode_id: str) -> dict[str, str]:
+        runtime.abort(runtime.get(episode_id), "ended by DELETE /episodes")
+        return {"episode_id": episode_id, "status": "aborted"}
+
+    return app

@@ -1,0 +1,82 @@
+"""Runs the env server: one runtime, the HTTP/WebSocket app under uvicorn and the gRPC server, in one process."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import uvicorn
+
+from env_server.app import build_app
+from env_server.episodes import EpisodeRuntime
+from env_server.grpc_server import start_grpc_server
+from env_server.settings import ServerSettings
+from env_server.task_store import TaskStore
+from env_server.trace_store import TraceStore
+from sandbox import DockerBackend
+
+log = logging.getLogger(__name__)
+
+
+def start_runtime(settings: ServerSettings, backend: DockerBackend | None = None) -> EpisodeRuntime:
+    store = TaskStore(settings.tasks_dir)
+    return EpisodeRuntime(settings, store, backend or DockerBackend(), TraceStore(settings.trace_path())).start()
+
+
+@dataclass
+class RunningServer:
+    """A server started in this process's background threads (tests and benchmarks)."""
+
+    runtime: EpisodeRuntime
+    http_url: str
+    grpc_target: str
+    _uvicorn: uvicorn.Server
+    _thread: threading.Thread
+    _grpc: object
+
+    def stop(self) -> None:
+        self._uvicorn.should_exit = True
+        self._thread.join(timeout=30)
+        self._grpc.stop(grace=2).wait()
+        self.runtime.close()
+        self.runtime.traces.close()
+
+    def __enter__(self) -> RunningServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_in_background(settings: ServerSettings, backend: DockerBackend | None = None) -> RunningServer:
+    """Start runtime, app and gRPC on the configured (or, for port 0, free) ports; `stop()` undoes it all."""
+    runtime = start_runtime(settings, backend)
+    config = uvicorn.Config(build_app(runtime), host=settings.host, port=settings.port, log_level="warning",
+                            ws_max_size=16 * 1024 * 1024)
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            runtime.close()
+            raise RuntimeError(f"the HTTP server did not start on {settings.host}:{settings.port}")
+        time.sleep(0.02)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    grpc_server, grpc_port = start_grpc_server(runtime, settings.host, settings.grpc_port)
+    return RunningServer(runtime, f"http://{settings.host}:{port}", f"{settings.host}:{grpc_port}", server, thread, grpc_server)
+
+
+def serve(settings: ServerSettings) -> None:
+    """Serve until SIGINT or SIGTERM, then destroy every container this server owns."""
+    runtime = start_runtime(settings)
+    grpc_server, grpc_port = start_grpc_server(runtime, settings.host, settings.grpc_port)
+    log.info("gRPC on %s:%d; HTTP and WebSocket on %s:%d", settings.host, grpc_port, settings.host, settings.port)
+    try:
+        uvicorn.run(build_app(runtime), host=settings.host, port=settings.port, log_level="info", ws_max_size=16 * 1024 * 1024)
+    finally:
+        grpc_server.stop(grace=5).wait()
+        runtime.close()
+        runtime.traces.close()

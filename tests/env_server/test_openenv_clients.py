@@ -1,0 +1,77 @@
+"""The unmodified OpenEnv clients play whole episodes against the server; the HTTP surface is OpenEnv's."""
+
+import asyncio
+
+import httpx
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+from openenv.core.mcp_client import MCPToolClient
+
+from proto.actions import TOOL_ARGS
+from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
+
+pytestmark = pytest.mark.docker
+
+
+def test_generic_env_client_plays_a_whole_episode_to_reward_one(server):
+    with GenericEnvClient(base_url=server.http_url).sync() as env:
+        first = env.reset(task_id=DEMO_TASK_ID)
+        assert "clamp" in first.observation["problem_statement"]
+        assert {tool["name"] for tool in first.observation["tools"]} == set(TOOL_ARGS)
+        listed = env.step({"tool": "list_dir", "args": {"path": "calc"}})
+        assert "ops.py" in listed.observation["output"]
+        read = env.step({"tool": "read_file", "args": {"path": "calc/ops.py", "start_line": 16}})
+        assert "raise NotImplementedError" in read.observation["output"]
+        edited = env.step({"tool": "edit_file", "args": {"path": "calc/ops.py", "old": "    raise NotImplementedError\n",
+                                                         "new": ORIGINAL_OPS.split('high]."""\n')[1]}})
+        assert edited.observation["feedback"] is None
+        ran = env.step({"tool": "run", "args": {"command": "python -m pytest -q tests 2>&1 | tail -1"}})
+        assert "6 passed" in ran.observation["output"] and ran.observation["exit_code"] == 0
+        state = env.state()
+        assert state["task_id"] == DEMO_TASK_ID and state["step_count"] == 4
+        final = env.step({"tool": "submit", "args": {}})
+    assert final.done and final.reward == 1.0
+    assert final.metadata["reward_details"]["f2p_passed"] == 3
+
+
+def test_mcp_tool_client_lists_and_calls_tools_through_slash_mcp(server):
+    async def episode():
+        async with MCPToolClient(base_url=server.http_url) as env:
+            await env.reset(task_id=DEMO_TASK_ID)
+            tools = await env.list_tools()
+            assert {tool.name for tool in tools} == set(TOOL_ARGS)
+            assert "path" in next(t for t in tools if t.name == "read_file").input_schema["properties"]
+            wrote = await env.call_tool("write_file", path="calc/ops.py", content=ORIGINAL_OPS)
+            assert wrote["output"].startswith("wrote")
+            return await env.call_tool("submit")
+
+    final = asyncio.run(episode())
+    assert final["done"] is True and final["reward"] == 1.0
+
+
+def test_http_surface_serves_health_schema_metadata_and_docs(server):
+    with httpx.Client(base_url=server.http_url) as http:
+        assert http.get("/health").json()["status"] == "healthy"
+        schema = http.get("/schema").json()
+        assert {"tool", "args"} <= set(schema["action"]["properties"])
+        assert "feedback" in schema["observation"]["properties"]
+        assert "steps_left" in schema["state"]["properties"]
+        assert http.get("/metadata").json()["name"] == "regrow-coding"
+        assert http.get("/docs").status_code == 200
+        assert "/episodes" in http.get("/openapi.json").json()["paths"]
+        listed = http.post("/mcp", json={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1}).json()
+        assert {tool["name"] for tool in listed["result"]["tools"]} == set(TOOL_ARGS)
+
+
+def test_http_reset_and_step_continue_an_episode_named_by_episode_id(server):
+    with httpx.Client(base_url=server.http_url, timeout=120) as http:
+        reset = http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": "http-episode-1"})
+        assert reset.status_code == 200 and reset.json()["metadata"]["episode_id"] == "http-episode-1"
+        step = http.post("/step", json={"action": {"tool": "run", "args": {"command": "echo hi"}}, "episode_id": "http-episode-1"})
+        assert step.json()["observation"]["output"] == "hi\n"
+        final = http.post("/step", json={"action": {"tool": "submit", "args": {}}, "episode_id": "http-episode-1"}).json()
+        assert final["done"] is True and final["reward"] == 0.0
+        trace = http.get("/episodes/http-episode-1").json()
+        assert trace["status"] == "submitted" and [s["action"]["tool"] for s in trace["steps"]] == ["run", "submit"]
+        over = http.post("/step", json={"action": {"tool": "run", "args": {"command": "true"}}, "episode_id": "http-episode-1"})
+        assert over.status_code == 404 and over.json()["code"] == "UNKNOWN_EPISODE"
