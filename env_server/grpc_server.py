@@ -11,6 +11,7 @@ from concurrent import futures
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from openenv.core.env_server.types import WSErrorCode
 from pydantic import ValidationError
 
 from env_server.environment import CodingEnvironment
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["CodingEnv"].full_name
 ERROR_CODE_KEY = "regrow-error-code"
+_OPENENV_CODES = {code.value for code in WSErrorCode}
 _STATUS = {
     "INVALID_JSON": grpc.StatusCode.INVALID_ARGUMENT,
     "VALIDATION_ERROR": grpc.StatusCode.INVALID_ARGUMENT,
@@ -159,6 +161,8 @@ class CodingEnvService(pb_grpc.CodingEnvServicer):
                     raise FrameError("UNKNOWN_TYPE", "empty frame: set one of reset, step, state, close")
             except Exception as error:
                 code, message = _error_code(error)
+                # Like /ws: OpenEnv's codes only; our finer code stays at the start of the message.
+                code = code if code in _OPENENV_CODES else WSErrorCode.EXECUTION_ERROR.value
                 yield pb.ServerFrame(error=pb.Error(code=code, message=message))
         env.close()
 
