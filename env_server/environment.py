@@ -31,6 +31,7 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
     def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
               split: str | None = None, **kwargs: Any) -> CodingObservation:
         """Start an episode on `task_id`, or on a task sampled from `split` with `seed`."""
+        self.runtime.pick_task(task_id, seed, split)  # a bad reset must not end the running episode
         if self.episode is not None and not self.episode.addressable:
             self.runtime.abort(self.episode, "reset again")
         self.episode = self.runtime.start_episode(task_id=task_id, seed=seed, split=split, episode_id=episode_id)

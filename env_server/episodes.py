@@ -64,6 +64,14 @@ def _joined(*hints: str | None) -> str | None:
     return "; ".join(h for h in hints if h) or None
 
 
+def _invalid_text(action: ToolCall) -> bool:
+    try:
+        json.dumps(action.args, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -150,13 +158,16 @@ class EpisodeRuntime:
             self.metrics.sandbox_failures.labels("create").inc()
             raise
 
+    def pick_task(self, task_id: str | None, seed: int | None, split: str | None) -> Task:
+        try:
+            return self.store.pick(task_id, seed, split)
+        except UnknownTask as error:
+            raise TaskNotFound(str(error)) from None
+
     def start_episode(self, task_id: str | None = None, seed: int | None = None, split: str | None = None,
                       episode_id: str | None = None) -> Episode:
         """A new episode in a started sandbox; a client-chosen `episode_id` makes it addressable over HTTP."""
-        try:
-            task = self.store.pick(task_id, seed, split)
-        except UnknownTask as error:
-            raise TaskNotFound(str(error)) from None
+        task = self.pick_task(task_id, seed, split)
         with self._lock:
             if len(self._episodes) + self._reserved >= self.settings.max_episodes:
                 raise CapacityReached(f"all {self.settings.max_episodes} episode slots are busy; retry later")
@@ -218,6 +229,9 @@ class EpisodeRuntime:
                 else:
                     observation = self._observation(episode, result)
             duration = time.monotonic() - started
+            if _invalid_text(action):  # recorded with the bad characters replaced, so the trace stays valid JSON
+                action = ToolCall(tool=action.tool, args=json.loads(
+                    json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()))
             self.metrics.step_seconds.labels(action.tool if action.tool in TOOL_ARGS else "unknown").observe(duration)
             self.traces.add_step(episode.id, StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
                                                        started_at=started_at, duration_s=duration))
@@ -238,6 +252,9 @@ class EpisodeRuntime:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}" for e in error.errors())
             schema = json.dumps(args_model.model_json_schema(), separators=(",", ":"))
             return ToolResult(feedback=f"arguments don't fit {action.tool}: {problems}; schema: {schema}",
+                              error="VALIDATION_ERROR")
+        if _invalid_text(action):
+            return ToolResult(feedback="arguments are not valid UTF-8 text (they hold a lone surrogate); send valid text",
                               error="VALIDATION_ERROR")
         if action.tool == "submit":
             return ToolResult(output="submitted")
