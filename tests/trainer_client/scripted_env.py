@@ -1,0 +1,82 @@
+"""A small scripted coding environment served by OpenEnv's real `create_app` on 127.0.0.1.
+
+It answers like the coding env (CodingObservation, feedback on unknown tools, bad arguments and
+unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `submit` grades
+1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts.
+"""
+
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import uvicorn
+from openenv.core.env_server import create_app
+from openenv.core.env_server.interfaces import Environment
+from pydantic import ValidationError
+
+from proto import TOOL_ARGS, CodingObservation, EpisodeState, ToolCall, tool_specs
+
+
+class ScriptedCodingEnv(Environment):
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self):
+        super().__init__()
+        self._state = EpisodeState()
+        self.files: dict[str, str] = {}
+
+    def reset(self, seed=None, episode_id=None, task_id=None, **kwargs) -> CodingObservation:
+        self._state = EpisodeState(episode_id=episode_id or f"ep-{time.monotonic_ns()}", task_id=task_id or "calc")
+        self.files = {}
+        return CodingObservation(problem_statement="Implement clamp in calc/ops.py.", tools=tool_specs())
+
+    def step(self, action: ToolCall, timeout_s=None, **kwargs) -> CodingObservation:
+        self._state.step_count += 1
+        if action.metadata.get("parse_error"):
+            return CodingObservation(output="", feedback=f"your tool call could not be read: {action.metadata['parse_error']}")
+        if action.tool not in TOOL_ARGS:
+            return CodingObservation(feedback=f"unknown tool {action.tool!r}; the tools are {', '.join(TOOL_ARGS)}")
+        try:
+            args = TOOL_ARGS[action.tool].model_validate(action.args)
+        except ValidationError as error:
+            return CodingObservation(feedback=f"arguments do not fit {action.tool}: {error.errors()[0]['msg']}")
+        if action.tool == "write_file":
+            self.files[args.path] = args.content
+            return CodingObservation(output=f"wrote {args.path}", exit_code=0)
+        if action.tool == "run":
+            if args.command.startswith("sleep "):
+                time.sleep(float(args.command.split()[1]))
+            return CodingObservation(output=f"ran {args.command}", exit_code=0)
+        if action.tool == "submit":
+            self._state.done = True
+            reward = 1.0 if "calc/ops.py" in self.files else 0.0
+            return CodingObservation(output="graded", done=True, reward=reward, feedback=None if reward else "2 tests fail")
+        return CodingObservation(output=f"{action.tool} ok", exit_code=0)
+
+    @property
+    def state(self) -> EpisodeState:
+        return self._state
+
+
+@contextmanager
+def serve_scripted_env(max_sessions: int = 8):
+    """Run the scripted env's OpenEnv app on a free loopback port; yield its http:// URL."""
+    app = create_app(ScriptedCodingEnv, ToolCall, CodingObservation, max_concurrent_envs=max_sessions)
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets-sansio"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the scripted env server did not start within 20s")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()

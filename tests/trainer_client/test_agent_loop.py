@@ -1,0 +1,117 @@
+"""The agent loop against the scripted env over a real WebSocket: calls, env mask, hints and limits."""
+
+import pytest
+
+from tests.trainer_client.conftest import ScriptedSampler
+from trainer_client.agent_loop import EpisodeLimits, play_episode
+from trainer_client.chat_format import initial_messages, tool_response_message
+from trainer_client.env_client import EnvClient
+from proto import CodingObservation, tool_specs
+
+RUN_LS = '<tool_call>\n{"name": "run", "arguments": {"command": "ls"}}\n</tool_call>'
+WRITE = '<tool_call>\n{"name": "write_file", "arguments": {"path": "calc/ops.py", "content": "x = 1"}}\n</tool_call>'
+SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+
+
+async def play(url, tokenizer, episode_tokens, texts, limits=EpisodeLimits()):
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, texts)
+    client = EnvClient(url, max_connections=2)
+    try:
+        trajectory = await play_episode(client, sampler, episode_tokens, limits, {"task_id": "calc"})
+    finally:
+        await client.aclose()
+    return trajectory, sampler
+
+
+async def test_env_mask_marks_exactly_the_policy_tokens(scripted_env_url, tokenizer, episode_tokens):
+    trajectory, sampler = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS, SUBMIT])
+
+    assert trajectory.done and trajectory.stop_reason == "done" and len(trajectory.turns) == 2
+    first, second = trajectory.turns
+    expected = [0] * len(trajectory.completion_ids)
+    for turn in trajectory.turns:
+        expected[turn.start : turn.end] = [1] * (turn.end - turn.start)
+    assert trajectory.env_mask == expected
+    assert first.start == 0 and second.end == len(trajectory.completion_ids)
+    assert all(lp == 0.0 for lp, m in zip(trajectory.logprobs, trajectory.env_mask) if m == 0)
+    assert all(lp == -0.5 for lp, m in zip(trajectory.logprobs, trajectory.env_mask) if m == 1)
+    assert episode_tokens.decode(trajectory.completion_ids[first.start : first.end]) == RUN_LS
+
+
+async def test_token_context_equals_the_chat_template_rendering(scripted_env_url, tokenizer, episode_tokens):
+    trajectory, sampler = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS, SUBMIT])
+
+    # What the policy saw before turn 2 is exactly the template's rendering of the conversation so far.
+    messages = initial_messages("Implement clamp in calc/ops.py.", tool_specs())
+    messages += [
+        {"role": "assistant", "content": RUN_LS},
+        tool_response_message([CodingObservation(output="ran ls", exit_code=0)]),
+    ]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    assert sampler.contexts[1] == list(rendered)
+    assert trajectory.prompt_ids + trajectory.completion_ids[: trajectory.turns[1].start] == list(rendered)
+
+
+async def test_malformed_call_goes_to_the_env_and_its_feedback_hints_the_next_turn(
+    scripted_env_url, tokenizer, episode_tokens
+):
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, ["<tool_call>{not json}</tool_call>", SUBMIT])
+
+    first, second = trajectory.turns
+    assert first.calls == 1 and first.parse_errors and "not valid JSON" in first.parse_errors[0]
+    assert first.feedback and "could not be read" in first.feedback
+    assert first.hint is None and second.hint == first.feedback
+    # The hint goes between the tool response and the generation prompt of the hinted turn.
+    between = trajectory.completion_ids[second.hint_at : second.start]
+    assert tokenizer.decode(between) == "<|im_start|>assistant\n"
+    assert trajectory.hinted_turns == [second]
+
+
+async def test_a_reply_without_any_tool_call_is_sent_not_dropped(scripted_env_url, tokenizer, episode_tokens):
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, ["I think the bug is in clamp.", SUBMIT])
+
+    assert trajectory.turns[0].calls == 1
+    assert "no <tool_call>" in trajectory.turns[0].parse_errors[0]
+    assert trajectory.turns[1].hint is not None
+
+
+async def test_multiple_calls_in_one_turn_are_sent_in_order(scripted_env_url, tokenizer, episode_tokens):
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [WRITE + "\n" + RUN_LS, SUBMIT])
+
+    first = trajectory.turns[0]
+    assert first.calls == 2
+    response = tokenizer.decode(trajectory.completion_ids[first.end : trajectory.turns[1].start])
+    assert response.index("wrote calc/ops.py") < response.index("ran ls")
+    assert trajectory.reward == 1.0  # the write reached the env before submit
+
+
+async def test_unknown_tool_draws_feedback(scripted_env_url, tokenizer, episode_tokens):
+    unknown = '<tool_call>\n{"name": "rm_rf", "arguments": {}}\n</tool_call>'
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [unknown, SUBMIT])
+
+    assert "unknown tool 'rm_rf'" in trajectory.turns[0].feedback
+    assert trajectory.turns[0].parse_errors == []
+
+
+async def test_turn_limit_stops_the_episode(scripted_env_url, tokenizer, episode_tokens):
+    trajectory, _ = await play(
+        scripted_env_url, tokenizer, episode_tokens, [RUN_LS] * 5, EpisodeLimits(max_turns=3)
+    )
+
+    assert len(trajectory.turns) == 3 and not trajectory.done
+    assert trajectory.stop_reason == "turn_limit" and trajectory.reward == 0.0
+
+
+async def test_token_budget_stops_the_episode(scripted_env_url, tokenizer, episode_tokens):
+    limits = EpisodeLimits(max_turns=50, max_completion_tokens=120, min_turn_tokens=8)
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS] * 50, limits)
+
+    assert trajectory.stop_reason == "token_budget" and not trajectory.done
+    assert len(trajectory.completion_ids) <= 120
+
+
+@pytest.mark.parametrize("malformed", ['<tool_call>["run"]</tool_call>', '<tool_call>{"arguments": {}}</tool_call>'])
+async def test_json_that_is_not_a_named_call_is_malformed(scripted_env_url, tokenizer, episode_tokens, malformed):
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [malformed, SUBMIT])
+
+    assert trajectory.turns[0].parse_errors and trajectory.turns[0].feedback

@@ -1,0 +1,191 @@
+"""The trainer step on the tiny Qwen2: alpha=0 is stock GRPO, SDPO touches only hinted turns, DPO plugs in."""
+
+import asyncio
+import copy
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+
+from tests.trainer_client.conftest import ScriptedSampler  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
+from trainer_client.agent_loop import EpisodeLimits, play_episode  # noqa: E402
+from trainer_client.env_client import EnvClient  # noqa: E402
+from trainer_client.rollout_rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+MALFORMED = "<tool_call>{not json}</tool_call>"
+RUN_LS = '<tool_call>\n{"name": "run", "arguments": {"command": "ls"}}\n</tool_call>'
+WRITE = '<tool_call>\n{"name": "write_file", "arguments": {"path": "calc/ops.py", "content": "x = 1"}}\n</tool_call>'
+SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+SCRIPTS = [[MALFORMED, WRITE, SUBMIT], [RUN_LS, SUBMIT], [WRITE, RUN_LS, SUBMIT], [MALFORMED, SUBMIT]]
+
+
+@pytest.fixture(scope="module")
+def trajectories(scripted_env_url, tokenizer, episode_tokens):
+    async def play_all():
+        client = EnvClient(scripted_env_url, max_connections=4)
+        try:
+            return [
+                await play_episode(
+                    client, ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, s), episode_tokens,
+                    EpisodeLimits(), {"task_id": "calc"},
+                )
+                for s in SCRIPTS
+            ]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(play_all())
+
+
+def config(tmp_path, cls, **overrides):
+    fields = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=512,
+        max_steps=1,
+        learning_rate=1e-2,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        loss_type="dr_grpo",
+        scale_rewards="none",
+        beta=0.0,
+    )
+    fields.update(overrides)
+    return cls(**fields)
+
+
+def fixed_rollouts(trajectories, episode_tokens):
+    return lambda prompts, trainer: trajectory_rows(trajectories[: len(prompts)], episode_tokens)
+
+
+def build(trainer_cls, args, model, tokenizer, trajectories, episode_tokens, **kwargs):
+    return trainer_cls(
+        model=model,
+        args=args,
+        reward_funcs=env_reward,
+        train_dataset=episode_slots(4),
+        processing_class=tokenizer,
+        rollout_func=fixed_rollouts(trajectories, episode_tokens),
+        **kwargs,
+    )
+
+
+def test_trajectories_have_hinted_turns_and_mixed_rewards(trajectories):
+    assert [t.reward for t in trajectories] == [1.0, 0.0, 1.0, 0.0]
+    assert sum(len(t.hinted_turns) for t in trajectories) >= 2
+
+
+def test_alpha_zero_step_equals_stock_grpo_trainer(tmp_path, tokenizer, trajectories, episode_tokens):
+    from trl import GRPOConfig, GRPOTrainer
+
+    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    base = tiny_qwen2(tokenizer)
+    # Each trainer seeds the global RNG when it is built; build and train one after the other.
+    stock = build(GRPOTrainer, config(tmp_path / "stock", GRPOConfig), copy.deepcopy(base), tokenizer, trajectories, episode_tokens)
+    stock.train()
+    ours = build(
+        RegrowGRPOTrainer, config(tmp_path / "ours", RegrowGRPOConfig, alpha_sdpo=0.0), copy.deepcopy(base),
+        tokenizer, trajectories, episode_tokens,
+    )
+    ours.train()
+
+    stock_loss = next(e["loss"] for e in stock.state.log_history if "loss" in e)
+    our_loss = next(e["loss"] for e in ours.state.log_history if "loss" in e)
+    assert our_loss == stock_loss
+    changed = 0
+    for (name, a), b in zip(stock.model.named_parameters(), ours.model.parameters(), strict=True):
+        assert torch.equal(a, b), name
+        changed += not torch.equal(a, dict(base.named_parameters())[name])
+    assert changed > 0  # the step did move the weights
+
+
+def test_sdpo_step_differs_from_grpo_and_logs_distilled_tokens(tmp_path, tokenizer, trajectories, episode_tokens):
+    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    base = tiny_qwen2(tokenizer)
+    plain = build(
+        RegrowGRPOTrainer, config(tmp_path / "plain", RegrowGRPOConfig), copy.deepcopy(base), tokenizer, trajectories, episode_tokens
+    )
+    plain.train()
+    sdpo = build(
+        RegrowGRPOTrainer, config(tmp_path / "sdpo", RegrowGRPOConfig, alpha_sdpo=1.0, sdpo_teacher="initial"),
+        copy.deepcopy(base), tokenizer, trajectories, episode_tokens,
+    )
+    sdpo.train()
+
+    logged = next(e for e in sdpo.state.log_history if "sdpo/loss" in e)
+    assert logged["sdpo/distilled_tokens"] > 0 and math.isfinite(logged["sdpo/loss"]) and logged["sdpo/loss"] > 0
+    assert math.isfinite(logged["rlvr/loss"])
+    assert any(not torch.equal(a, b) for a, b in zip(plain.model.parameters(), sdpo.model.parameters()))
+
+
+def test_sdpo_gradient_touches_only_the_hinted_turn_tokens(tmp_path, tokenizer, trajectories, episode_tokens):
+    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    trainer = build(
+        RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, alpha_sdpo=1.0), tiny_qwen2(tokenizer),
+        tokenizer, trajectories, episode_tokens,
+    )
+    inputs = trainer._generate_and_score_completions([{"prompt": EPISODE_SLOT} for _ in range(4)])
+    width = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
+    hidden = torch.randn(4, width, trainer.model.config.hidden_size, requires_grad=True)
+
+    loss = trainer._sdpo_loss(trainer.model, inputs, hidden, "train")
+    loss.backward()
+
+    expected = torch.zeros(4, width, dtype=torch.bool)
+    prompt_width = inputs["prompt_ids"].size(1)
+    for row, turns in enumerate(inputs["sdpo_turns"]):
+        for turn in turns:
+            expected[row, prompt_width + turn.start - 1 : prompt_width + turn.end - 1] = True
+    assert expected.any()
+    touched = hidden.grad.abs().sum(-1) > 0
+    assert torch.equal(touched, expected)
+
+
+def test_teacher_context_is_the_template_rendering_with_the_hint_inserted(tokenizer, trajectories, episode_tokens):
+    from trainer_client.chat_format import hint_message, initial_messages, tool_response_message
+    from trainer_client.rollout_rows import hinted_turns
+    from trainer_client.sdpo_teacher import teacher_context
+    from proto import CodingObservation, tool_specs
+
+    trajectory = trajectories[3]  # malformed call, then submit
+    turn = hinted_turns(trajectory, episode_tokens)[0]
+    feedback = trajectory.turns[0].feedback
+    messages = initial_messages("Implement clamp in calc/ops.py.", tool_specs()) + [
+        {"role": "assistant", "content": MALFORMED},
+        tool_response_message([CodingObservation(output="")]),
+        hint_message(feedback),
+    ]
+    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+    turn_ids = trajectory.completion_ids[turn.start : turn.end]
+
+    assert teacher_context(trajectory.prompt_ids, trajectory.completion_ids, turn, turn.end) == list(rendered) + turn_ids
+
+
+def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):
+    from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights
+
+    policy = tiny_qwen2(tokenizer)
+    ema = SDPOTeacher(TeacherWeights.ema, policy, ema_decay=0.5)
+    initial = SDPOTeacher(TeacherWeights.initial, policy)
+    start = next(policy.parameters()).detach().clone()
+    with torch.no_grad():
+        next(policy.parameters()).add_(1.0)
+
+    ema.update(policy)
+    initial.update(policy)
+
+    assert torch.allclose(next(ema.model(policy).parameters()), start + 0.5)
+    assert torch.equal(next(initial.model(policy).parameters()), start)
+    assert SDPOTeacher(TeacherWeights.live, policy).model(policy) is policy

@@ -1,0 +1,222 @@
+"""Async client for the coding environment: a pool of connections, one episode at a time on each.
+
+`EnvClient(url)` speaks OpenEnv's WebSocket protocol (`ws://`, `http://` URLs; path `/ws`) or gRPC
+(`grpc://host:port`). `async with client.episode(task_id=...) as episode:` lends a connection,
+resets it and yields an `Episode`. A connection that timed out or dropped is never reused, so a late
+reply can never be read as the answer to another episode's request.
+"""
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from pydantic import ValidationError
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+
+from proto import CodingObservation, ToolCall
+
+logger = logging.getLogger(__name__)
+
+CAPACITY_REACHED = "CAPACITY_REACHED"
+
+
+class EnvError(Exception):
+    """Something went wrong talking to the env server."""
+
+
+class EnvAtCapacity(EnvError):
+    """The server refused a new session because all its session slots are taken."""
+
+
+class EnvTransportError(EnvError):
+    """The connection failed, dropped or timed out; the episode on it is lost."""
+
+
+class EnvRequestError(EnvError):
+    """The server answered a request with an error (bad frame, failed reset or step)."""
+
+
+class EnvConnection(Protocol):
+    """One transport session with the server; requests on it are strictly one at a time."""
+
+    broken: bool
+
+    async def reset(self, options: dict[str, Any]) -> CodingObservation: ...
+
+    async def step(self, call: ToolCall) -> CodingObservation: ...
+
+    async def close(self) -> None: ...
+
+
+def observation_from_wire(data: dict[str, Any]) -> CodingObservation:
+    """An OpenEnv observation reply (`{"observation", "reward", "done", "metadata"}`) as a model."""
+    fields = dict(data.get("observation") or {})
+    fields["reward"] = data.get("reward")
+    fields["done"] = bool(data.get("done", False))
+    fields["metadata"] = data.get("metadata") or fields.get("metadata") or {}
+    try:
+        return CodingObservation.model_validate(fields)
+    except ValidationError as error:
+        raise EnvRequestError(f"env server sent an observation that does not fit proto.CodingObservation: {error}") from error
+
+
+class WebSocketConnection:
+    """One OpenEnv `/ws` session."""
+
+    def __init__(self, socket: ClientConnection, url: str, request_timeout: float):
+        self._socket = socket
+        self._url = url
+        self._request_timeout = request_timeout
+        self._lock = asyncio.Lock()
+        self.broken = False
+
+    @classmethod
+    async def open(cls, url: str, open_timeout: float, request_timeout: float) -> "WebSocketConnection":
+        try:
+            socket = await connect(url, open_timeout=open_timeout, max_size=64 * 2**20, ping_interval=None)
+        except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as error:
+            raise EnvTransportError(
+                f"cannot open a WebSocket to {url}: {error}; is `regrow serve` running there?"
+            ) from error
+        return cls(socket, url, request_timeout)
+
+    async def _request(self, frame: dict[str, Any]) -> dict[str, Any]:
+        if self.broken:
+            raise EnvTransportError(f"connection to {self._url} is broken; start a fresh episode")
+        async with self._lock:
+            try:
+                try:
+                    await self._socket.send(json.dumps(frame))
+                except ConnectionClosed:
+                    pass  # a server that refused the session has already said why: read it below
+                raw = await asyncio.wait_for(self._socket.recv(), timeout=self._request_timeout)
+            except TimeoutError as error:
+                self.broken = True
+                raise EnvTransportError(
+                    f"no reply to {frame['type']!r} from {self._url} within {self._request_timeout:.0f}s"
+                ) from error
+            except (ConnectionClosed, OSError) as error:
+                self.broken = True
+                raise EnvTransportError(f"connection to {self._url} dropped during {frame['type']!r}: {error}") from error
+        reply = json.loads(raw)
+        if reply.get("type") == "error":
+            data = reply.get("data") or {}
+            if data.get("code") == CAPACITY_REACHED:
+                self.broken = True
+                raise EnvAtCapacity(
+                    f"env server at {self._url} is at capacity ({data.get('active_sessions')} of "
+                    f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session limit"
+                )
+            raise EnvRequestError(f"env server rejected {frame['type']!r} [{data.get('code')}]: {data.get('message')}")
+        if reply.get("type") != "observation":
+            self.broken = True
+            raise EnvRequestError(f"expected an observation from {self._url}, got a {reply.get('type')!r} frame")
+        return reply.get("data") or {}
+
+    async def reset(self, options: dict[str, Any]) -> CodingObservation:
+        return observation_from_wire(await self._request({"type": "reset", "data": options}))
+
+    async def step(self, call: ToolCall) -> CodingObservation:
+        return observation_from_wire(await self._request({"type": "step", "data": call.model_dump()}))
+
+    async def close(self) -> None:
+        self.broken = True
+        try:
+            await self._socket.send(json.dumps({"type": "close"}))
+        except (ConnectionClosed, OSError):
+            pass
+        await self._socket.close()
+
+
+class Episode:
+    """One episode on a lent connection, from its reset observation to done."""
+
+    def __init__(self, connection: EnvConnection, first: CodingObservation):
+        self._connection = connection
+        self.first = first
+        self.done = first.done
+        self.steps = 0
+
+    async def step(self, call: ToolCall) -> CodingObservation:
+        if self.done:
+            raise EnvRequestError("this episode is done; start a new one with EnvClient.episode()")
+        observation = await self._connection.step(call)
+        self.steps += 1
+        self.done = observation.done
+        return observation
+
+
+class EnvClient:
+    """A pool of up to `max_connections` connections to one env server."""
+
+    def __init__(self, url: str, max_connections: int = 8, open_timeout: float = 30.0, request_timeout: float = 900.0):
+        self.url = url
+        self._scheme = urlsplit(url).scheme
+        if self._scheme not in ("ws", "wss", "http", "https", "grpc"):
+            raise ValueError(f"env URL {url!r} must start with ws://, http:// or grpc://")
+        self._open_timeout = open_timeout
+        self._request_timeout = request_timeout
+        self._slots = asyncio.Semaphore(max_connections)
+        self._idle: list[EnvConnection] = []
+
+    @property
+    def ws_url(self) -> str:
+        parts = urlsplit(self.url)
+        scheme = {"http": "ws", "https": "wss"}.get(parts.scheme, parts.scheme)
+        path = parts.path.rstrip("/")
+        return urlunsplit((scheme, parts.netloc, path if path.endswith("/ws") else path + "/ws", "", ""))
+
+    async def _open(self) -> EnvConnection:
+        if self._scheme == "grpc":
+            from trainer_client.grpc_env_client import GrpcConnection
+
+            return await GrpcConnection.open(self.url, self._open_timeout, self._request_timeout)
+        return await WebSocketConnection.open(self.ws_url, self._open_timeout, self._request_timeout)
+
+    async def _reset_on_pooled_or_fresh(self, options: dict[str, Any]) -> tuple[EnvConnection, CodingObservation]:
+        while self._idle:
+            connection = self._idle.pop()
+            try:
+                return connection, await connection.reset(options)
+            except (EnvTransportError, EnvRequestError) as error:  # stale pooled socket: use a fresh one
+                logger.debug("pooled connection failed on reset (%s); opening a fresh one", error)
+                await _close_quietly(connection)
+        connection = await self._open()
+        try:
+            return connection, await connection.reset(options)
+        except BaseException:
+            await _close_quietly(connection)
+            raise
+
+    @asynccontextmanager
+    async def episode(self, **reset_options: Any) -> AsyncIterator[Episode]:
+        """Lend a connection, reset it with `reset_options` (task_id, or seed and split), yield the episode."""
+        async with self._slots:
+            connection, first = await self._reset_on_pooled_or_fresh(reset_options)
+            episode = Episode(connection, first)
+            try:
+                yield episode
+            except BaseException:
+                await _close_quietly(connection)  # an episode abandoned mid-way must not leave replies in flight
+                raise
+            if connection.broken or not episode.done:  # an unfinished episode would hold its sandbox
+                await _close_quietly(connection)
+            else:
+                self._idle.append(connection)
+
+    async def aclose(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await _close_quietly(connection)
+
+
+async def _close_quietly(connection: EnvConnection) -> None:
+    try:
+        await connection.close()
+    except Exception as error:  # closing is best effort; the server reaps idle sessions
+        logger.debug("closing an env connection failed: %s", error)

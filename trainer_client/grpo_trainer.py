@@ -1,0 +1,160 @@
+"""The regrow trainer: TRL's GRPOTrainer with SDPO and replay-DPO added to the same step.
+
+  L = L_rlvr + alpha_sdpo * L_sdpo + beta_dpo * L_dpo
+
+L_rlvr is GRPOTrainer's own loss (Dr.GRPO by default); each extra channel runs only when its weight
+is non-zero, so with both weights at zero the step is exactly GRPOTrainer's. Each term is logged
+by name: `rlvr/loss`, `sdpo/loss`, `sdpo/distilled_tokens`, `dpo/loss`, `dpo/rewards/margins`, ...
+"""
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from transformers import TrainerCallback
+from trl import GRPOConfig, GRPOTrainer
+
+from trainer_client.dpo_loss import sigmoid_dpo_loss
+from trainer_client.policy_forward import captured_hidden_states, completion_logps, head_logits
+from trainer_client.preference_pairs import EncodedPair, PreferencePair, encode_pair
+from trainer_client.sdpo_loss import sdpo_token_loss
+from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_context
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RegrowGRPOConfig(GRPOConfig):
+    """GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels."""
+
+    loss_type: str = field(default="dr_grpo", metadata={"help": "TRL loss; Dr.GRPO by default, any TRL objective works."})
+    scale_rewards: str = field(default="none", metadata={"help": "Dr.GRPO does not divide advantages by the std."})
+    beta: float = field(default=0.0, metadata={"help": "KL to a reference model; 0 loads no reference model."})
+    alpha_sdpo: float = field(default=0.0, metadata={"help": "Weight of the SDPO channel; 0 turns it off."})
+    sdpo_jsd_alpha: float = field(
+        default=0.5, metadata={"help": "Generalized JSD interpolation: 0 forward KL(T||S), 1 reverse KL(S||T)."}
+    )
+    sdpo_top_k: int | None = field(default=None, metadata={"help": "Compare only the student's top-k tokens plus a tail."})
+    sdpo_importance_clip: float = field(default=2.0, metadata={"help": "Upper clip of pi_theta/pi_rollout per token."})
+    sdpo_teacher: str = field(default="live", metadata={"help": "Teacher weights: live, ema or initial."})
+    sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})
+    beta_dpo: float = field(default=0.0, metadata={"help": "Weight of the replay-DPO channel; 0 turns it off."})
+    dpo_beta: float = field(default=0.1, metadata={"help": "The DPO loss's own beta (sharpness of the sigmoid)."})
+
+
+class _TeacherFollowsPolicy(TrainerCallback):
+    def __init__(self, trainer: "RegrowGRPOTrainer"):
+        self.trainer = trainer
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.trainer.sdpo_teacher is not None:
+            self.trainer.sdpo_teacher.update(self.trainer.accelerator.unwrap_model(self.trainer.model))
+
+
+class RegrowGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose loss adds SDPO on hinted turns and DPO on replay pairs."""
+
+    def __init__(self, model, args: RegrowGRPOConfig, pair_batches: Iterator[list[PreferencePair]] | None = None, **kwargs):
+        # The teacher copies the weights before GRPOTrainer patches the model's forward.
+        self.sdpo_teacher = SDPOTeacher(TeacherWeights(args.sdpo_teacher), model, args.sdpo_ema_decay) if args.alpha_sdpo else None
+        if args.beta_dpo and pair_batches is None:
+            raise ValueError("beta_dpo > 0 needs preference pairs: pass --pairs pairs.jsonl")
+        self.pair_batches = pair_batches if args.beta_dpo else None
+        self._encoded_pairs: dict[tuple[str, int], EncodedPair] = {}
+        super().__init__(model=model, args=args, **kwargs)
+        self.add_callback(_TeacherFollowsPolicy(self))
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        # rollout_func's extra fields were merged into `inputs`; carry the hinted turns to the loss
+        output["sdpo_turns"] = [row.get("sdpo_turns") or [] for row in inputs]
+        return output
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+        sdpo_on = bool(self.args.alpha_sdpo) and any(inputs.get("sdpo_turns") or [])
+        if sdpo_on:
+            with captured_hidden_states(self.accelerator.unwrap_model(model)) as hidden:
+                loss = super()._compute_loss(model, inputs)
+        else:
+            loss = super()._compute_loss(model, inputs)
+        self._metrics[mode]["rlvr/loss"].append(loss.item() * accumulation)
+        if self.args.alpha_sdpo:
+            sdpo = self._sdpo_loss(model, inputs, hidden[-1] if sdpo_on else None, mode)
+            if sdpo is not None:
+                loss = loss + self.args.alpha_sdpo * sdpo / accumulation
+        if self.pair_batches is not None:
+            loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode) / accumulation
+        return loss
+
+    def _sdpo_loss(self, model, inputs, hidden: torch.Tensor | None, mode: str) -> torch.Tensor | None:
+        """Mean SDPO loss over this batch's distilled tokens, or None when no turn is hinted."""
+        policy = self.accelerator.unwrap_model(model)
+        prompt_width = inputs["prompt_ids"].size(1)
+        student_rows, teacher_rows, counts, tokens, rollout_logps = [], [], [], [], []
+        for row, turns in enumerate(inputs["sdpo_turns"]):
+            if not turns:
+                continue
+            prompt = inputs["prompt_ids"][row][inputs["prompt_mask"][row].bool()].tolist()
+            completion = inputs["completion_ids"][row].tolist()
+            valid = int(inputs["completion_mask"][row].sum())
+            for turn in turns:
+                end = min(turn.end, valid)
+                if end <= turn.start:
+                    continue
+                # hidden state at t predicts token t+1
+                student_rows.append(hidden[row, prompt_width + turn.start - 1 : prompt_width + end - 1])
+                teacher_rows.append(teacher_context(prompt, completion, turn, end))
+                counts.append(end - turn.start)
+                tokens.append(inputs["completion_ids"][row, turn.start : end])
+                rollout_logps.append(inputs["sampling_per_token_logps"][row, turn.start : end])
+        self._metrics[mode]["sdpo/distilled_tokens"].append(float(sum(counts)))
+        self._metrics[mode]["sdpo/hinted_turns"].append(float(len(counts)))
+        if not counts:
+            self._metrics[mode]["sdpo/loss"].append(0.0)
+            return None
+        student_logits = head_logits(policy, torch.cat(student_rows), self.temperature)
+        teacher_logits = self.sdpo_teacher.logits(policy, teacher_rows, counts, self._pad_token_id, self.temperature)
+        result = sdpo_token_loss(
+            student_logits,
+            teacher_logits,
+            torch.cat(tokens),
+            torch.cat(rollout_logps),
+            jsd_alpha=self.args.sdpo_jsd_alpha,
+            top_k=self.args.sdpo_top_k,
+            importance_clip=self.args.sdpo_importance_clip,
+        )
+        loss = result.per_token.mean()
+        self._metrics[mode]["sdpo/loss"].append(loss.item())
+        self._metrics[mode]["sdpo/importance_ratio_mean"].append(result.importance_ratio.mean().item())
+        return loss
+
+    def _dpo_loss(self, model, mode: str) -> torch.Tensor:
+        """The sigmoid DPO loss on the next batch of replay pairs, logged under TRL's DPO names."""
+        pairs = [self._encoded(pair) for pair in next(self.pair_batches)]
+        sequences = [(p.prompt_ids, p.chosen_ids) for p in pairs] + [(p.prompt_ids, p.rejected_ids) for p in pairs]
+        logps = completion_logps(self.accelerator.unwrap_model(model), sequences, self._pad_token_id)
+        device = logps.device
+        dpo = sigmoid_dpo_loss(
+            logps[: len(pairs)],
+            logps[len(pairs) :],
+            torch.tensor([p.reference_chosen_logp for p in pairs], device=device),
+            torch.tensor([p.reference_rejected_logp for p in pairs], device=device),
+            beta=self.args.dpo_beta,
+        )
+        for name, value in dpo.metrics().items():
+            self._metrics[mode][f"dpo/{name}"].append(value)
+        self._metrics[mode]["dpo/pairs"].append(float(len(pairs)))
+        return dpo.loss
+
+    def _encoded(self, pair: PreferencePair) -> EncodedPair:
+        key = (pair.trace_id, pair.step_index)
+        if key not in self._encoded_pairs:
+            self._encoded_pairs[key] = encode_pair(pair, self.processing_class)
+        return self._encoded_pairs[key]
+
+    @property
+    def _pad_token_id(self) -> int:
+        return self._tokenizer.pad_token_id

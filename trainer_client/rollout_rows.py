@@ -1,0 +1,62 @@
+"""The bridge from streamed episodes to GRPOTrainer: its `rollout_func`, reward function and prompt rows.
+
+GRPOTrainer asks for one trajectory per prompt row, with each prompt repeated `num_generations`
+times; the rows here are placeholders, since the env picks the task, and each group of
+`num_generations` rows is filled with one streamed group (the same task played that many times).
+"""
+
+from typing import Any
+
+from trainer_client.agent_loop import Trajectory
+from trainer_client.chat_tokens import EpisodeTokenizer
+from trainer_client.rollout_stream import RolloutStream
+from trainer_client.sdpo_teacher import HintedTurn
+
+EPISODE_SLOT = [{"role": "user", "content": "(an episode streamed from the env server)"}]
+
+
+def episode_slots(count: int) -> Any:
+    """A dataset of placeholder prompts; GRPOTrainer samples rows of it, the env chooses the tasks."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [EPISODE_SLOT] * count})
+
+
+def hinted_turns(trajectory: Trajectory, tokens: EpisodeTokenizer) -> list[HintedTurn]:
+    """The turns SDPO distills: those that followed env feedback, with the hint message's token ids."""
+    return [
+        HintedTurn(hint_at=turn.hint_at, start=turn.start, end=turn.end, hint_ids=tuple(tokens.hint_ids(turn.hint)))
+        for turn in trajectory.hinted_turns
+    ]
+
+
+def trajectory_rows(trajectories: list[Trajectory], tokens: EpisodeTokenizer) -> dict[str, list]:
+    """rollout_func's output: ids, logprobs and env mask per row, plus the fields the reward and SDPO read."""
+    return {
+        "prompt_ids": [t.prompt_ids for t in trajectories],
+        "completion_ids": [t.completion_ids for t in trajectories],
+        "logprobs": [t.logprobs for t in trajectories],
+        "env_mask": [t.env_mask for t in trajectories],
+        "env_reward": [t.reward for t in trajectories],
+        "sdpo_turns": [hinted_turns(t, tokens) for t in trajectories],
+        "stop_reason": [t.stop_reason for t in trajectories],
+    }
+
+
+def env_reward(completions: list, env_reward: list[float], **kwargs: Any) -> list[float]:
+    """The env's test reward of each episode (the fraction of FAIL_TO_PASS tests that pass)."""
+    return [float(r) for r in env_reward]
+
+
+class StreamedRollouts:
+    """GRPOTrainer's `rollout_func`: takes finished groups from the rollout stream."""
+
+    def __init__(self, stream: RolloutStream, tokens: EpisodeTokenizer, timeout_s: float | None = None):
+        self.stream = stream
+        self.tokens = tokens
+        self.timeout_s = timeout_s
+
+    def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
+        self.stream.sampler.version = trainer.state.global_step  # episodes started from now on use these weights
+        groups = self.stream.next_groups(len(prompts) // trainer.num_generations, trainer.state.global_step, self.timeout_s)
+        return trajectory_rows([t for group in groups for t in group], self.tokens)
