@@ -1,0 +1,87 @@
+"""The env server's commands: `regrow serve`, `regrow traces export`, `regrow bench server`."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+traces_app = typer.Typer(help="Recorded episodes.", no_args_is_help=True)
+
+
+class ExportFormat(str, Enum):
+    jsonl = "jsonl"
+    parquet = "parquet"
+
+
+def _use_json_logs() -> None:
+    from env_server.event_log import JsonLineFormatter
+
+    for handler in logging.getLogger().handlers:
+        handler.setFormatter(JsonLineFormatter())
+
+
+def serve(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory (tasks.jsonl, hidden/)."),
+    host: str = typer.Option(None, help="Bind address [default: REGROW_SERVER_HOST or 127.0.0.1]."),
+    port: int = typer.Option(None, help="HTTP/WebSocket port [default: 8000]."),
+    grpc_port: int = typer.Option(None, help="gRPC port [default: 50051]."),
+    max_episodes: int = typer.Option(None, min=1, help="Concurrent episodes [default: what host memory allows]."),
+    traces: Path = typer.Option(None, help="SQLite trace file [default: TASKS/traces.sqlite]."),
+) -> None:
+    """Serve the tasks in TASKS as OpenEnv episodes over HTTP, WebSocket and gRPC."""
+    from env_server.server import serve as run_server
+    from env_server.settings import ServerSettings
+    from sandbox import SandboxError
+
+    overrides = {"host": host, "port": port, "grpc_port": grpc_port, "max_episodes": max_episodes, "trace_db": traces}
+    settings = ServerSettings(tasks_dir=tasks, **{k: v for k, v in overrides.items() if v is not None})
+    _use_json_logs()
+    try:
+        run_server(settings)
+    except (SandboxError, FileNotFoundError, ValueError) as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+
+
+@traces_app.command("export")
+def traces_export(
+    db: Path = typer.Option(..., "--db", exists=True, dir_okay=False, help="The server's SQLite trace file."),
+    out: Path = typer.Option(..., "--out", help="Output file."),
+    format: ExportFormat = typer.Option(ExportFormat.jsonl, "--format", help="jsonl (EpisodeTrace per line) or parquet."),
+) -> None:
+    """Export every recorded episode."""
+    from env_server.trace_export import export_jsonl, export_parquet
+    from env_server.trace_store import TraceStore
+
+    store = TraceStore(db)
+    try:
+        count = (export_jsonl if format is ExportFormat.jsonl else export_parquet)(store, out)
+    finally:
+        store.close()
+    console.print(f"exported {count} episodes to {out}")
+
+
+def bench_server(
+    tasks: Path = typer.Option(None, "--tasks", help="Task store; default: build the hand-made demo task."),
+    repetitions: int = typer.Option(50, min=5, help="Steps measured per transport."),
+    episodes: int = typer.Option(16, min=1, help="Concurrent episodes in the load test."),
+    steps: int = typer.Option(20, min=1, help="Steps per episode in the load test (then submit)."),
+    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
+) -> None:
+    """Step overhead of /ws and gRPC over a direct exec, warm reset, and a concurrent load test."""
+    from env_server.bench import run_server_bench
+
+    sys.stdout.write(json.dumps(run_server_bench(tasks, repetitions, episodes, steps), indent=2) + "\n")
+
+
+def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+    app.command("serve")(serve)
+    app.add_typer(traces_app, name="traces")
+    bench_app.command("server")(bench_server)

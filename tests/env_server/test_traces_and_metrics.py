@@ -1,0 +1,92 @@
+"""Traces in SQLite behind /episodes and the export; Prometheus /metrics; one JSON log line per event."""
+
+import json
+import logging
+import time
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+from openenv.core.generic_client import GenericEnvClient
+from typer.testing import CliRunner
+
+from proto.traces import EpisodeTrace
+from regrow.cli import app as regrow_app
+from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def played(server):
+    """Two finished episodes: one solved, one empty submission; returns their ids."""
+    ids = []
+    for content in (ORIGINAL_OPS, None):
+        with GenericEnvClient(base_url=server.http_url).sync() as env:
+            ids.append(env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"])
+            env.step({"tool": "run", "args": {"command": "ls"}})
+            if content:
+                env.step({"tool": "write_file", "args": {"path": "calc/ops.py", "content": content}})
+            env.step({"tool": "submit", "args": {}})
+    return ids
+
+
+def test_episode_trace_holds_every_step_and_the_reward(server, played):
+    with httpx.Client(base_url=server.http_url) as http:
+        trace = EpisodeTrace.model_validate(http.get(f"/episodes/{played[0]}").json())
+    assert trace.task_id == DEMO_TASK_ID and trace.status == "submitted" and trace.reward == 1.0
+    assert [step.action.tool for step in trace.steps] == ["run", "write_file", "submit"]
+    assert "calc" in trace.steps[0].observation.output and trace.steps[0].duration_s > 0
+    assert trace.reward_details.f2p_passed == 3 and trace.ended_at is not None
+
+
+def test_episode_list_filters_by_task_status_and_reward(server, played):
+    with httpx.Client(base_url=server.http_url) as http:
+        solved = http.get("/episodes", params={"task_id": DEMO_TASK_ID, "min_reward": 1.0}).json()
+        assert played[0] in {e["episode_id"] for e in solved} and played[1] not in {e["episode_id"] for e in solved}
+        assert http.get("/episodes", params={"task_id": "other"}).json() == []
+        assert http.get("/episodes", params={"status": "bogus"}).status_code == 422
+        assert http.get("/episodes/no-such-episode").status_code == 404
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
+def test_traces_export_writes_every_episode(server, played, tmp_path, fmt):
+    out = tmp_path / f"traces.{fmt}"
+    result = CliRunner().invoke(regrow_app, ["traces", "export", "--db", str(server.runtime.traces.path), "--out", str(out),
+                                             "--format", fmt])
+    assert result.exit_code == 0, result.output
+    if fmt == "jsonl":
+        traces = {t.episode_id: t for t in map(EpisodeTrace.model_validate_json, out.read_text().splitlines())}
+        assert set(played) <= set(traces) and len(traces[played[0]].steps) == 3
+    else:
+        rows = {row["episode_id"]: row for row in pq.read_table(out).to_pylist()}
+        assert rows[played[0]]["reward"] == 1.0 and [s["tool"] for s in rows[played[0]]["steps"]] == ["run", "write_file", "submit"]
+
+
+def test_metrics_report_episodes_latency_rewards_pool_and_failures(server, played):
+    with httpx.Client(base_url=server.http_url) as http:
+        text = http.get("/metrics").text
+    assert "regrow_active_episodes " in text
+    assert 'regrow_episodes_total{status="submitted"}' in text
+    assert 'regrow_step_seconds_bucket{le="0.5",tool="run"}' in text
+    assert "regrow_reward_count" in text and 'regrow_reward_bucket{le="1.0"}' in text
+    assert 'regrow_warm_pool_ready{image="regrow/demo-task:' in text
+    assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
+
+
+def test_events_are_logged_one_json_line_each_with_the_episode_id(server, caplog):
+    with caplog.at_level(logging.INFO, logger="regrow.events"):
+        with GenericEnvClient(base_url=server.http_url).sync() as env:
+            episode_id = env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"]
+            env.step({"tool": "run", "args": {"command": "true"}})
+        deadline = time.monotonic() + 30  # the server sees the disconnect on its own schedule
+        while time.monotonic() < deadline and not events_of(caplog, episode_id, "episode.abort"):
+            time.sleep(0.1)
+    mine = events_of(caplog, episode_id)
+    assert [e["event"] for e in mine][:2] == ["episode.start", "episode.step"]
+    assert events_of(caplog, episode_id, "episode.abort")  # the client closed without submitting
+
+
+def events_of(caplog, episode_id, event=None):
+    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "regrow.events"]
+    return [e for e in events if e["episode_id"] == episode_id and event in (None, e["event"])]
