@@ -1,0 +1,68 @@
+"""The baseline: the whole suite N times (stable-passing tests) and one run with per-test coverage."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from sandbox import Sandbox
+from task_synth.candidates import Unit
+from task_synth.errors import SynthError
+from task_synth.repo_layout import RepoLayout
+from task_synth.test_runs import coverage_map, run_tests
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Baseline:
+    """Which tests always pass, which lines each test executes, and the package names to import-check."""
+
+    stable: set[str]
+    collected: set[str]
+    lines: dict[str, dict[int, set[str]]]
+    packages: list[str]
+    test_texts: dict[str, str]
+    test_executions: int = 0
+    flaky: set[str] = field(default_factory=set)
+
+    def covering(self, unit: Unit) -> set[str]:
+        """Stable tests that execute any line of the unit's body."""
+        by_line = self.lines.get(unit.path, {})
+        tests: set[str] = set()
+        for start, end in unit.body_lines:
+            for line in range(start, end + 1):
+                tests |= by_line.get(line, set())
+        return tests & self.stable
+
+
+def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, timeout: float, max_failure_fraction: float) -> Baseline:
+    """Run the suite `runs` times plus once under coverage; raises SynthError when the suite is unusable."""
+    passes: list[set[str]] = []
+    collected: set[str] = set()
+    executions = 0
+    for index in range(runs):
+        run = run_tests(sb, test_command, None, timeout)
+        executions += run.executions
+        if run.timed_out:
+            raise SynthError(f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or pass a narrower --test-cmd")
+        if run.exit_code == 5 or (index == 0 and not run.outcomes and run.exit_code == 0):
+            raise SynthError(f"`{test_command}` collected no tests in {layout.root.name}: point --test-cmd at the tests, or pick a repository that has some")
+        if not run.outcomes:
+            tail = run.output_tail.strip().splitlines()[-1:] or [f"exit {run.exit_code}"]
+            raise SynthError(f"the test suite does not run at baseline ({tail[0]}): fix the suite or pass a working --test-cmd")
+        collected |= set(run.outcomes)
+        passes.append({test for test, passed in run.outcomes.items() if passed})
+    stable = set.intersection(*passes)
+    failing = len(collected - stable)
+    if not stable or failing > max_failure_fraction * len(collected):
+        raise SynthError(
+            f"the test suite fails at baseline ({failing} of {len(collected)} tests are not always passing): "
+            "fix the suite, or pass a --test-cmd that selects its passing part"
+        )
+    run, lines = coverage_map(sb, test_command, layout.top_packages, timeout)
+    executions += run.executions
+    test_texts = {path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files}
+    log.info("baseline: %d tests, %d stable, %d files with coverage", len(collected), len(stable), len(lines))
+    flaky = set.union(*passes) - stable
+    return Baseline(stable, collected, lines, layout.top_packages, test_texts, executions, flaky)

@@ -1,0 +1,14 @@
+# One repo image per repository and commit: its dependencies and the test tools, installed with no network.
+# The venv belongs to agent so that validation sandboxes can install the workspace editable without root.
+ARG BASE_IMAGE
+FROM ${BASE_IMAGE}
+USER root
+COPY wheels /tmp/wheels
+RUN python3 -m venv /opt/venv \
+ && /opt/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q --find-links /tmp/wheels /tmp/wheels/*.whl \
+ && rm -rf /tmp/wheels /root/.cache \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
+ && chown -R agent:agent /opt/venv
+ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PIP_NO_INDEX=1 PIP_NO_CACHE_DIR=1
+WORKDIR /workspace
+USER agent

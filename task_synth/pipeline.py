@@ -1,0 +1,157 @@
+"""`synthesize`: a repository in, validated leak-free tasks out (records, hidden files, task images)."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from proto.tasks import TaskRecord
+from sandbox import DockerBackend
+from task_synth.candidates import Unit, enumerate_units, rank_weight, sample_units
+from task_synth.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
+from task_synth.repo_context import RepoContext, prepare_repo
+from task_synth.repo_image import remove_image
+from task_synth.settings import SynthSettings
+from task_synth.task_builder import BuiltTask, build_task
+from task_synth.task_store import write_store
+from task_synth.validation import REJECTIONS, validate
+
+log = logging.getLogger(__name__)
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass
+class SynthReport:
+    """What a run made and what it threw away, with the costs the summary table shows."""
+
+    repo: str = ""
+    commit: str = ""
+    repo_image: str = ""
+    out_dir: Path | None = None
+    candidates: int = 0
+    records: list[TaskRecord] = field(default_factory=list)
+    rejections: Counter = field(default_factory=lambda: Counter({reason: 0 for reason in REJECTIONS}))
+    baseline_tests: int = 0
+    stable_tests: int = 0
+    test_executions: int = 0
+    wall_s: float = 0.0
+
+    @property
+    def valid(self) -> int:
+        return len(self.records)
+
+    @property
+    def tasks_per_hour(self) -> float:
+        return 3600 * self.valid / self.wall_s if self.wall_s else 0.0
+
+    @property
+    def test_executions_per_task(self) -> float:
+        return self.test_executions / self.valid if self.valid else float(self.test_executions)
+
+
+def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str], seed: int, budget: int) -> list[tuple[Unit, str]]:
+    """Units sampled per mode by rank weight, interleaved across modes, deterministic for a seed."""
+    per_mode = []
+    for mode in modes:
+        weighted = [
+            (unit, rank_weight(unit, len(context.baseline.covering(unit))))
+            for unit in units
+            if unit.kind in MODE_KINDS[mode]
+        ]
+        per_mode.append([(unit, mode) for unit in sample_units(weighted, budget, seed)])
+    interleaved = [pair for group in zip(*per_mode, strict=False) for pair in group]
+    longest = max((len(group) for group in per_mode), default=0)
+    for index in range(min((len(group) for group in per_mode), default=0), longest):
+        interleaved += [group[index] for group in per_mode if index < len(group)]
+    return interleaved[:budget]
+
+
+def _candidate(context: RepoContext, pool, unit: Unit, mode: str, seed: int) -> tuple[BuiltTask | None, int]:
+    """Validate one candidate in a pooled sandbox and, when valid, build its task; (task or None, test executions)."""
+    try:
+        deletion: Deletion = delete_unit(context.layout, unit, mode)
+    except DeletionError as error:
+        log.debug("skipping %s in mode %s: %s", unit.key, mode, error)
+        return None, 0
+    settings = context.settings
+    sb = pool.get()
+    try:
+        verdict = validate(
+            sb, context.baseline, deletion, settings.test_command, settings.test_timeout_s, settings.sample_others, settings.flaky_reruns, seed
+        )
+    finally:
+        pool.put(sb)
+    if verdict.rejection:
+        log.info("%s (%s): %s %s", unit.key, mode, verdict.rejection, verdict.detail)
+        return BuiltTask(None, verdict.rejection, None, verdict.test_executions, verdict.detail), verdict.test_executions
+    built = build_task(context, deletion, verdict)
+    return built, verdict.test_executions + built.test_executions
+
+
+def synthesize(
+    source: str,
+    out_dir: Path,
+    settings: SynthSettings | None = None,
+    backend: DockerBackend | None = None,
+    on_progress: Progress | None = None,
+) -> SynthReport:
+    """Make up to `settings.max_tasks` tasks from `source` into the task store `out_dir`.
+
+    Raises SynthError (one line, with the remedy) on bad input; then no task, record or image of this run remains.
+    """
+    settings = settings or SynthSettings()
+    backend = backend or DockerBackend()
+    progress = on_progress or (lambda stage, done, total: None)
+    report = SynthReport(out_dir=out_dir)
+    started = time.monotonic()
+    created_images: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="regrow-synth-") as scratch:
+            context = prepare_repo(source, settings, backend, Path(scratch), created_images, lambda name: progress(name, 0, 1))
+            report.repo, report.commit, report.repo_image = context.checkout.repo_name, context.checkout.commit, context.repo_image
+            report.baseline_tests, report.stable_tests = len(context.baseline.collected), len(context.baseline.stable)
+            report.test_executions = context.baseline.test_executions
+            candidates = ordered_candidates(context, enumerate_units(context.layout), list(settings.modes), settings.seed, settings.candidate_budget)
+            _run_candidates(context, candidates, settings, report, created_images, progress)
+            if report.records:
+                write_store(out_dir, report.records, context.checkout.root)
+    except BaseException:
+        for image in created_images:
+            remove_image(backend, image)
+        raise
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def _run_candidates(context, candidates, settings: SynthSettings, report: SynthReport, created_images: list[str], progress: Progress) -> None:
+    """Process candidates in order, `jobs` at a time, until max_tasks are valid: the same seed gives the same tasks."""
+    progress("candidates", 0, len(candidates))
+    with context.sandbox_pool(min(settings.jobs, max(1, len(candidates)))) as pool, ThreadPoolExecutor(settings.jobs) as executor:
+        index = 0
+        while index < len(candidates) and report.valid < settings.max_tasks:
+            batch = candidates[index : index + settings.jobs]
+            index += len(batch)
+            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1], settings.seed), batch))
+            for built, executions in results:
+                report.test_executions += executions
+                if built is None:
+                    continue
+                report.candidates += 1
+                if built.image:
+                    created_images.append(built.image)
+                keep = built.record is not None and report.valid < settings.max_tasks
+                if keep:
+                    report.records.append(built.record)
+                else:
+                    if built.rejection:
+                        report.rejections[built.rejection] += 1
+                    if built.image and not (settings.keep_rejected_images and built.rejection):
+                        remove_image(context.backend, built.image)
+                        created_images.remove(built.image)
+            progress("candidates", index, len(candidates))

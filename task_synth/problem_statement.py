@@ -1,0 +1,87 @@
+"""The task's problem statement, from a template: what is missing, its signature, and where the tests use it."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from task_synth.deletion import Deletion
+
+MAX_LISTED = 6
+
+
+def _find(module: cst.Module, qualname: str) -> cst.FunctionDef | cst.ClassDef | None:
+    owner, _, member = qualname.partition(".")
+    for statement in module.body:
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and statement.name.value == owner:
+            if not member:
+                return statement
+            for inner in statement.body.body:
+                if isinstance(inner, cst.FunctionDef) and inner.name.value == member:
+                    return inner
+    return None
+
+
+def signature(node: cst.FunctionDef | cst.ClassDef) -> str:
+    """The definition line(s) with an ellipsis body and no decorators."""
+    header = node.with_changes(decorators=[], body=cst.SimpleStatementSuite([cst.Expr(cst.Ellipsis())]), leading_lines=[])
+    return cst.Module(body=[header]).code.strip()
+
+
+def _public_signatures(module: cst.Module) -> list[str]:
+    return [
+        signature(statement)
+        for statement in module.body
+        if isinstance(statement, (cst.FunctionDef, cst.ClassDef)) and not statement.name.value.startswith("_")
+    ]
+
+
+def _usages(test_texts: dict[str, str], name: str) -> list[str]:
+    pattern = re.compile(rf"\b{re.escape(name)}\b")
+    found = []
+    for path, text in sorted(test_texts.items()):
+        for number, line in enumerate(text.splitlines(), 1):
+            if pattern.search(line) and not line.lstrip().startswith(("import ", "from ")):
+                found.append(f"- {path}:{number}: {line.strip()}")
+    return found[:MAX_LISTED]
+
+
+def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[str], test_texts: dict[str, str]) -> str:
+    """Plain text an agent gets at reset."""
+    unit = deletion.unit
+    original = cst.parse_module(deletion.original[unit.path])
+    name = unit.qualname.rsplit(".", 1)[-1]
+    lines: list[str] = []
+    if unit.kind == "module":
+        others = sorted(path for path in deletion.changed if path != unit.path)
+        lines.append(f"The module `{module_name}` (`{unit.path}`) is missing. Recreate it so that the test suite passes again.")
+        if others:
+            lines.append(f"Imports of it were also removed from: {', '.join(f'`{p}`' for p in others)}; restore them.")
+        lines += ["", "It defined:", *(f"    {sig}" for sig in _public_signatures(original))]
+    else:
+        node = _find(original, unit.qualname)
+        kind = {"feature": "function", "method": "method", "class": "class", "function": "function"}[unit.kind]
+        where = f"`{unit.path}` (module `{module_name}`)"
+        if deletion.mode == "stub":
+            lines.append(f"The {kind} `{unit.qualname}` in {where} is not implemented: it raises `NotImplementedError`.")
+        else:
+            lines.append(f"The {kind} `{unit.qualname}` has been removed from {where}.")
+        lines.append("Implement it so that the test suite passes again.")
+        if unit.helpers:
+            lines.append("The private helper functions it relied on are gone as well; write whatever helpers you need.")
+        if node is not None:
+            lines += ["", "Signature:", f"    {signature(node)}"]
+            docstring = node.get_docstring()
+            if deletion.mode == "stub" and docstring:
+                lines += ["", "Docstring:", *(f"    {line}" for line in docstring.splitlines())]
+            if isinstance(node, cst.ClassDef):
+                methods = [signature(m) for m in node.body.body if isinstance(m, cst.FunctionDef)]
+                lines += ["", "Its methods:", *(f"    {sig}" for sig in methods)]
+    lines += ["", f"Tests that fail now ({len(fail_to_pass)}):", *(f"- {test}" for test in fail_to_pass[:MAX_LISTED])]
+    if len(fail_to_pass) > MAX_LISTED:
+        lines.append(f"- ... and {len(fail_to_pass) - MAX_LISTED} more")
+    usages = _usages(test_texts, name)
+    if usages:
+        lines += ["", "Where the tests use it:", *usages]
+    return "\n".join(lines) + "\n"

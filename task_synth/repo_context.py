@@ -1,0 +1,100 @@
+"""Everything per repository that every candidate shares: checkout, layout, repo image, baseline, sandboxes."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox import DockerBackend, Limits, Sandbox
+from task_synth.baseline import Baseline, run_baseline
+from task_synth.canary_scan import image_tokens
+from task_synth.errors import SynthError
+from task_synth.repo_image import SYNTH_LABEL, build_repo_image, repo_image_tag
+from task_synth.repo_layout import RepoLayout, read_layout
+from task_synth.settings import SynthSettings
+from task_synth.source import Checkout, checkout
+from task_synth.test_runs import install_workspace
+from task_synth.wheelhouse import build_wheelhouse
+
+log = logging.getLogger(__name__)
+SANDBOX_LIMITS = Limits(memory_bytes=2048 << 20, pids=512, file_size_bytes=512 << 20)
+
+
+@dataclass
+class RepoContext:
+    """One repository at one commit, ready for candidates to be validated against its baseline."""
+
+    backend: DockerBackend
+    checkout: Checkout
+    layout: RepoLayout
+    repo_image: str
+    baseline: Baseline
+    settings: SynthSettings
+    _tokens: set[bytes] | None = None
+
+    @property
+    def repo_image_tokens(self) -> set[bytes]:
+        if self._tokens is None:
+            self._tokens = image_tokens(self.backend, self.repo_image)
+        return self._tokens
+
+    def sandbox(self) -> Sandbox:
+        """A sandbox from the repo image with the original workspace installed editable."""
+        sb = self.backend.create(self.repo_image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "validate"}, workdir="/workspace")
+        try:
+            install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
+        except BaseException:
+            sb.destroy()
+            raise
+        return sb
+
+    @contextmanager
+    def sandbox_pool(self, size: int) -> Iterator[queue.Queue[Sandbox]]:
+        """`size` ready sandboxes in a queue; all destroyed on exit."""
+        made: list[Sandbox] = []
+        pool: queue.Queue[Sandbox] = queue.Queue()
+        try:
+            for _ in range(size):
+                made.append(self.sandbox())
+                pool.put(made[-1])
+            yield pool
+        finally:
+            for sb in made:
+                sb.destroy()
+
+
+def prepare_repo(
+    source: str, settings: SynthSettings, backend: DockerBackend, scratch: Path, created_images: list[str], on_stage=None
+) -> RepoContext:
+    """Check out, build the wheelhouse and repo image, and run the baseline; SynthError on bad input.
+
+    The repo image goes into `created_images` only when this call built it, so that the caller can remove it on failure.
+    """
+    stage = on_stage or (lambda name: None)
+    stage("checkout")
+    checked = checkout(source, settings.ref, scratch)
+    layout = read_layout(checked.root)
+    if not layout.test_files:
+        raise SynthError(f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest suite")
+    if not layout.modules:
+        raise SynthError(f"{source} has no importable package (no directory with __init__.py): pick a Python package repository")
+    stage("wheelhouse")
+    build_copy = scratch / "wheel-build"
+    shutil.copytree(checked.root, build_copy, symlinks=True)
+    wheelhouse = build_wheelhouse(build_copy, settings.cache_dir)
+    tag = repo_image_tag(checked.repo_name, checked.commit)
+    stage("repo image")
+    if build_repo_image(backend, tag, wheelhouse):
+        created_images.append(tag)
+    context = RepoContext(backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings)
+    stage("baseline")
+    with context.sandbox() as sb:
+        context.baseline = run_baseline(
+            sb, layout, settings.test_command, settings.baseline_runs, settings.test_timeout_s, settings.max_baseline_failure_fraction
+        )
+    return context

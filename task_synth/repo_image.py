@@ -1,0 +1,65 @@
+"""The repo image (deps + test tools from the wheelhouse) and the thin task images built on it."""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+import docker.errors
+
+from sandbox import DockerBackend
+from sandbox.base_image import BASE_IMAGE
+from task_synth.errors import SynthError
+
+log = logging.getLogger(__name__)
+DOCKERFILES = Path(__file__).parent / "docker"
+SYNTH_LABEL = "regrow.synth"
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "repo"
+
+
+def repo_image_tag(repo_name: str, commit: str) -> str:
+    return f"regrow/repo-{slug(repo_name)}:{commit[:12]}"
+
+
+def _build(backend: DockerBackend, context: Path, dockerfile: str, tag: str, buildargs: dict[str, str], labels: dict[str, str]) -> None:
+    shutil.copy(DOCKERFILES / dockerfile, context / "Dockerfile")
+    try:
+        backend.client.images.build(
+            path=str(context), tag=tag, buildargs=buildargs, labels=labels, network_mode="none", rm=True, forcerm=True
+        )
+    except docker.errors.BuildError as error:
+        tail = " | ".join(str(step.get("stream", step.get("error", ""))).strip() for step in list(error.build_log)[-4:])
+        raise SynthError(f"building image {tag} failed ({tail.strip()}): check that the wheelhouse holds every dependency") from error
+
+
+def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool:
+    """Build the repo image unless it exists; returns True when this call built it."""
+    if backend.image_exists(tag):
+        return False
+    with tempfile.TemporaryDirectory(prefix="regrow-repo-image-") as context:
+        shutil.copytree(wheelhouse, Path(context) / "wheels")
+        log.info("building %s", tag)
+        _build(backend, Path(context), "repo.Dockerfile", tag, {"BASE_IMAGE": BASE_IMAGE}, {SYNTH_LABEL: "repo"})
+    return True
+
+
+def build_task_image(backend: DockerBackend, tag: str, repo_image: str, workspace: Path) -> None:
+    """Build a thin task image whose /workspace is `workspace` (already a single-commit git repository)."""
+    with tempfile.TemporaryDirectory(prefix="regrow-task-image-") as context:
+        shutil.copytree(workspace, Path(context) / "workspace", symlinks=True)
+        _build(backend, Path(context), "task.Dockerfile", tag, {"REPO_IMAGE": repo_image}, {SYNTH_LABEL: "task"})
+
+
+def remove_image(backend: DockerBackend, tag: str) -> None:
+    try:
+        backend.client.images.remove(tag, force=True, noprune=False)
+    except docker.errors.ImageNotFound:
+        pass
+    except docker.errors.APIError as error:
+        log.warning("could not remove image %s: %s", tag, error)

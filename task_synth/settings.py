@@ -1,0 +1,38 @@
+"""Typed settings of a synthesis run (environment prefix REGROW_SYNTH_)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+Mode = Literal["stub", "remove", "file"]
+DEFAULT_TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts="" --continue-on-collection-errors'
+
+
+class SynthSettings(BaseSettings):
+    """How many tasks to make, how, and how hard to check them."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_SYNTH_")
+
+    ref: str | None = Field(None, description="Git ref to check out (branch, tag or commit).")
+    modes: list[Mode] = Field(default_factory=lambda: ["stub"], description="Deletion modes; tasks alternate between them.")
+    seed: int = 0
+    max_tasks: int = Field(10, ge=1)
+    max_candidates: int | None = Field(None, description="Candidates to try at most; default 4 x max_tasks + 8.")
+    jobs: int = Field(1, ge=1, description="Candidates validated in parallel, one sandbox each.")
+    test_command: str = DEFAULT_TEST_COMMAND
+    sample_others: int = Field(2, ge=0, description="Tests outside the coverage prediction run as a check.")
+    baseline_runs: int = Field(3, ge=1)
+    flaky_reruns: int = Field(2, ge=0)
+    max_baseline_failure_fraction: float = Field(0.2, ge=0, le=1)
+    test_timeout_s: float = Field(600, gt=0)
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "regrow" / "synth")
+    split: str = "train"
+    keep_rejected_images: bool = False
+
+    @property
+    def candidate_budget(self) -> int:
+        return self.max_candidates or 4 * self.max_tasks + 8

@@ -1,0 +1,70 @@
+"""A local path or git URL, checked out into a scratch directory at one commit (gitpython)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from task_synth.errors import SynthError
+from task_synth.repo_layout import SKIPPED_DIRS
+
+log = logging.getLogger(__name__)
+CACHE_NAMES = ("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".coverage", ".coverage.*", "*.egg-info", ".tox", ".nox")
+
+
+@dataclass(frozen=True)
+class Checkout:
+    """A clean copy of the source (no .git, no caches) and the commit it stands for."""
+
+    root: Path
+    repo_name: str
+    commit: str
+
+
+def _is_url(source: str) -> bool:
+    return "://" in source or re.match(r"^[\w.-]+@[\w.-]+:", source) is not None
+
+
+def _content_digest(root: Path) -> str:
+    """A stable 40-hex id for a directory that is not a git repository."""
+    digest = hashlib.sha1()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _copy_clean(source: Path, destination: Path) -> None:
+    ignore = shutil.ignore_patterns(*CACHE_NAMES, *SKIPPED_DIRS - {"docs", "doc"})
+    shutil.copytree(source, destination, ignore=ignore, symlinks=True)
+
+
+def checkout(source: str, ref: str | None, scratch: Path) -> Checkout:
+    """Clone or copy `source` into `scratch/src` at `ref`; raises SynthError with a remedy."""
+    destination = scratch / "src"
+    if _is_url(source) or (Path(source).is_dir() and (Path(source) / ".git").exists()):
+        name = re.sub(r"\.git$", "", source.rstrip("/").rsplit("/", 1)[-1].rsplit(":", 1)[-1])
+        clone_dir = scratch / "clone"
+        try:
+            repo = git.Repo.clone_from(source, clone_dir)
+            if ref:
+                repo.git.checkout(ref)
+        except git.GitCommandError as error:
+            detail = (error.stderr or str(error)).strip().splitlines()[-1]
+            raise SynthError(f"cannot clone {source} at {ref or 'HEAD'} ({detail}): check the URL or path and --ref") from error
+        commit = repo.head.commit.hexsha
+        _copy_clean(clone_dir, destination)
+        shutil.rmtree(clone_dir)
+        return Checkout(destination, name, commit)
+    path = Path(source)
+    if not path.is_dir():
+        raise SynthError(f"source {source} does not exist or is not a directory: pass a repository path or a git URL")
+    if ref:
+        raise SynthError(f"--ref {ref} needs a git repository, but {source} is a plain directory: drop --ref or pass a clone")
+    _copy_clean(path, destination)
+    return Checkout(destination, path.resolve().name, _content_digest(destination))
