@@ -1,0 +1,174 @@
+"""Sessions: capacity answered at once, cleanup on disconnect, idle timeout, shutdown, orphans, crash-safe traces."""
+
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import docker.errors
+import grpc
+import httpx
+import pytest
+from websockets.sync.client import connect
+
+from env_server.episodes import SERVER_LABEL
+from env_server.server import start_in_background
+from proto import coding_env_pb2 as pb
+from proto import coding_env_pb2_grpc as pb_grpc
+from sandbox.owner import MANAGED_LABEL
+from tests.env_server.conftest import make_runtime, make_settings
+from tests.task_fixture import DEMO_TASK_ID
+
+pytestmark = pytest.mark.docker
+
+
+def ws_connect(url: str):
+    return connect(url.replace("http://", "ws://") + "/ws")
+
+
+def ws_reset(ws) -> dict:
+    ws.send(json.dumps({"type": "reset", "data": {"task_id": DEMO_TASK_ID}}))
+    return json.loads(ws.recv(timeout=120))
+
+
+def container_gone(backend, container_id: str, within_s: float) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            backend.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def server_containers(backend, server_id: str) -> list[dict]:
+    return [c for c in backend.managed_containers() if c.get("Labels", {}).get(SERVER_LABEL) == server_id]
+
+
+def test_over_capacity_every_transport_answers_capacity_reached_at_once(docker_backend, demo_task_store, tmp_path):
+    settings = make_settings(demo_task_store, tmp_path, max_episodes=1, port=0, grpc_port=0)
+    with start_in_background(settings, docker_backend) as server:
+        with ws_connect(server.http_url) as ws, ws_connect(server.http_url) as second:
+            assert ws_reset(ws)["type"] == "observation"
+            refused = json.loads(second.recv(timeout=30))  # sent on connect, before any frame of ours
+            assert refused["type"] == "error" and refused["data"]["code"] == "CAPACITY_REACHED"
+            check_other_transports_refuse(server)
+
+
+def check_other_transports_refuse(server):
+    with grpc.insecure_channel(server.grpc_target) as channel, pytest.raises(grpc.RpcError) as full:
+        pb_grpc.CodingEnvStub(channel).Reset(pb.ResetRequest(task_id=DEMO_TASK_ID))
+    assert full.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    with httpx.Client(base_url=server.http_url) as http:
+        answer = http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": "over-capacity"})
+    assert answer.status_code == 503 and answer.json()["code"] == "CAPACITY_REACHED"
+
+
+def test_disconnect_destroys_the_container_within_five_seconds(server, docker_backend):
+    ws = ws_connect(server.http_url).__enter__()
+    episode = server.runtime.get(ws_reset(ws)["data"]["metadata"]["episode_id"])
+    ws.socket.shutdown(socket.SHUT_RDWR)  # the client vanishes without a close frame
+    ws.socket.close()
+    assert container_gone(docker_backend, episode.sandbox.id, within_s=5.0)
+    assert server.runtime.traces.get_episode(episode.id).status == "aborted"
+
+
+def test_grpc_stream_cancel_destroys_the_container(server, docker_backend):
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        frames = iter([pb.ClientFrame(reset=pb.ResetRequest(task_id=DEMO_TASK_ID))])
+        stream = pb_grpc.CodingEnvStub(channel).Episode(_then_block(frames))
+        episode_id = next(stream).observation.episode_id
+        container = server.runtime.get(episode_id).sandbox.id
+        stream.cancel()
+    assert container_gone(docker_backend, container, within_s=5.0)
+
+
+def _then_block(frames):
+    yield from frames
+    time.sleep(3600)
+
+
+def test_idle_episodes_time_out_and_free_their_slot(docker_backend, demo_task_store, tmp_path):
+    settings = make_settings(demo_task_store, tmp_path, idle_timeout_s=1.0, max_episodes=1, port=0, grpc_port=0)
+    with start_in_background(settings, docker_backend) as server:
+        with ws_connect(server.http_url) as ws:
+            episode = server.runtime.get(ws_reset(ws)["data"]["metadata"]["episode_id"])
+            assert container_gone(docker_backend, episode.sandbox.id, within_s=30.0)
+            ws.send(json.dumps({"type": "step", "data": {"tool": "run", "args": {"command": "true"}}}))
+            reply = json.loads(ws.recv(timeout=30))
+            assert reply["type"] == "error" and "EPISODE_OVER" in reply["data"]["message"]
+        with grpc.insecure_channel(server.grpc_target) as channel:
+            stub = pb_grpc.CodingEnvStub(channel)
+            assert stub.Reset(pb.ResetRequest(task_id=DEMO_TASK_ID)).episode_id  # the slot is free again
+
+
+def test_graceful_shutdown_destroys_every_container_the_server_owns(docker_backend, demo_task_store, tmp_path):
+    settings = make_settings(demo_task_store, tmp_path, port=0, grpc_port=0)
+    server = start_in_background(settings, docker_backend)
+    with httpx.Client(base_url=server.http_url, timeout=120) as http:
+        for name in ("keep-1", "keep-2"):
+            assert http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": name}).status_code == 200
+    server.runtime.wait_warm(60)
+    server_id = server.runtime.server_id
+    assert len(server_containers(docker_backend, server_id)) >= 3  # two episodes and the warm pool
+    server.stop()
+    assert server_containers(docker_backend, server_id) == []
+
+
+def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(docker_backend, demo_task_store, tmp_path):
+    port = _free_port()
+    env = {**os.environ, "REGROW_SERVER_WARM_POOL_PER_IMAGE": "1", "REGROW_SERVER_MAX_EPISODES": "2"}
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(demo_task_store), "--port", str(port),
+         "--grpc-port", str(_free_port()), "--traces", str(tmp_path / "crash.sqlite")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_healthy(url, process)
+        with httpx.Client(base_url=url, timeout=120) as http:
+            assert http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": "crash-1"}).status_code == 200
+            for number in range(3):
+                step = {"action": {"tool": "run", "args": {"command": f"echo {number}"}}, "episode_id": "crash-1"}
+                assert http.post("/step", json=step).json()["observation"]["output"] == f"{number}\n"
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    with sqlite3.connect(tmp_path / "crash.sqlite") as db:
+        outputs = [json.loads(row[0])["output"] for row in db.execute("SELECT observation FROM steps ORDER BY idx")]
+    assert outputs == ["0\n", "1\n", "2\n"]
+    orphans = [c["Id"] for c in docker_backend.managed_containers() if c["Labels"].get("regrow.owner", "").split(":")[1:2] == [str(process.pid)]]
+    assert orphans, "the killed server left no containers to reap"
+    runtime = make_runtime(docker_backend, make_settings(demo_task_store, tmp_path, warm_pool_total=0))
+    try:
+        left = {c["Id"] for c in docker_backend.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"})}
+        assert not left & set(orphans)
+    finally:
+        runtime.close()
+        runtime.traces.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _wait_healthy(url: str, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"regrow serve exited with {process.returncode}")
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError("regrow serve did not become healthy in 120 s")
