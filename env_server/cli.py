@@ -69,7 +69,7 @@ def traces_export(
 
 
 def bench_server(
-    tasks: Path = typer.Option(None, "--tasks", help="Task store; default: build the hand-made demo task."),
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
     repetitions: int = typer.Option(50, min=5, help="Steps measured per transport."),
     episodes: int = typer.Option(16, min=1, help="Concurrent episodes in the load test."),
     steps: int = typer.Option(20, min=1, help="Steps per episode in the load test (then submit)."),

@@ -1,0 +1,128 @@
+"""`regrow bench server`: step overhead of /ws and gRPC over a direct exec, warm reset, concurrent episodes."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from websockets.sync.client import connect
+
+from env_server.server import start_in_background
+from env_server.settings import ServerSettings
+from env_server.task_store import TaskStore
+from proto import coding_env_pb2 as pb
+from proto import coding_env_pb2_grpc as pb_grpc
+from sandbox import DockerBackend
+
+
+def _ms(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"p50_ms": round(statistics.median(ordered) * 1000, 2),
+            "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000, 2)}
+
+
+class _Socket:
+    """One /ws episode, frame by frame."""
+
+    def __init__(self, http_url: str):
+        self.ws = connect(http_url.replace("http://", "ws://") + "/ws", max_size=None)
+
+    def send(self, frame: dict) -> dict:
+        self.ws.send(json.dumps(frame))
+        reply = json.loads(self.ws.recv(timeout=600))
+        if reply["type"] == "error":
+            raise RuntimeError(reply["data"]["message"])
+        return reply["data"]
+
+    def step(self, tool: str, **args) -> dict:
+        return self.send({"type": "step", "data": {"tool": tool, "args": args}})
+
+    def close(self) -> None:
+        self.ws.close()
+
+
+def _load_episode(http_url: str, task_id: str, steps: int) -> tuple[int, int]:
+    """One episode of `steps` steps and a submit; returns (steps done, errors)."""
+    errors = done = 0
+    socket = _Socket(http_url)
+    try:
+        socket.send({"type": "reset", "data": {"task_id": task_id}})
+        plan = [("run", {"command": "true"}), ("read_file", {"path": "pyproject.toml"}), ("list_dir", {})]
+        for index in range(steps):
+            tool, args = plan[index % len(plan)]
+            observation = socket.step(tool, **args)["observation"]
+            errors += observation["feedback"] is not None
+            done += 1
+        final = socket.step("submit")
+        errors += not final["done"]
+        done += 1
+    except Exception:  # a failed episode counts once and the load test goes on
+        errors += 1
+    finally:
+        socket.close()
+    return done, errors
+
+
+def run_server_bench(tasks: Path, repetitions: int, episodes: int, steps: int) -> dict:
+    """Start a server on free ports over `tasks`, measure, stop it; returns the numbers."""
+    store = TaskStore(tasks)
+    task = next(iter(store.tasks.values()))
+    backend = DockerBackend()
+    settings = ServerSettings(tasks_dir=tasks, trace_db=Path(tasks) / "bench-traces.sqlite", port=0, grpc_port=0,
+                              max_episodes=episodes + 4, warm_pool_per_image=4, warm_pool_total=4)
+    result: dict = {"task": task.id, "repetitions": repetitions}
+    with start_in_background(settings, backend) as server, backend.create(task.record.image) as sandbox, \
+            grpc.insecure_channel(server.grpc_target) as channel:
+        socket = _Socket(server.http_url)
+        socket.send({"type": "reset", "data": {"task_id": task.id}})
+        stub = pb_grpc.CodingEnvStub(channel)
+        episode = stub.Reset(pb.ResetRequest(task_id=task.id)).episode_id
+        action = pb.ToolCall(tool="run", args_json='{"command": "true"}')
+        paths = {
+            "direct_exec": lambda: sandbox.exec("true"),
+            "ws_step": lambda: socket.step("run", command="true"),
+            "grpc_step": lambda: stub.Step(pb.StepRequest(episode_id=episode, action=action)),
+        }
+        # Interleaved, so that all three paths see the same load on the machine.
+        samples: dict[str, list[float]] = {name: [] for name in paths}
+        for call in paths.values():
+            call()  # warm-up
+        for _ in range(repetitions):
+            for name, call in paths.items():
+                started = time.perf_counter()
+                call()
+                samples[name].append(time.perf_counter() - started)
+        socket.close()
+        stub.Close(pb.EpisodeRef(episode_id=episode))
+        for name, values in samples.items():
+            result[name] = _ms(values)
+        direct = statistics.median(samples["direct_exec"])
+        result["ws_overhead"] = round(statistics.median(samples["ws_step"]) / direct, 3)
+        result["grpc_overhead"] = round(statistics.median(samples["grpc_step"]) / direct, 3)
+
+        resets = []
+        for _ in range(min(repetitions, 10)):
+            server.runtime.wait_warm(120)
+            socket = _Socket(server.http_url)
+            started = time.perf_counter()
+            socket.send({"type": "reset", "data": {"task_id": task.id}})
+            resets.append(time.perf_counter() - started)
+            socket.close()
+        result["warm_reset"] = _ms(resets)
+
+        server.runtime.wait_warm(120)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=episodes) as pool:
+            outcomes = list(pool.map(lambda _: _load_episode(server.http_url, task.id, steps), range(episodes)))
+        wall = time.perf_counter() - started
+        result["load"] = {
+            "episodes": episodes, "steps_per_episode": steps + 1, "errors": sum(e for _, e in outcomes),
+            "steps_done": sum(d for d, _ in outcomes), "wall_s": round(wall, 2),
+            "steps_per_s": round(sum(d for d, _ in outcomes) / wall, 2),
+        }
+    result["targets_met"] = result["ws_overhead"] <= 1.15 and result["grpc_overhead"] <= 1.15 and result["load"]["errors"] == 0
+    return result
