@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from env_server.disconnect_watch import AbortOnDisconnect
 from env_server.environment import CodingEnvironment
 from env_server.episodes import EpisodeError, EpisodeRuntime
 from proto.actions import ToolCall
@@ -34,6 +35,7 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
         mode="simulation",
     )
     app.title = "regrow env server"
+    app.add_middleware(AbortOnDisconnect, runtime=runtime)
 
     @app.exception_handler(EpisodeError)
     async def episode_error(request: Request, error: EpisodeError) -> JSONResponse:

@@ -29,7 +29,7 @@ class _Socket:
     """One /ws episode, frame by frame."""
 
     def __init__(self, http_url: str):
-        self.ws = connect(http_url.replace("http://", "ws://") + "/ws", max_size=None)
+        self.ws = connect(http_url.replace("http://", "ws://") + "/ws", max_size=None).__enter__()
 
     def send(self, frame: dict) -> dict:
         self.ws.send(json.dumps(frame))

@@ -79,6 +79,16 @@ def test_disconnect_destroys_the_container_within_five_seconds(server, docker_ba
     assert server.runtime.traces.get_episode(episode.id).status == "aborted"
 
 
+def test_disconnect_during_a_long_step_destroys_the_container_within_five_seconds(server, docker_backend):
+    ws = ws_connect(server.http_url).__enter__()
+    episode = server.runtime.get(ws_reset(ws)["data"]["metadata"]["episode_id"])
+    ws.send(json.dumps({"type": "step", "data": {"tool": "run", "args": {"command": "sleep 100", "timeout": 110}}}))
+    time.sleep(0.5)  # the step is running in the sandbox now
+    ws.socket.shutdown(socket.SHUT_RDWR)
+    ws.socket.close()
+    assert container_gone(docker_backend, episode.sandbox.id, within_s=5.0)
+
+
 def test_grpc_stream_cancel_destroys_the_container(server, docker_backend):
     with grpc.insecure_channel(server.grpc_target) as channel:
         frames = iter([pb.ClientFrame(reset=pb.ResetRequest(task_id=DEMO_TASK_ID))])

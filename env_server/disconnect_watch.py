@@ -1,0 +1,57 @@
+"""ASGI middleware that ends a /ws client's episode as soon as the client disconnects, even mid-step."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from env_server.episodes import EpisodeError, EpisodeRuntime
+
+# Observations carry the episode id in their metadata; text from the sandbox is JSON-escaped, so it cannot forge this.
+_EPISODE_ID = re.compile(r'"episode_id":\s*"([^"\\]+)"')
+
+
+class AbortOnDisconnect:
+    """OpenEnv's /ws handler notices a disconnect only at its next receive, after a running step finishes;
+    this reads the socket's events eagerly and aborts the episode at once, destroying its sandbox."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]], runtime: EpisodeRuntime, path: str = "/ws"):
+        self.app, self.runtime, self.path = app, runtime, path
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        if scope["type"] != "websocket" or scope["path"] != self.path:
+            await self.app(scope, receive, send)
+            return
+        inbox: asyncio.Queue = asyncio.Queue()
+        episode_id: list[str] = []
+
+        async def pump() -> None:
+            while True:
+                message = await receive()
+                await inbox.put(message)
+                if message["type"] == "websocket.disconnect":
+                    if episode_id:
+                        await asyncio.to_thread(self._abort, episode_id[-1])
+                    return
+
+        async def watched_send(message: dict[str, Any]) -> None:
+            text = message.get("text") if message["type"] == "websocket.send" else None
+            if text and (found := _EPISODE_ID.search(text)):
+                episode_id[:] = [found.group(1)]
+            await send(message)
+
+        reader = asyncio.create_task(pump())
+        try:
+            await self.app(scope, inbox.get, watched_send)
+        finally:
+            reader.cancel()
+
+    def _abort(self, episode_id: str) -> None:
+        try:
+            episode = self.runtime.get(episode_id)
+        except EpisodeError:
+            return  # already over
+        if not episode.addressable:
+            self.runtime.abort(episode, "client disconnected")
