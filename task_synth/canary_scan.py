@@ -130,16 +130,19 @@ def scan_image(
 ) -> list[Hit]:
     """Canary hits outside the workspace's test files, plus caches and installed copies the scrub should have removed."""
     pattern = _pattern(canaries) if canaries else None
+    needles = sorted(canaries.identifiers | canaries.literals)
     installed = re.compile(r"^opt/venv/lib/python[0-9.]+/site-packages/(" + "|".join(map(re.escape, packages)) + r")(/|\.py$)")
     hits: list[Hit] = []
     for path, data in image_files(backend, image):
         if path.startswith(SCRUBBED_ROOTS) and CACHE_NAMES.search(path):
             hits.append(Hit(path, "cache left behind"))
-            continue
         if packages and installed.match(path):
             hits.append(Hit(path, "installed copy of the package"))
             continue
         if pattern is None or (path.startswith("workspace/") and path[len("workspace/") :] in test_paths):
+            continue
+        # A plain substring search first: it is fast, and most files hold no canary at all.
+        if not any(needle in data for needle in needles):
             continue
         match = pattern.search(data)
         if match:

@@ -72,7 +72,7 @@ def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str]
     return interleaved[:budget]
 
 
-def _candidate(context: RepoContext, pool, unit: Unit, mode: str, seed: int) -> tuple[BuiltTask | None, int]:
+def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[BuiltTask | None, int]:
     """Validate one candidate in a pooled sandbox and, when valid, build its task; (task or None, test executions)."""
     try:
         deletion: Deletion = delete_unit(context.layout, unit, mode)
@@ -82,9 +82,7 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str, seed: int) -> 
     settings = context.settings
     sb = pool.get()
     try:
-        verdict = validate(
-            sb, context.baseline, deletion, settings.test_command, settings.test_timeout_s, settings.sample_others, settings.flaky_reruns, seed
-        )
+        verdict = validate(sb, context.baseline, deletion, context.layout.modules[unit.path], settings)
     finally:
         pool.put(sb)
     if verdict.rejection:
@@ -137,7 +135,7 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
         while index < len(candidates) and report.valid < settings.max_tasks:
             batch = candidates[index : index + settings.jobs]
             index += len(batch)
-            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1], settings.seed), batch))
+            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1]), batch))
             for built, executions in results:
                 report.test_executions += executions
                 if built is None:

@@ -87,7 +87,7 @@ def prepare_repo(
     build_copy = scratch / "wheel-build"
     shutil.copytree(checked.root, build_copy, symlinks=True)
     wheelhouse = build_wheelhouse(build_copy, settings.cache_dir)
-    tag = repo_image_tag(checked.repo_name, checked.commit)
+    tag = repo_image_tag(checked.repo_name, wheelhouse.name)
     stage("repo image")
     if build_repo_image(backend, tag, wheelhouse):
         created_images.append(tag)

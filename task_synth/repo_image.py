@@ -23,8 +23,9 @@ def slug(name: str) -> str:
     return re.sub(r"[^a-z0-9._-]+", "-", name.lower()).strip("-.") or "repo"
 
 
-def repo_image_tag(repo_name: str, commit: str) -> str:
-    return f"regrow/repo-{slug(repo_name)}:{commit[:12]}"
+def repo_image_tag(repo_name: str, wheelhouse_key: str) -> str:
+    """Keyed by the dependency set, not the commit: the image holds no source, so commits with the same deps share it."""
+    return f"regrow/repo-{slug(repo_name)}:{wheelhouse_key}"
 
 
 def _build(backend: DockerBackend, context: Path, dockerfile: str, tag: str, buildargs: dict[str, str], labels: dict[str, str]) -> None:

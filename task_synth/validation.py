@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
+import ast
 import logging
 import random
-import re
 import shlex
 from dataclasses import dataclass, field
 
 from sandbox import Sandbox
 from task_synth.baseline import Baseline
-from task_synth.candidates import Unit
 from task_synth.deletion import Deletion
+from task_synth.settings import SynthSettings
 from task_synth.test_runs import run_tests
 
 log = logging.getLogger(__name__)
@@ -30,15 +30,47 @@ class Verdict:
     detail: str = ""
 
 
-def predicted_tests(baseline: Baseline, unit: Unit, deletion: Deletion) -> set[str]:
-    """Stable tests that execute the unit's body, plus every test in a test file that names what left at import."""
-    predicted = baseline.covering(unit)
-    if deletion.mode != "stub":
-        names = {unit.qualname.split(".")[-1], *unit.helpers} if unit.kind != "module" else {unit.qualname.rsplit(".", 1)[-1]}
-        pattern = re.compile(r"\b(" + "|".join(re.escape(name) for name in names) + r")\b")
-        files = {path for path, text in baseline.test_texts.items() if pattern.search(text)}
-        predicted |= {test for test in baseline.stable if test.split("::")[0] in files}
-    return predicted
+def importing_test_files(test_texts: dict[str, str], names: set[str], modules: set[str]) -> set[str]:
+    """Test files whose imports of `names` or `modules` run at import time, so a deletion breaks them whole."""
+    files = set()
+    for path, text in test_texts.items():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom):
+                imported = {f"{node.module}.{alias.name}" for alias in node.names} | {node.module or ""}
+                if {alias.name for alias in node.names} & names or imported & modules:
+                    files.add(path)
+            elif isinstance(node, ast.Import) and {alias.name for alias in node.names} & modules:
+                files.add(path)
+    return files
+
+
+def broken_test_files(deletion: Deletion, test_texts: dict[str, str], module_name: str) -> set[str]:
+    """Test files that cannot even be imported after the deletion."""
+    unit = deletion.unit
+    if deletion.mode == "file":
+        return importing_test_files(test_texts, set(), {module_name})
+    if deletion.mode == "remove" and unit.kind != "method":
+        return importing_test_files(test_texts, {unit.qualname, *unit.helpers}, set())
+    return set()
+
+
+def predicted_tests(baseline: Baseline, deletion: Deletion, module_name: str) -> set[str]:
+    """Stable tests that execute the deleted code, plus every test of a test file that imports what is gone."""
+    files = broken_test_files(deletion, baseline.test_texts, module_name)
+    return baseline.covering(deletion.unit) | {test for test in baseline.stable if test.split("::")[0] in files}
+
+
+def pytest_arguments(selected: list[str], whole_files: set[str]) -> list[str]:
+    """Node ids, with whole files in place of their ids where the file breaks at import.
+
+    pytest aborts a run whose node id cannot be collected, but only reports a file argument that fails to import.
+    """
+    arguments = sorted(whole_files & {test.split("::")[0] for test in selected})
+    return arguments + [test for test in selected if test.split("::")[0] not in whole_files]
 
 
 def apply_deletion(sb: Sandbox, deletion: Deletion, restore: bool = False) -> None:
@@ -64,26 +96,20 @@ def import_check(sb: Sandbox, packages: list[str], timeout: float) -> str | None
     return lines[-1] if lines else f"exit {result.exit_code}"
 
 
-def validate(
-    sb: Sandbox,
-    baseline: Baseline,
-    deletion: Deletion,
-    test_command: str,
-    timeout: float,
-    sample_others: int,
-    flaky_reruns: int,
-    seed: int,
-    naive: bool = False,
-) -> Verdict:
-    """Apply the deletion, find F2P/P2P, check flakiness, and always restore the workspace."""
+def validate(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool = False) -> Verdict:
+    """Apply the deletion, find F2P/P2P, check flakiness, and always restore the workspace.
+
+    `naive` runs the whole suite instead of the predicted tests (the benchmark's reference).
+    """
     apply_deletion(sb, deletion)
     try:
-        return _judge(sb, baseline, deletion, test_command, timeout, sample_others, flaky_reruns, seed, naive)
+        return _judge(sb, baseline, deletion, module_name, settings, naive)
     finally:
         apply_deletion(sb, deletion, restore=True)
 
 
-def _judge(sb, baseline: Baseline, deletion: Deletion, test_command, timeout, sample_others, flaky_reruns, seed, naive) -> Verdict:
+def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool) -> Verdict:
+    test_command, timeout = settings.test_command, settings.test_timeout_s
     error = import_check(sb, baseline.packages, timeout)
     if error is not None:
         return Verdict("import_broken", detail=error)
@@ -91,11 +117,19 @@ def _judge(sb, baseline: Baseline, deletion: Deletion, test_command, timeout, sa
         predicted: list[str] = []
         selected = None
     else:
-        predicted = sorted(predicted_tests(baseline, deletion.unit, deletion))
+        predicted = sorted(predicted_tests(baseline, deletion, module_name))
         others = sorted(baseline.stable - set(predicted))
-        rng = random.Random(f"{seed}:{deletion.mode}:{deletion.unit.key}")
-        selected = predicted + sorted(rng.sample(others, min(sample_others, len(others))))
-    run = run_tests(sb, test_command, selected, timeout)
+        rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
+        selected = predicted + sorted(rng.sample(others, min(settings.sample_others, len(others))))
+    whole_files = broken_test_files(deletion, baseline.test_texts, module_name)
+    if selected is None:
+        run = run_tests(sb, test_command, None, timeout)
+    else:
+        run = run_tests(sb, test_command, pytest_arguments(selected, whole_files), timeout)
+        if not run.outcomes and not run.timed_out:
+            # Some node id did not collect after all: run the selected tests' whole files instead.
+            files = {test.split("::")[0] for test in selected}
+            run = run_tests(sb, test_command, pytest_arguments(selected, files), timeout)
     executions = run.executions
     if run.timed_out:
         return Verdict("timeout", predicted=predicted, test_executions=executions)
@@ -108,8 +142,8 @@ def _judge(sb, baseline: Baseline, deletion: Deletion, test_command, timeout, sa
     if not verdict.pass_to_pass:
         verdict.rejection = "no_p2p"
         return verdict
-    for _ in range(flaky_reruns):
-        rerun = run_tests(sb, test_command, fail_to_pass, timeout)
+    for _ in range(settings.flaky_reruns):
+        rerun = run_tests(sb, test_command, pytest_arguments(fail_to_pass, whole_files), timeout)
         verdict.test_executions += rerun.executions
         if rerun.timed_out:
             verdict.rejection = "timeout"

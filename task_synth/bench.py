@@ -1,0 +1,86 @@
+"""`regrow bench synth`: coverage-guided against naive (whole suite per candidate) validation of the same candidates."""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from pathlib import Path
+
+from sandbox import DockerBackend
+from task_synth.candidates import enumerate_units
+from task_synth.deletion import DeletionError, delete_unit
+from task_synth.pipeline import ordered_candidates
+from task_synth.repo_context import prepare_repo
+from task_synth.repo_image import remove_image
+from task_synth.settings import SynthSettings
+from task_synth.validation import validate
+
+log = logging.getLogger(__name__)
+
+
+def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backend: DockerBackend | None = None, on_progress=None) -> dict:
+    """Validate the same candidates both ways in one sandbox and compare test executions, time and F2P sets.
+
+    Flaky reruns are off in both ways, so the numbers compare only how F2P is found.
+    """
+    backend = backend or DockerBackend()
+    progress = on_progress or (lambda stage, done, total: None)
+    settings = settings.model_copy(update={"flaky_reruns": 0})
+    created: list[str] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="regrow-bench-") as scratch:
+            started = time.monotonic()
+            context = prepare_repo(source, settings, backend, Path(scratch), created, lambda name: progress(name, 0, 1))
+            prepare_s = time.monotonic() - started
+            pairs = ordered_candidates(context, enumerate_units(context.layout), list(settings.modes), settings.seed, 10 * candidates)
+            deletions = []
+            for unit, mode in pairs:
+                try:
+                    deletions.append(delete_unit(context.layout, unit, mode))
+                except DeletionError:
+                    continue
+                if len(deletions) == candidates:
+                    break
+            ways: dict[str, list] = {"guided": [], "naive": []}
+            timings = {"guided": 0.0, "naive": 0.0}
+            with context.sandbox() as sb:
+                # The ways alternate per candidate, so that warm caches favour neither.
+                for index, deletion in enumerate(deletions):
+                    module = context.layout.modules[deletion.unit.path]
+                    for way in ways:
+                        started = time.monotonic()
+                        ways[way].append(validate(sb, context.baseline, deletion, module, settings, naive=way == "naive"))
+                        timings[way] += time.monotonic() - started
+                    progress("candidates", index + 1, len(deletions))
+    except BaseException:
+        for image in created:
+            remove_image(backend, image)
+        raise
+    guided, naive = ways["guided"], ways["naive"]
+    mismatches = [
+        f"{d.mode}:{d.unit.key}" for d, g, n in zip(deletions, guided, naive, strict=True) if set(g.fail_to_pass) != set(n.fail_to_pass)
+    ]
+    guided_execs = sum(v.test_executions for v in guided)
+    naive_execs = sum(v.test_executions for v in naive)
+    valid = sum(1 for v in guided if v.rejection is None)
+    return {
+        "source": source,
+        "repo": context.checkout.repo_name,
+        "commit": context.checkout.commit,
+        "modes": list(settings.modes),
+        "seed": settings.seed,
+        "candidates": len(deletions),
+        "suite_tests": len(context.baseline.collected),
+        "stable_tests": len(context.baseline.stable),
+        "prepare_s": round(prepare_s, 2),
+        "guided": {"test_executions": guided_execs, "wall_s": round(timings["guided"], 2)},
+        "naive": {"test_executions": naive_execs, "wall_s": round(timings["naive"], 2)},
+        "speedup_test_execs": round(naive_execs / guided_execs, 2) if guided_execs else None,
+        "speedup_wall": round(timings["naive"] / timings["guided"], 2) if timings["guided"] else None,
+        "f2p_identical": not mismatches,
+        "f2p_mismatches": mismatches,
+        "valid": valid,
+        "yield": round(valid / len(deletions), 3) if deletions else 0.0,
+        "rejections": {reason: sum(1 for v in guided if v.rejection == reason) for reason in sorted({v.rejection for v in guided} - {None})},
+    }

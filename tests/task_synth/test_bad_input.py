@@ -1,0 +1,72 @@
+"""Bad input fails with one line that says what to do, and leaves no task, record or image behind."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from task_synth.errors import SynthError
+from task_synth.pipeline import synthesize
+from task_synth.repo_image import SYNTH_LABEL
+from task_synth.settings import SynthSettings
+
+MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
+SETTINGS = SynthSettings(max_tasks=1)
+
+
+def _synth_images(backend) -> set[str]:
+    return {image.id for image in backend.client.images.list(filters={"label": SYNTH_LABEL})}
+
+
+def _minilib_copy(tmp_path: Path) -> Path:
+    copy = tmp_path / "minilib"  # the same name keeps the same repo image tag
+    shutil.copytree(MINILIB, copy)
+    return copy
+
+
+def _assert_fails_cleanly(source: str, out: Path, match: str, backend=None) -> None:
+    before = _synth_images(backend) if backend else set()
+    with pytest.raises(SynthError, match=match) as raised:
+        synthesize(source, out, SETTINGS, backend=backend)
+    message = str(raised.value)
+    assert "\n" not in message and ":" in message  # one line, with a remedy after the colon
+    assert not out.exists()
+    if backend:
+        assert _synth_images(backend) == before
+
+
+def test_missing_path_is_a_one_line_error_with_a_remedy(tmp_path, docker_backend):
+    _assert_fails_cleanly(str(tmp_path / "nowhere"), tmp_path / "out", "does not exist", docker_backend)
+
+
+def test_repository_without_tests_is_refused_before_any_build(tmp_path, docker_backend):
+    copy = _minilib_copy(tmp_path)
+    shutil.rmtree(copy / "tests")
+    _assert_fails_cleanly(str(copy), tmp_path / "out", "has no tests", docker_backend)
+
+
+def test_unresolvable_dependencies_are_refused(tmp_path, docker_backend):
+    copy = _minilib_copy(tmp_path)
+    pyproject = copy / "pyproject.toml"
+    missing = "minilib-helper @ file:///nonexistent/minilib-helper"
+    pyproject.write_text(pyproject.read_text().replace("dependencies = []", f'dependencies = ["{missing}"]'))
+    _assert_fails_cleanly(str(copy), tmp_path / "out", "cannot resolve the dependencies", docker_backend)
+
+
+@pytest.mark.docker
+def test_suite_failing_at_baseline_is_refused_and_leaves_nothing(tmp_path, docker_backend, base_image):
+    copy = _minilib_copy(tmp_path)
+    (copy / "tests" / "conftest.py").write_text(
+        "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef broken_environment():\n    raise RuntimeError('no database')\n"
+    )
+    _assert_fails_cleanly(str(copy), tmp_path / "out", "fails at baseline", docker_backend)
+
+
+def test_cli_prints_one_line_and_exits_1_on_bad_input(tmp_path):
+    from regrow.cli import app
+
+    result = CliRunner().invoke(app, ["synth", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "does not exist" in result.output
+    assert not (tmp_path / "out").exists()
