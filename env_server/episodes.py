@@ -134,6 +134,8 @@ class EpisodeRuntime:
 
     def close(self) -> None:
         """Graceful shutdown: abort every live episode and destroy every container this server owns."""
+        if self._stop.is_set():
+            return
         self._stop.set()
         for episode in list(self._episodes.values()):
             self.abort(episode, "server shutdown")

@@ -74,9 +74,18 @@ def serve(settings: ServerSettings) -> None:
     runtime = start_runtime(settings)
     grpc_server, grpc_port = start_grpc_server(runtime, settings.host, settings.grpc_port)
     log.info("gRPC on %s:%d; HTTP and WebSocket on %s:%d", settings.host, grpc_port, settings.host, settings.port)
-    try:
-        uvicorn.run(build_app(runtime), host=settings.host, port=settings.port, log_level="info", ws_max_size=16 * 1024 * 1024)
-    finally:
+
+    def shut_down() -> None:
         grpc_server.stop(grace=5).wait()
         runtime.close()
+
+    app = build_app(runtime)
+    # uvicorn re-raises SIGTERM/SIGINT once it has stopped, so the cleanup must run in its shutdown phase.
+    app.router.on_shutdown.append(shut_down)
+    try:
+        # log_config=None: uvicorn's records go through the root handler, which writes JSON lines.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", log_config=None,
+                    ws_max_size=16 * 1024 * 1024)
+    finally:
+        shut_down()
         runtime.traces.close()

@@ -131,17 +131,43 @@ def test_graceful_shutdown_destroys_every_container_the_server_owns(docker_backe
     assert server_containers(docker_backend, server_id) == []
 
 
-def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(docker_backend, demo_task_store, tmp_path):
-    port = _free_port()
+def start_serve_process(store, tmp_path, port: int) -> subprocess.Popen:
     env = {**os.environ, "REGROW_SERVER_WARM_POOL_PER_IMAGE": "1", "REGROW_SERVER_MAX_EPISODES": "2"}
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(demo_task_store), "--port", str(port),
-         "--grpc-port", str(_free_port()), "--traces", str(tmp_path / "crash.sqlite")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--port", str(port),
+         "--grpc-port", str(_free_port()), "--traces", str(tmp_path / "serve.sqlite")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
+    _wait_healthy(f"http://127.0.0.1:{port}", process)
+    return process
+
+
+def containers_of(backend, pid: int) -> list[str]:
+    return [c["Id"] for c in backend.managed_containers() if c["Labels"].get("regrow.owner", "").split(":")[1:2] == [str(pid)]]
+
+
+def test_sigterm_shuts_down_gracefully_destroying_every_container(docker_backend, demo_task_store, tmp_path):
+    port = _free_port()
+    process = start_serve_process(demo_task_store, tmp_path, port)
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+            assert http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": "term-1"}).status_code == 200
+        assert containers_of(docker_backend, process.pid)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=120)
+    assert process.returncode in (0, -signal.SIGTERM)  # uvicorn re-raises the signal after its clean shutdown
+    assert containers_of(docker_backend, process.pid) == []
+    events = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    assert {"episode.abort", "server.stop"} <= {e.get("event") for e in events}
+    assert all("ts" in e and "level" in e for e in events)  # every log line is one JSON object
+
+
+def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(docker_backend, demo_task_store, tmp_path):
+    port = _free_port()
+    process = start_serve_process(demo_task_store, tmp_path, port)
     try:
         url = f"http://127.0.0.1:{port}"
-        _wait_healthy(url, process)
         with httpx.Client(base_url=url, timeout=120) as http:
             assert http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": "crash-1"}).status_code == 200
             for number in range(3):
@@ -149,11 +175,11 @@ def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(d
                 assert http.post("/step", json=step).json()["observation"]["output"] == f"{number}\n"
     finally:
         process.send_signal(signal.SIGKILL)
-        process.wait()
-    with sqlite3.connect(tmp_path / "crash.sqlite") as db:
+        process.communicate()
+    with sqlite3.connect(tmp_path / "serve.sqlite") as db:
         outputs = [json.loads(row[0])["output"] for row in db.execute("SELECT observation FROM steps ORDER BY idx")]
     assert outputs == ["0\n", "1\n", "2\n"]
-    orphans = [c["Id"] for c in docker_backend.managed_containers() if c["Labels"].get("regrow.owner", "").split(":")[1:2] == [str(process.pid)]]
+    orphans = containers_of(docker_backend, process.pid)
     assert orphans, "the killed server left no containers to reap"
     runtime = make_runtime(docker_backend, make_settings(demo_task_store, tmp_path, warm_pool_total=0))
     try:
