@@ -67,14 +67,16 @@ def source_diff(sb: Sandbox) -> str:
     staged = sb.exec([*_DIFF, "add", "-A"], timeout=60, cwd=WORKSPACE)
     if staged.exit_code != 0:
         raise SandboxError(f"git add failed in the agent's workspace: {staged.stderr.strip()[:300]}")
+    # Through a file, not stdout: a large diff must not be cut at the exec output cap.
+    out = f"/home/agent/.diff-{secrets.token_hex(8)}.patch"
     diff = sb.exec(
-        [*_DIFF, "diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-renames", "HEAD"],
+        [*_DIFF, "diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-renames", f"--output={out}", "HEAD"],
         timeout=60,
         cwd=WORKSPACE,
     )
-    if diff.exit_code != 0 or diff.truncated:
-        raise SandboxError(f"could not take the agent's diff (exit {diff.exit_code}, truncated={diff.truncated})")
-    return diff.stdout
+    if diff.exit_code != 0:
+        raise SandboxError(f"could not take the agent's diff (git exit {diff.exit_code}): {diff.stderr.strip()[:300]}")
+    return sb.read_file(out).decode("utf-8", errors="surrogateescape")
 
 
 def junit_nodeid_key(nodeid: str) -> tuple[str, str]:
@@ -138,7 +140,7 @@ def grade(
     grading_dir = f"/home/agent/.grading-{secrets.token_hex(8)}"
     with fresh_sandbox() as sb:
         if split.graded:
-            sb.write_file(f"{grading_dir}/submission.patch", split.graded)
+            sb.write_file(f"{grading_dir}/submission.patch", split.graded.encode("utf-8", errors="surrogateescape"))
             applied = sb.exec(["git", "apply", "--whitespace=nowarn", f"{grading_dir}/submission.patch"], timeout=60, cwd=WORKSPACE)
             if applied.exit_code != 0:
                 return empty.model_copy(update={"error": f"the submission's diff did not apply: {applied.stderr.strip()[:300]}"})

@@ -85,3 +85,13 @@ def test_binary_mode_pays_only_for_all_tests(runtime, monkeypatch):
     final = play(runtime, ("write_file", {"path": "calc/ops.py", "content": partial}))
     assert final.metadata["reward_details"]["f2p_passed"] == 2
     assert final.reward == 0.0
+
+
+def test_a_large_and_non_utf8_submission_is_graded_whole(runtime):
+    padding = "".join(f"CONSTANT_{n} = {n}\n" for n in range(6000))  # a diff far over the 64 KiB exec output cap
+    final = play(
+        runtime,
+        ("write_file", {"path": "calc/ops.py", "content": ORIGINAL_OPS + padding}),
+        ("run", {"command": "printf 'caf\\351\\n' > calc/latin1.txt"}),
+    )
+    assert final.reward == 1.0 and final.metadata["reward_details"]["error"] is None
