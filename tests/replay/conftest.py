@@ -1,14 +1,81 @@
-"""Fixtures of the replay tests: the tiny chat model, built once per session."""
+"""Fixtures of the replay tests: the tiny policy, two tiny teachers, and a real OpenAI-compatible server."""
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.replay.fault_proxy import free_port
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory) -> Path:
-    """Folder holding a random-init tiny Qwen2 and its freshly trained tokenizer."""
+    """The policy: a random-init tiny Qwen2 and its freshly trained tokenizer."""
     pytest.importorskip("torch")
     from tests.replay.tiny_model import build_tiny_chat_model
+    from tests.replay.tool_caller import WHOLE_REPLIES
 
-    return build_tiny_chat_model(tmp_path_factory.mktemp("tiny-chat-model"))
+    return build_tiny_chat_model(tmp_path_factory.mktemp("tiny-policy"), whole_replies=WHOLE_REPLIES)
+
+
+@pytest.fixture(scope="session")
+def read_teacher_dir(tiny_model_dir, tmp_path_factory) -> Path:
+    """A tiny teacher that always answers read_file(mathlib/core.py)."""
+    from tests.replay.tool_caller import READ_CORE, train_tool_caller
+    from trainer_client.chat_format import format_tool_call
+
+    return train_tool_caller(tiny_model_dir, tmp_path_factory.mktemp("read-teacher"), format_tool_call(READ_CORE))
+
+
+@pytest.fixture(scope="session")
+def run_teacher_dir(read_teacher_dir, tmp_path_factory) -> Path:
+    """A tiny teacher that always answers run(python -m pytest -q)."""
+    from tests.replay.tool_caller import READ_CORE, RUN_TESTS, relabel_reply
+    from trainer_client.chat_format import format_tool_call
+
+    return relabel_reply(
+        read_teacher_dir, tmp_path_factory.mktemp("run-teacher"), format_tool_call(READ_CORE), format_tool_call(RUN_TESTS)
+    )
+
+
+@pytest.fixture(scope="session")
+def openai_server(read_teacher_dir, tmp_path_factory):
+    """`transformers serve` on the read teacher: a real OpenAI-compatible endpoint on loopback."""
+    port = free_port()
+    serve = Path(sys.executable).parent / "transformers"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
+    log = log_path.open("wb")
+    process = subprocess.Popen(
+        [str(serve), "serve", str(read_teacher_dir), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"transformers serve exited: {log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("transformers serve did not become healthy within 180s")
+            time.sleep(0.5)
+        yield f"{base}/v1", str(read_teacher_dir)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()

@@ -6,7 +6,7 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CORPUS = [
     "Fix the failing test in mathlib. The function add should return the sum of its arguments.",
     '{"name": "read_file", "arguments": {"path": "mathlib/core.py"}}',
@@ -19,8 +19,19 @@ CORPUS = [
 ]
 
 
-def build_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
-    """Train a tokenizer on CORPUS, make a random Qwen2 of ~100k parameters, save both to `folder`."""
+def training_corpus() -> list[str]:
+    """CORPUS plus the agent's real system prompt, so that the long tool schemas become few tokens."""
+    from proto.actions import tool_specs
+    from trainer_client.chat_format import system_prompt
+
+    return CORPUS + [system_prompt(tool_specs())]
+
+
+def build_tiny_chat_model(folder: Path, whole_replies: tuple[str, ...] = (), seed: int = 0) -> Path:
+    """Train a tokenizer on the corpus, make a random Qwen2 of ~100k parameters, save both to `folder`.
+
+    Each of `whole_replies` becomes one added token, so that a teacher can learn it in a few steps.
+    """
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -29,13 +40,14 @@ def build_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=400, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=1500, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
-    bpe.train_from_iterator(CORPUS * 4, trainer=trainer)
+    bpe.train_from_iterator(training_corpus() * 4, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
         tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
     )
     tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer.add_tokens(list(whole_replies))
     torch.manual_seed(seed)
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -44,7 +56,7 @@ def build_tiny_chat_model(folder: Path, seed: int = 0) -> Path:
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=2048,
+        max_position_embeddings=4096,
         tie_word_embeddings=True,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
