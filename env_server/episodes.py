@@ -235,10 +235,10 @@ class EpisodeRuntime:
                 action = ToolCall(tool=action.tool, args=json.loads(
                     json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()))
             self.metrics.step_seconds.labels(action.tool if action.tool in TOOL_ARGS else "unknown").observe(duration)
-            self.traces.add_step(episode.id, StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
-                                                       started_at=started_at, duration_s=duration))
-            episode.trace.steps.append(StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
-                                                 started_at=started_at, duration_s=duration))
+            step = StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
+                             started_at=started_at, duration_s=duration)
+            self.traces.add_step(episode.id, step)
+            episode.trace.steps.append(step)
             episode.last_activity = time.monotonic()
             log_event("episode.step", episode.id, tool=action.tool, duration_s=round(duration, 4),
                       error=observation.metadata.get("tool_error"), done=observation.done)

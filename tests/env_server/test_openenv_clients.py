@@ -75,3 +75,15 @@ def test_http_reset_and_step_continue_an_episode_named_by_episode_id(server):
         assert trace["status"] == "submitted" and [s["action"]["tool"] for s in trace["steps"]] == ["run", "submit"]
         over = http.post("/step", json={"action": {"tool": "run", "args": {"command": "true"}}, "episode_id": "http-episode-1"})
         assert over.status_code == 404 and over.json()["code"] == "UNKNOWN_EPISODE"
+
+
+def test_http_reset_without_episode_id_is_stateless_and_keeps_no_container(server):
+    before = {episode.id for episode in server.runtime.live_episodes()}
+    with httpx.Client(base_url=server.http_url, timeout=120) as http:
+        reset = http.post("/reset", json={"task_id": DEMO_TASK_ID})
+        assert reset.status_code == 200 and "clamp" in reset.json()["observation"]["problem_statement"]
+        orphan_step = http.post("/step", json={"action": {"tool": "run", "args": {"command": "true"}}})
+        assert orphan_step.status_code == 409 and orphan_step.json()["code"] == "NO_EPISODE"
+        assert http.get("/state").json()["episode_id"] is None
+    assert {episode.id for episode in server.runtime.live_episodes()} == before
+    assert server.runtime.traces.get_episode(reset.json()["metadata"]["episode_id"]).status == "aborted"
