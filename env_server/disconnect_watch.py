@@ -21,7 +21,9 @@ class AbortOnDisconnect:
         self.app, self.runtime, self.path = app, runtime, path
 
     async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        if scope["type"] != "websocket" or scope["path"] != self.path:
+        # A socket attached to an HTTP MCP session (?session_id=) does not own it; that session's close ends it.
+        attached = b"session_id=" in scope.get("query_string", b"")
+        if scope["type"] != "websocket" or scope["path"] != self.path or attached:
             await self.app(scope, receive, send)
             return
         inbox: asyncio.Queue = asyncio.Queue()

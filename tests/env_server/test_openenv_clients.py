@@ -87,3 +87,15 @@ def test_http_reset_without_episode_id_is_stateless_and_keeps_no_container(serve
         assert http.get("/state").json()["episode_id"] is None
     assert {episode.id for episode in server.runtime.live_episodes()} == before
     assert server.runtime.traces.get_episode(reset.json()["metadata"]["episode_id"]).status == "aborted"
+
+
+def test_closing_the_mcp_tool_client_ends_its_episode(server):
+    async def abandon() -> str:
+        async with MCPToolClient(base_url=server.http_url) as env:
+            reset = await env.reset(task_id=DEMO_TASK_ID)
+            await env.call_tool("run", command="true")
+            return reset.observation.metadata["episode_id"]
+
+    episode_id = asyncio.run(abandon())
+    assert episode_id not in {episode.id for episode in server.runtime.live_episodes()}
+    assert server.runtime.traces.get_episode(episode_id).status == "aborted"
