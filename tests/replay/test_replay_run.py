@@ -1,0 +1,130 @@
+"""A replay run over two recorded traces: decisions, pairs with reference logprobs, gating, the cap, the report."""
+
+import asyncio
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.replay.recorded_traces import recorded_traces  # noqa: E402
+from tests.replay.tool_caller import READ_CORE  # noqa: E402
+from trainer_client.dpo_loss import completion_logps  # noqa: E402
+from trainer_client.preference_pairs import encode_pair  # noqa: E402
+from trainer_client.replay.action_key import action_key  # noqa: E402
+from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
+from trainer_client.replay.replay_run import ReplayRun, ReplaySettings  # noqa: E402
+from trainer_client.replay.spending import SpendingCap  # noqa: E402
+from trainer_client.replay.teachers import open_teacher  # noqa: E402
+from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+# The student's turns in the recorded traces: list_dir, submit | run, edit_file, read_file(core.py).
+TURNS = 5
+
+
+@pytest.fixture(scope="module")
+def scorer(tiny_model_dir) -> PolicyScorer:
+    return PolicyScorer(tiny_model_dir)
+
+
+def replay(configs, scorer, settings=ReplaySettings(), cap_usd=None):
+    """Run the replay over the recorded traces; returns (report, pairs)."""
+    pairs = []
+
+    async def go():
+        teachers = [(config, open_teacher(config)) for config in configs]
+        try:
+            run = ReplayRun(teachers, scorer, settings, SpendingCap(cap_usd), concurrency=2, emit=pairs.append)
+            return await run.run(recorded_traces())
+        finally:
+            for _, teacher in teachers:
+                await teacher.aclose()
+
+    return asyncio.run(go()), pairs
+
+
+def hf(name, path, **overrides):
+    return HFTeacherConfig(name=name, path=path, **overrides)
+
+
+def served(name, openai_server, **overrides):
+    base_url, model = openai_server
+    return OpenAITeacherConfig(name=name, base_url=base_url, model=model, **overrides)
+
+
+def test_unanimous_teachers_give_a_pair_wherever_the_student_differs(read_teacher_dir, openai_server, scorer, tiny_model_dir):
+    report, pairs = replay([hf("local", read_teacher_dir), served("served", openai_server)], scorer)
+    assert report.decisions["pair"] == 4
+    assert report.decisions["student_agrees"] == 1  # ep-2 read core.py itself at its last step
+    assert [(p.trace_id, p.step_index) for p in pairs] == [("ep-1", 0), ("ep-1", 1), ("ep-2", 0), ("ep-2", 1)]
+    assert all(action_key(p.chosen) == action_key(READ_CORE) and p.teachers == ["local", "served"] for p in pairs)
+    assert [p.rejected.tool for p in pairs] == ["list_dir", "submit", "run", "edit_file"]
+    assert {t.trace_id: t.pairs for t in report.traces} == {"ep-1": 2, "ep-2": 2}
+    assert report.teacher_calls == 2 * TURNS
+    assert report.teachers["served"].answered == TURNS and report.teachers["served"].errors == {}
+    assert report.step_latency.count == TURNS and report.step_latency.p95_s >= report.step_latency.p50_s > 0
+    assert report.teachers["local"].latency.p50_s > 0
+
+
+def test_stored_reference_logprobs_are_the_policys_logprobs_of_both_actions(read_teacher_dir, scorer, tiny_model_dir):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _, pairs = replay([hf("local", read_teacher_dir)], scorer)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    policy = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    encoded = [encode_pair(pair, tokenizer) for pair in pairs]
+    with torch.no_grad():
+        chosen = completion_logps(policy, [(e.prompt_ids, e.chosen_ids) for e in encoded], tokenizer.pad_token_id)
+        rejected = completion_logps(policy, [(e.prompt_ids, e.rejected_ids) for e in encoded], tokenizer.pad_token_id)
+    assert chosen.tolist() == pytest.approx([p.reference_chosen_logp for p in pairs], abs=1e-4)
+    assert rejected.tolist() == pytest.approx([p.reference_rejected_logp for p in pairs], abs=1e-4)
+    assert all(math.isfinite(p.reference_chosen_logp) and p.reference_chosen_logp < 0 for p in pairs)
+
+
+def test_teachers_split_evenly_make_ties_and_no_pairs(read_teacher_dir, run_teacher_dir, scorer):
+    report, pairs = replay([hf("reader", read_teacher_dir), hf("runner", run_teacher_dir)], scorer)
+    assert pairs == []
+    assert report.decisions["tie"] == TURNS
+
+
+def test_a_two_thirds_majority_passes_a_lower_threshold_only(read_teacher_dir, run_teacher_dir, openai_server, scorer):
+    teachers = [hf("reader", read_teacher_dir), served("served", openai_server), hf("runner", run_teacher_dir)]
+    report, pairs = replay(teachers, scorer, ReplaySettings(min_agreement=0.6))
+    assert report.decisions["pair"] == 4 and report.decisions["student_agrees"] == 1
+    assert all(p.teachers == ["reader", "served"] and p.agreement == pytest.approx(2 / 3) for p in pairs)
+    strict, none = replay(teachers, scorer, ReplaySettings(min_agreement=0.7))
+    assert none == []
+    assert strict.decisions["below_threshold"] == 4 and strict.decisions["student_agrees"] == 1
+
+
+def test_a_failing_teacher_blocks_every_pair_and_its_errors_are_counted(read_teacher_dir, scorer):
+    down = OpenAITeacherConfig(name="down", base_url="http://127.0.0.1:9/v1", model="m", max_retries=0)
+    report, pairs = replay([hf("local", read_teacher_dir), down], scorer)
+    assert pairs == []
+    assert report.decisions["teacher_error"] == TURNS
+    assert report.teachers["down"].errors == {"connection": TURNS}
+    assert report.teachers["local"].errors == {}
+
+
+def test_gating_skips_teachers_where_the_student_was_sure(read_teacher_dir, scorer):
+    gated, pairs = replay([hf("local", read_teacher_dir)], scorer, ReplaySettings(entropy_threshold=1e6))
+    assert pairs == [] and gated.teacher_calls == 0
+    assert gated.decisions["gated_out"] == TURNS
+    assert gated.calls_saved_by_gating == TURNS
+    open_gate, pairs = replay([hf("local", read_teacher_dir)], scorer, ReplaySettings(entropy_threshold=0.0))
+    assert open_gate.calls_saved_by_gating == 0 and len(pairs) == 4
+
+
+def test_the_spending_cap_stops_the_run_cleanly_before_it_is_passed(openai_server, scorer):
+    # each call reserves max_tokens * $1000/Mtok = $0.01 and really costs about a tenth of that
+    priced = served("served", openai_server, output_usd_per_mtok=1000.0, max_tokens=10)
+    report, pairs = replay([priced], scorer, cap_usd=0.025)
+    assert report.stopped_by_budget
+    assert report.cost_usd <= 0.025
+    assert report.decisions["budget_exhausted"] >= 1
+    assert report.teachers["served"].calls == sum(report.decisions[k] for k in ("pair", "student_agrees"))
+    assert len(pairs) == report.decisions["pair"] >= 1
+    assert report.cost_usd == pytest.approx(sum(t.cost_usd for t in report.traces))
+    assert report.cost_usd == pytest.approx(report.teachers["served"].cost_usd) and report.cost_usd > 0
