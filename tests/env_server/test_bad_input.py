@@ -112,3 +112,11 @@ def test_step_before_reset_gets_an_error_frame(server):
         reply = exchange(ws, {"type": "step", "data": {"tool": "run", "args": {"command": "true"}}})
         assert reply["type"] == "error" and "reset first" in reply["data"]["message"]
         assert exchange(ws, {"type": "reset", "data": {"task_id": DEMO_TASK_ID}})["type"] == "observation"
+
+
+@pytest.mark.parametrize("body", [b'{"action": ', b'{}', b'{"action": {"args": {}}}', b'{"action": {"tool": "run", "args": {}}, "timeout_s": -1}'])
+def test_malformed_or_incomplete_http_steps_get_a_4xx(server, body):
+    with httpx.Client(base_url=server.http_url) as http:
+        answer = http.post("/step", content=body, headers={"content-type": "application/json"})
+        assert 400 <= answer.status_code < 500, answer.text
+        assert http.get("/health").status_code == 200
