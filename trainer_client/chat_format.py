@@ -16,6 +16,7 @@ from proto import CodingObservation, EpisodeTrace, ToolCall
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_CODE_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 # Keys an action's metadata carries so that a trace can be turned back into the student's turns.
 TURN_KEY = "turn"
@@ -23,14 +24,12 @@ ASSISTANT_TEXT_KEY = "assistant_text"
 PARSE_ERROR_KEY = "parse_error"
 
 SYSTEM_INTRO = (
-    "You are a software engineer working in a repository at /workspace. "
-    "Fix the task by calling tools; call submit() when you are done.\n\n"
-    "You may call one or more functions. The function signatures are inside <tools></tools>:\n<tools>\n"
+    "You are a software engineer. The repository is in /workspace. Fix the task by calling tools; "
+    "call submit when you are done.\n\nTools:\n"
 )
 SYSTEM_OUTRO = (
-    "\n</tools>\n\nFor each function call, return a JSON object with the function name and arguments "
-    'within <tool_call></tool_call> tags:\n<tool_call>\n{"name": <function-name>, "arguments": <args-json-object>}\n'
-    "</tool_call>"
+    "\n\nTo call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags, for example:\n"
+    '<tool_call>\n{"name": "read_file", "arguments": {"path": "README.md"}}\n</tool_call>'
 )
 HINT_PREFIX = "Feedback on your last action: "
 
@@ -44,9 +43,16 @@ class ParsedToolCall:
 
 
 def system_prompt(tools: list[dict[str, Any]]) -> str:
-    """The system message: the job, the tool signatures and the call format."""
-    signatures = "\n".join(json.dumps({"type": "function", "function": tool}, sort_keys=True) for tool in tools)
-    return SYSTEM_INTRO + signatures + SYSTEM_OUTRO
+    """The system message: the job, one line per tool, and the call format with an example."""
+    return SYSTEM_INTRO + "\n".join(_tool_line(tool) for tool in tools) + SYSTEM_OUTRO
+
+
+def _tool_line(tool: dict[str, Any]) -> str:
+    """`- name(arg, optional?): description` from a tool's JSON-Schema spec."""
+    schema = tool.get("parameters") or {}
+    required = set(schema.get("required", []))
+    args = ", ".join(name if name in required else f"{name}?" for name in schema.get("properties", {}))
+    return f"- {tool['name']}({args}): {tool.get('description', '')}"
 
 
 def initial_messages(problem_statement: str, tools: list[dict[str, Any]]) -> list[dict[str, str]]:
@@ -93,11 +99,28 @@ def turn_feedback(observations: list[CodingObservation]) -> str | None:
 
 
 def parse_tool_calls(text: str) -> list[ParsedToolCall]:
-    """Every tool call in a turn's text; a turn with none yields one malformed call, never nothing."""
+    """Every tool call in a turn's text; a turn with none yields one malformed call, never nothing.
+
+    Without `<tool_call>` tags, a JSON `{"name", "arguments"}` object (or a list of them), bare or
+    in a code fence, is read as those calls: small policies often drop the tags.
+    """
     blocks = _TOOL_CALL_BLOCK.findall(text)
-    if not blocks:
-        return [_malformed("", {}, "no <tool_call> block in the reply")]
-    return [_parse_block(block) for block in blocks]
+    if blocks:
+        return [_parse_block(block) for block in blocks]
+    untagged = _untagged_calls(text)
+    return untagged or [_malformed("", {}, "no <tool_call> block in the reply")]
+
+
+def _untagged_calls(text: str) -> list[ParsedToolCall]:
+    for candidate in [*_CODE_FENCE.findall(text), text]:
+        try:
+            payload = json.loads(candidate.strip())
+        except json.JSONDecodeError:
+            continue
+        items = payload if isinstance(payload, list) else [payload]
+        if items and all(isinstance(item, dict) and isinstance(item.get("name"), str) for item in items):
+            return [_parse_block(json.dumps(item)) for item in items]
+    return []
 
 
 def _parse_block(block: str) -> ParsedToolCall:

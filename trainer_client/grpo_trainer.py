@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer_client.dpo_loss import sigmoid_dpo_loss
-from trainer_client.policy_forward import captured_hidden_states, completion_logps, head_logits
+from trainer_client.policy_forward import captured_hidden_states, head_logits, pair_logps
 from trainer_client.preference_pairs import EncodedPair, PreferencePair, encode_pair
 from trainer_client.sdpo_loss import sdpo_token_loss
 from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_context
@@ -31,6 +31,10 @@ class RegrowGRPOConfig(GRPOConfig):
     loss_type: str = field(default="dr_grpo", metadata={"help": "TRL loss; Dr.GRPO by default, any TRL objective works."})
     scale_rewards: str = field(default="none", metadata={"help": "Dr.GRPO does not divide advantages by the std."})
     beta: float = field(default=0.0, metadata={"help": "KL to a reference model; 0 loads no reference model."})
+    gradient_checkpointing: bool = field(
+        default=False,
+        metadata={"help": "Off: rollout workers generate with the live model, and checkpointing disables its KV cache."},
+    )
     alpha_sdpo: float = field(default=0.0, metadata={"help": "Weight of the SDPO channel; 0 turns it off."})
     sdpo_jsd_alpha: float = field(
         default=0.5, metadata={"help": "Generalized JSD interpolation: 0 forward KL(T||S), 1 reverse KL(S||T)."}
@@ -61,7 +65,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
         if args.beta_dpo and pair_batches is None:
             raise ValueError("beta_dpo > 0 needs preference pairs: pass --pairs pairs.jsonl")
         self.pair_batches = pair_batches if args.beta_dpo else None
-        self._encoded_pairs: dict[tuple[str, int], EncodedPair] = {}
+        self._encoded_pairs: dict[tuple[str, int, str], EncodedPair] = {}
         super().__init__(model=model, args=args, **kwargs)
         self.add_callback(_TeacherFollowsPolicy(self))
 
@@ -134,12 +138,13 @@ class RegrowGRPOTrainer(GRPOTrainer):
     def _dpo_loss(self, model, mode: str) -> torch.Tensor:
         """The sigmoid DPO loss on the next batch of replay pairs, logged under TRL's DPO names."""
         pairs = [self._encoded(pair) for pair in next(self.pair_batches)]
-        sequences = [(p.prompt_ids, p.chosen_ids) for p in pairs] + [(p.prompt_ids, p.rejected_ids) for p in pairs]
-        logps = completion_logps(self.accelerator.unwrap_model(model), sequences, self._pad_token_id)
-        device = logps.device
+        chosen, rejected = pair_logps(
+            self.accelerator.unwrap_model(model), [(p.prompt_ids, p.chosen_ids, p.rejected_ids) for p in pairs], self._pad_token_id
+        )
+        device = chosen.device
         dpo = sigmoid_dpo_loss(
-            logps[: len(pairs)],
-            logps[len(pairs) :],
+            chosen,
+            rejected,
             torch.tensor([p.reference_chosen_logp for p in pairs], device=device),
             torch.tensor([p.reference_rejected_logp for p in pairs], device=device),
             beta=self.args.dpo_beta,
@@ -150,7 +155,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
         return dpo.loss
 
     def _encoded(self, pair: PreferencePair) -> EncodedPair:
-        key = (pair.trace_id, pair.step_index)
+        key = (pair.trace_id, pair.step_index, pair.chosen_text)
         if key not in self._encoded_pairs:
             self._encoded_pairs[key] = encode_pair(pair, self.processing_class)
         return self._encoded_pairs[key]

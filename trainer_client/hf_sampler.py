@@ -93,6 +93,8 @@ class HFTurnSampler:
                 break
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
             position_ids = position_ids[:, -1:] + 1
+            if output.past_key_values is None:
+                raise RuntimeError("the policy returned no KV cache; turn gradient checkpointing off for streamed rollouts")
             output = self.model(
                 input_ids=token.unsqueeze(-1),
                 attention_mask=attention_mask,

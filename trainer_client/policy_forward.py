@@ -69,22 +69,40 @@ def last_token_logits(
     return torch.cat(out)
 
 
-def completion_logps(
-    model: torch.nn.Module, sequences: list[tuple[list[int], list[int]]], pad_token_id: int
-) -> torch.Tensor:
-    """Summed logprob (temperature 1) of each completion after its prompt: shape (len(sequences),).
+def pair_logps(
+    model: torch.nn.Module, pairs: list[tuple[list[int], list[int], list[int]]], pad_token_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Summed logprobs (temperature 1) of the chosen and rejected completions of (prompt, chosen, rejected) pairs.
 
-    Only the completion positions go through the LM head, so long contexts stay cheap in memory.
+    Each prompt runs once; both completions continue from its KV cache, so gradients reach the
+    prompt positions through both. Returns two tensors of shape (len(pairs),).
     """
     device = next(model.parameters()).device
-    rows = [prompt + completion for prompt, completion in sequences]
-    input_ids, attention_mask = left_padded(rows, pad_token_id, device)
-    hidden = backbone_of(model)(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    width = hidden.size(1)
-    totals = []
-    for i, (_, completion) in enumerate(sequences):
-        n = len(completion)
-        logprobs = torch.log_softmax(head_logits(model, hidden[i, width - n - 1 : width - 1], 1.0), dim=-1)
-        targets = torch.tensor(completion, dtype=torch.long, device=device)
-        totals.append(logprobs.gather(-1, targets.unsqueeze(-1)).sum())
-    return torch.stack(totals)
+    prompt_ids, prompt_mask = left_padded([prompt for prompt, _, _ in pairs], pad_token_id, device)
+    prompt_positions = (prompt_mask.cumsum(-1) - 1).clamp(min=0)
+    prompt_out = model(
+        input_ids=prompt_ids, attention_mask=prompt_mask, position_ids=prompt_positions, use_cache=True, logits_to_keep=1
+    )
+    cache = prompt_out.past_key_values
+    cache.batch_repeat_interleave(2)  # rows 2i and 2i+1 continue prompt i with its chosen and rejected completion
+    completions = [ids for _, chosen, rejected in pairs for ids in (chosen, rejected)]
+    width = max(len(ids) for ids in completions)
+    completion_ids = torch.full((len(completions), width), pad_token_id, dtype=torch.long)
+    completion_mask = torch.zeros((len(completions), width), dtype=torch.long)
+    for i, ids in enumerate(completions):
+        completion_ids[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        completion_mask[i, : len(ids)] = 1
+    completion_ids, completion_mask = completion_ids.to(device), completion_mask.to(device)
+    lengths = prompt_mask.sum(-1).repeat_interleave(2)
+    out = model(
+        input_ids=completion_ids,
+        attention_mask=torch.cat([prompt_mask.repeat_interleave(2, dim=0), completion_mask], dim=1),
+        position_ids=lengths.unsqueeze(1) + torch.arange(width, device=device),
+        past_key_values=cache,
+        use_cache=True,
+    )
+    # the prompt's last logits predict each completion's first token, then each position predicts the next
+    logits = torch.cat([prompt_out.logits[:, -1:].repeat_interleave(2, dim=0), out.logits[:, :-1]], dim=1)
+    token_logps = torch.log_softmax(logits.float(), dim=-1).gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1)
+    totals = (token_logps * completion_mask).sum(-1)
+    return totals[0::2], totals[1::2]

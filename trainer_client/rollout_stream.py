@@ -28,7 +28,7 @@ class StreamStats:
     episodes: int = 0
     groups_queued: int = 0
     groups_dropped_stale: int = 0
-    transport_retries: int = 0
+    episode_retries: int = 0
 
 
 @dataclass
@@ -175,6 +175,6 @@ class RolloutStream:
                 raise
             except EnvError as error:
                 last_error = error
-                self.stats.transport_retries += 1
+                self.stats.episode_retries += 1
                 logger.warning("episode %s failed (%s); replaying it from a fresh reset", options, error)
         raise EnvError(f"episode {options} failed {self._episode_retries + 1} times; last error: {last_error}") from last_error

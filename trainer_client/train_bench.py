@@ -1,0 +1,175 @@
+"""`regrow bench train`: step time of plain GRPO vs all three channels on the same batches.
+
+The batches are synthetic but shaped like real episodes: every row has `turns` policy turns
+separated by env responses, `hinted_share` of the turns follow env feedback, and each step draws
+`pairs` replay pairs whose contexts are episode prefixes. Rollouts are fixed, so the timings are
+those of the trainer step alone (forward, SDPO teacher, DPO pairs, backward, optimizer).
+"""
+
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from proto import ToolCall, tool_specs
+from trainer_client.agent_loop import TurnRecord, Trajectory
+from trainer_client.chat_format import format_tool_call, hint_message, initial_messages
+from trainer_client.chat_tokens import EpisodeTokenizer
+
+TURN_TOKENS = 40
+RESPONSE_TOKENS = 60
+PROBLEM = "The function clamp in calc/ops.py raises NotImplementedError. Implement it so the tests pass."
+
+
+def synthetic_trajectories(
+    tokens: EpisodeTokenizer, rows: int, turns: int, hinted_share: float, seed: int = 0
+) -> list[Trajectory]:
+    """Rows of random policy turns and env responses; a `hinted_share` of the turns (after the first) carry a hint."""
+    rng = random.Random(seed)
+    vocab = [i for i in range(len(tokens.tokenizer)) if i not in tokens.stop_ids and i != tokens.tokenizer.pad_token_id]
+    prompt = tokens.prompt_ids(initial_messages(PROBLEM, tool_specs()))
+    hinted = set(rng.sample([(r, t) for r in range(rows) for t in range(1, turns)], round(hinted_share * rows * turns)))
+    out = []
+    for row in range(rows):
+        trajectory = Trajectory(prompt_ids=prompt, reward=float(row % 2), done=True, stop_reason="done")
+        hint_at = None
+        for turn in range(turns):
+            start = len(trajectory.completion_ids)
+            ids = rng.choices(vocab, k=TURN_TOKENS - 1) + [tokens.end_of_turn_id]
+            trajectory.append(ids, [-2.0] * len(ids), from_policy=True)
+            hint = "edit text not found in calc/ops.py" if (row, turn) in hinted else None
+            trajectory.turns.append(TurnRecord(start, start + len(ids), "", 1, [], None, hint, hint_at if hint else None))
+            if turn < turns - 1:
+                trajectory.append(rng.choices(vocab, k=RESPONSE_TOKENS), None, from_policy=False)
+                hint_at = len(trajectory.completion_ids)
+                trajectory.append(tokens.env_segment(hint_message("x")).generation_prompt_ids, None, from_policy=False)
+        out.append(trajectory)
+    return out
+
+
+def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, seed: int = 0) -> list:
+    """Replay pairs whose contexts are `context_turns`-turn episode prefixes, scored by `model` as reference."""
+    import torch
+
+    from trainer_client.dpo_loss import completion_logps
+    from trainer_client.preference_pairs import PreferencePair, completion_ids
+
+    rng = random.Random(seed)
+    pairs = []
+    for index in range(count):
+        context = initial_messages(PROBLEM, tool_specs())
+        for turn in range(context_turns):
+            context.append({"role": "assistant", "content": format_tool_call(ToolCall(tool="run", args={"command": f"ls {turn}"}))})
+            context.append({"role": "user", "content": "<tool_response>\n" + "calc/ops.py tests/ " * rng.randint(8, 16) + "\n</tool_response>"})
+        chosen = format_tool_call(ToolCall(tool="read_file", args={"path": "calc/ops.py"}))
+        rejected = format_tool_call(ToolCall(tool="run", args={"command": f"rm -rf {index}"}))
+        prompt, chosen_ids = completion_ids(tokenizer, context, chosen)
+        _, rejected_ids = completion_ids(tokenizer, context, rejected)
+        with torch.no_grad():
+            reference = completion_logps(model, [(prompt, chosen_ids), (prompt, rejected_ids)], tokenizer.pad_token_id)
+        pairs.append(
+            PreferencePair(
+                trace_id=f"bench-{index}", task_id="bench", step_index=context_turns, context=context,
+                chosen=ToolCall(tool="read_file", args={"path": "calc/ops.py"}),
+                rejected=ToolCall(tool="run", args={"command": f"rm -rf {index}"}),
+                chosen_text=chosen, rejected_text=rejected,
+                reference_chosen_logp=float(reference[0]), reference_rejected_logp=float(reference[1]),
+                chosen_tokens=len(chosen_ids), rejected_tokens=len(rejected_ids),
+                reference_policy="bench", teachers=["bench"], agreement=1.0,
+            )
+        )
+    return pairs
+
+
+def _bench_model(spec: str) -> tuple[Any, Any]:
+    if spec == "tiny":
+        from transformers import Qwen2Config, Qwen2ForCausalLM
+
+        from trainer_client.policy_loading import demo_gguf_path
+        from transformers import AutoTokenizer
+
+        gguf = demo_gguf_path()  # the demo tokenizer and chat template, with a small random model
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
+        config = Qwen2Config(
+            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, max_position_embeddings=8192, eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+        tokenizer.padding_side = "left"
+        return Qwen2ForCausalLM(config), tokenizer
+    from trainer_client.policy_loading import load_policy
+
+    return load_policy(spec, "cpu")
+
+
+class _StepTimer:
+    def __init__(self):
+        self.durations: list[float] = []
+        self._start = 0.0
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._start = time.perf_counter()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.durations.append(time.perf_counter() - self._start)
+
+
+def _time_steps(model, tokenizer, trajectories, tokens, pairs, steps: int, workdir: Path, **channels) -> tuple[list[float], dict]:
+    import copy
+
+    from transformers import TrainerCallback
+
+    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+    from trainer_client.preference_pairs import PairBatches
+    from trainer_client.rollout_rows import env_reward, episode_slots, trajectory_rows
+
+    timer = type("StepTimer", (_StepTimer, TrainerCallback), {})()
+    args = RegrowGRPOConfig(
+        output_dir=str(workdir), per_device_train_batch_size=len(trajectories), num_generations=2,
+        max_completion_length=len(trajectories[0].completion_ids), max_steps=steps + 1, learning_rate=1e-6,
+        report_to=[], logging_steps=1, save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, **channels,
+    )
+    trainer = RegrowGRPOTrainer(
+        model=copy.deepcopy(model), args=args, reward_funcs=env_reward, train_dataset=episode_slots(len(trajectories) // 2),
+        processing_class=tokenizer, rollout_func=lambda prompts, t: trajectory_rows(trajectories, tokens),
+        pair_batches=PairBatches(pairs, len(pairs)) if channels.get("beta_dpo") else None, callbacks=[timer],
+    )
+    trainer.train()
+    last = next(e for e in reversed(trainer.state.log_history) if "loss" in e)
+    return timer.durations[1:], last  # the first step warms up allocators and caches
+
+
+def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int) -> dict:
+    """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio."""
+    import torch
+
+    torch.manual_seed(0)
+    model, tokenizer = _bench_model(model_spec)
+    tokens = EpisodeTokenizer(tokenizer)
+    trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share)
+    pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
+    with tempfile.TemporaryDirectory() as workdir:
+        plain, _ = _time_steps(model, tokenizer, trajectories, tokens, pairs, steps, Path(workdir) / "plain")
+        three, last = _time_steps(
+            model, tokenizer, trajectories, tokens, pairs, steps, Path(workdir) / "three",
+            alpha_sdpo=1.0, beta_dpo=0.1, sdpo_teacher="live",
+        )
+    plain_s, three_s = statistics.median(plain), statistics.median(three)
+    return {
+        "model": model_spec,
+        "device": "cpu",
+        "rows_per_batch": rows,
+        "turns_per_row": turns,
+        "tokens_per_row": len(trajectories[0].prompt_ids) + len(trajectories[0].completion_ids),
+        "hinted_turns_per_batch": sum(len(t.hinted_turns) for t in trajectories),
+        "dpo_pairs_per_batch": pair_count,
+        "steps_timed": steps,
+        "grpo_step_s": round(plain_s, 4),
+        "three_channel_step_s": round(three_s, 4),
+        "three_channel_vs_grpo": round(three_s / plain_s, 3),
+        "target_ratio": 1.35,
+        "distilled_tokens_per_batch": last.get("sdpo/distilled_tokens"),
+        "dpo_pairs_used_per_batch": last.get("dpo/pairs"),
+    }

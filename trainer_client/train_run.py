@@ -1,0 +1,134 @@
+"""One training run: load the policy, stream episodes from the env, and train with the three channels."""
+
+import itertools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer_client.train_settings import TrainSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainSummary:
+    """What a finished run reports."""
+
+    steps: int
+    episodes: int
+    groups_dropped_stale: int
+    episode_retries: int
+    final_model: Path
+    last_log: dict[str, float]
+
+
+def reset_options(settings: TrainSettings) -> Iterator[dict[str, Any]]:
+    """One reset per group: the given tasks in turn, or fresh seeds of the split."""
+    if settings.task_ids:
+        return ({"task_id": task_id} for task_id in itertools.cycle(settings.task_ids))
+    return ({"seed": settings.seed * 1_000_003 + n, "split": settings.split} for n in itertools.count())
+
+
+def resolve_device(choice: str) -> str:
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda, but torch sees no CUDA device; use --device cpu or auto")
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
+
+
+def last_checkpoint(output_dir: Path) -> str | None:
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
+
+
+def build_config(settings: TrainSettings, device: str):
+    from trainer_client.grpo_trainer import RegrowGRPOConfig
+
+    return RegrowGRPOConfig(
+        output_dir=str(settings.output_dir),
+        per_device_train_batch_size=settings.group_size * settings.groups_per_step,
+        num_generations=settings.group_size,
+        max_completion_length=settings.max_completion_tokens,
+        max_steps=settings.steps,
+        learning_rate=settings.learning_rate,
+        temperature=settings.temperature,
+        loss_type=settings.loss_type,
+        alpha_sdpo=settings.alpha_sdpo,
+        sdpo_teacher=settings.sdpo_teacher,
+        sdpo_jsd_alpha=settings.sdpo_jsd_alpha,
+        sdpo_top_k=settings.sdpo_top_k,
+        sdpo_importance_clip=settings.sdpo_importance_clip,
+        beta_dpo=settings.beta_dpo,
+        dpo_beta=settings.dpo_beta,
+        report_to=["tensorboard"] if settings.logger == "tensorboard" else [],
+        logging_dir=str(settings.output_dir / "tensorboard"),
+        logging_steps=1,
+        save_steps=settings.save_steps,
+        use_cpu=device == "cpu",
+        bf16=device == "cuda" and settings.bf16,
+        seed=settings.seed,
+    )
+
+
+def run_training(settings: TrainSettings) -> TrainSummary:
+    """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
+    from trainer_client.agent_loop import EpisodeLimits
+    from trainer_client.chat_tokens import EpisodeTokenizer
+    from trainer_client.grpo_trainer import RegrowGRPOTrainer
+    from trainer_client.hf_sampler import HFTurnSampler
+    from trainer_client.policy_loading import load_policy
+    from trainer_client.preference_pairs import PairBatches, read_pairs
+    from trainer_client.rollout_rows import StreamedRollouts, env_reward, episode_slots
+    from trainer_client.rollout_stream import RolloutStream
+
+    device = resolve_device(settings.device)
+    model, tokenizer = load_policy(settings.model, device)
+    tokens = EpisodeTokenizer(tokenizer)
+    pair_batches = None
+    if settings.beta_dpo:
+        if settings.pairs is None:
+            raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
+        pair_batches = PairBatches(read_pairs(settings.pairs), settings.dpo_pairs_per_step, seed=settings.seed)
+    sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, settings.temperature, max_batch=settings.workers)
+    limits = EpisodeLimits(
+        max_turns=settings.max_turns,
+        max_turn_tokens=settings.max_turn_tokens,
+        max_completion_tokens=settings.max_completion_tokens,
+    )
+    stream = RolloutStream(
+        settings.env, sampler, tokens, limits, reset_options(settings), workers=settings.workers,
+        group_size=settings.group_size, max_staleness=settings.max_staleness,
+        max_buffered_groups=2 * settings.groups_per_step,
+    )
+    trainer = RegrowGRPOTrainer(
+        model=model,
+        args=build_config(settings, device),
+        reward_funcs=env_reward,
+        train_dataset=episode_slots(settings.groups_per_step),
+        processing_class=tokenizer,
+        rollout_func=StreamedRollouts(stream, tokens, settings.episode_timeout_s),
+        pair_batches=pair_batches,
+    )
+    resume_from = last_checkpoint(settings.output_dir) if settings.resume else None
+    if resume_from:
+        logger.info("resuming from %s", resume_from)
+    with stream:
+        trainer.train(resume_from_checkpoint=resume_from)
+    final = settings.output_dir / "final"
+    trainer.save_model(str(final))
+    tokenizer.save_pretrained(str(final))
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    return TrainSummary(
+        steps=trainer.state.global_step,
+        episodes=stream.stats.episodes,
+        groups_dropped_stale=stream.stats.groups_dropped_stale,
+        episode_retries=stream.stats.episode_retries,
+        final_model=final,
+        last_log=logs[-1] if logs else {},
+    )

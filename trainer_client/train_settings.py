@@ -1,0 +1,46 @@
+"""Settings of a training run; each can come from the CLI or from a `REGROW_TRAIN_...` variable."""
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class TrainSettings(BaseSettings):
+    """What `regrow train` runs: where the env is, which policy, how episodes are played and scored."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_TRAIN_")
+
+    env: str = Field(description="Env server URL: http://host:port (WebSocket /ws) or grpc://host:port.")
+    model: str = Field(default="smollm2", description="Policy: a save_pretrained folder, a .gguf file, or 'smollm2'.")
+    output_dir: Path = Field(default=Path("runs/regrow"), description="Checkpoints and TensorBoard logs.")
+    task_ids: list[str] = Field(default_factory=list, description="Tasks to train on, cycled; empty samples by seed.")
+    split: str = Field(default="train", description="Task split to sample from when no task ids are given.")
+    steps: int = Field(default=100, ge=1, description="Optimizer steps.")
+    group_size: int = Field(default=4, ge=2, description="Episodes per task in a GRPO group.")
+    groups_per_step: int = Field(default=2, ge=1, description="Groups in one optimizer step.")
+    workers: int = Field(default=4, ge=1, description="Concurrent rollout workers (env sessions).")
+    max_staleness: int = Field(default=1, ge=0, description="Drop groups started more than this many updates ago.")
+    max_turns: int = Field(default=12, ge=1)
+    max_turn_tokens: int = Field(default=384, ge=8)
+    max_completion_tokens: int = Field(default=3072, ge=64, description="Token budget of all turns and env replies.")
+    temperature: float = Field(default=1.0, gt=0)
+    learning_rate: float = Field(default=1e-6, gt=0)
+    loss_type: str = Field(default="dr_grpo", description="TRL loss: dr_grpo, grpo, dapo, bnpo, cispo, sapo, ...")
+    alpha_sdpo: float = Field(default=0.0, ge=0, description="Weight of the SDPO channel.")
+    sdpo_teacher: Literal["live", "ema", "initial"] = "live"
+    sdpo_jsd_alpha: float = Field(default=0.5, ge=0, le=1)
+    sdpo_top_k: int | None = Field(default=None, ge=1)
+    sdpo_importance_clip: float = Field(default=2.0, gt=0)
+    pairs: Path | None = Field(default=None, description="Replay pairs JSONL for the DPO channel.")
+    beta_dpo: float = Field(default=0.0, ge=0, description="Weight of the DPO channel.")
+    dpo_beta: float = Field(default=0.1, gt=0, description="The DPO loss's own beta.")
+    dpo_pairs_per_step: int = Field(default=4, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
+    logger: Literal["tensorboard", "none"] = "tensorboard"
+    save_steps: int = Field(default=50, ge=1)
+    resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
+    seed: int = 0
+    episode_timeout_s: float = Field(default=1800.0, gt=0, description="Longest wait for a finished group.")
