@@ -13,7 +13,7 @@ console = Console(stderr=True)
 def train(
     env: str = typer.Option(..., "--env", help="Env server: http://host:port (WebSocket) or grpc://host:port."),
     model: str = typer.Option("smollm2", "--model", help="save_pretrained folder, .gguf file, or 'smollm2' (offline demo)."),
-    output_dir: Path = typer.Option(Path("runs/regrow"), "--output-dir", help="Checkpoints, TensorBoard logs, final model."),
+    output_dir: Path = typer.Option(Path("runs/regrow"), "--output-dir", help="Checkpoints, TensorBoard logs (runs/), the final model."),
     task_id: list[str] = typer.Option([], "--task-id", help="Train on these tasks (repeat); default: sample by seed."),
     steps: int = typer.Option(100, min=1, help="Optimizer steps."),
     group_size: int = typer.Option(4, min=2, help="Episodes per task in one GRPO group."),
@@ -66,7 +66,8 @@ def train(
         f"({summary.groups_dropped_stale} stale groups dropped, {summary.episode_retries} episode retries); "
         f"model saved to {summary.final_model}"
     )
-    console.print({k: round(v, 5) if isinstance(v, float) else v for k, v in summary.last_log.items()})
+    if summary.log_history:
+        console.print({k: round(v, 5) if isinstance(v, float) else v for k, v in summary.log_history[-1].items()})
 
 
 def bench_train(

@@ -5,6 +5,7 @@ whole next-token distributions on a few turns, so it reads the backbone's hidden
 same forward (a hook) and projects only the rows it needs through the LM head.
 """
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -18,11 +19,16 @@ def backbone_of(model: torch.nn.Module) -> torch.nn.Module:
 
 @contextmanager
 def captured_hidden_states(model: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
-    """Collect the backbone's last hidden state (with its graph) of every forward run inside the block."""
+    """Collect the backbone's last hidden state (with its graph) of every forward this thread runs in the block.
+
+    Rollout workers generate with the same module from another thread; their forwards are not collected.
+    """
     captured: list[torch.Tensor] = []
+    thread = threading.get_ident()
 
     def keep(module, args, output):
-        captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+        if threading.get_ident() == thread:
+            captured.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
 
     handle = backbone_of(model).register_forward_hook(keep)
     try:

@@ -21,7 +21,11 @@ class TrainSummary:
     groups_dropped_stale: int
     episode_retries: int
     final_model: Path
-    last_log: dict[str, float]
+    log_history: list[dict[str, float]]
+
+    @property
+    def distilled_tokens(self) -> float:
+        return sum(entry.get("sdpo/distilled_tokens", 0.0) for entry in self.log_history)
 
 
 def reset_options(settings: TrainSettings) -> Iterator[dict[str, Any]]:
@@ -67,7 +71,6 @@ def build_config(settings: TrainSettings, device: str):
         beta_dpo=settings.beta_dpo,
         dpo_beta=settings.dpo_beta,
         report_to=["tensorboard"] if settings.logger == "tensorboard" else [],
-        logging_dir=str(settings.output_dir / "tensorboard"),
         logging_steps=1,
         save_steps=settings.save_steps,
         use_cpu=device == "cpu",
@@ -123,12 +126,11 @@ def run_training(settings: TrainSettings) -> TrainSummary:
     final = settings.output_dir / "final"
     trainer.save_model(str(final))
     tokenizer.save_pretrained(str(final))
-    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     return TrainSummary(
         steps=trainer.state.global_step,
         episodes=stream.stats.episodes,
         groups_dropped_stale=stream.stats.groups_dropped_stale,
         episode_retries=stream.stats.episode_retries,
         final_model=final,
-        last_log=logs[-1] if logs else {},
+        log_history=[entry for entry in trainer.state.log_history if "loss" in entry],
     )

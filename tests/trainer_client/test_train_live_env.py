@@ -1,0 +1,107 @@
+"""Integration: `regrow train`'s run against a live `regrow serve` (real sandbox, real task), with the tiny policy."""
+
+import math
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer  # noqa: E402
+
+pytestmark = [pytest.mark.docker, pytest.mark.train]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def live_env(docker_backend, base_image, tmp_path_factory):
+    """`regrow serve` as a subprocess on 127.0.0.1 over the demo task store; yields (http URL, grpc URL)."""
+    store = build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks"))
+    port, grpc_port = free_port(), free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
+    process = subprocess.Popen(
+        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--host", "127.0.0.1",
+         "--port", str(port), "--grpc-port", str(grpc_port), "--max-episodes", "4"],
+        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"},
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"regrow serve did not come up; see {log.name}")
+        time.sleep(0.5)
+    try:
+        yield url, f"grpc://127.0.0.1:{grpc_port}"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_policy_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-policy")
+    tokenizer = train_tokenizer()
+    tiny_qwen2(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.mark.parametrize("transport", ["ws", "grpc"])
+def test_three_training_steps_against_the_live_env(live_env, tiny_policy_dir, tmp_path, transport):
+    from transformers import AutoModelForCausalLM
+
+    from trainer_client.train_run import run_training
+    from trainer_client.train_settings import TrainSettings
+
+    http_url, grpc_url = live_env
+    settings = TrainSettings(
+        env=http_url if transport == "ws" else grpc_url,
+        model=str(tiny_policy_dir),
+        output_dir=tmp_path / "run",
+        task_ids=[DEMO_TASK_ID],
+        steps=3,
+        group_size=2,
+        groups_per_step=1,
+        workers=2,
+        max_turns=3,
+        max_turn_tokens=32,
+        max_completion_tokens=1024,
+        learning_rate=1e-3,
+        alpha_sdpo=1.0,
+        logger="none",
+        device="cpu",
+        save_steps=100,
+        episode_timeout_s=600,
+    )
+    summary = run_training(settings)
+
+    assert summary.steps == 3 and summary.episodes >= 6
+    losses = [entry[k] for entry in summary.log_history if "loss" in entry for k in ("loss", "rlvr/loss", "sdpo/loss")]
+    assert len(losses) == 9 and all(math.isfinite(v) for v in losses)
+    assert summary.distilled_tokens > 0
+    before = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
+    after = AutoModelForCausalLM.from_pretrained(summary.final_model)
+    assert any(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
