@@ -119,10 +119,8 @@ def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: s
 
 
 def _pattern(canaries: Canaries) -> re.Pattern[bytes]:
-    words = b"|".join(re.escape(word) for word in sorted(canaries.identifiers))
-    literals = b"|".join(re.escape(literal) for literal in sorted(canaries.literals))
-    parts = ([rb"(?<![A-Za-z0-9_])(?:" + words + rb")(?![A-Za-z0-9_])"] if words else []) + ([literals] if literals else [])
-    return re.compile(b"|".join(parts))
+    # Plain substrings, no word boundaries: in a .pyc a marshal type byte (often a letter) follows each name.
+    return re.compile(b"|".join(re.escape(needle) for needle in sorted(canaries.identifiers | canaries.literals, key=len, reverse=True)))
 
 
 def scan_image(
