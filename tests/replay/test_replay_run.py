@@ -7,13 +7,15 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from proto.actions import ToolCall  # noqa: E402
 from tests.replay.recorded_traces import recorded_traces  # noqa: E402
 from tests.replay.tool_caller import READ_CORE  # noqa: E402
+from trainer_client.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call  # noqa: E402
 from trainer_client.dpo_loss import completion_logps  # noqa: E402
 from trainer_client.preference_pairs import encode_pair  # noqa: E402
 from trainer_client.replay.action_key import action_key  # noqa: E402
 from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
-from trainer_client.replay.replay_run import ReplayRun, ReplaySettings  # noqa: E402
+from trainer_client.replay.replay_run import ReplayRun, ReplaySettings, turn_starts  # noqa: E402
 from trainer_client.replay.spending import SpendingCap  # noqa: E402
 from trainer_client.replay.teachers import open_teacher  # noqa: E402
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
@@ -29,15 +31,15 @@ def scorer(tiny_model_dir) -> PolicyScorer:
     return PolicyScorer(tiny_model_dir)
 
 
-def replay(configs, scorer, settings=ReplaySettings(), cap_usd=None):
-    """Run the replay over the recorded traces; returns (report, pairs)."""
+def replay(configs, scorer, settings=ReplaySettings(), cap_usd=None, traces=None):
+    """Run the replay over `traces` (default: the recorded ones); returns (report, pairs)."""
     pairs = []
 
     async def go():
         teachers = [(config, open_teacher(config)) for config in configs]
         try:
             run = ReplayRun(teachers, scorer, settings, SpendingCap(cap_usd), concurrency=2, emit=pairs.append)
-            return await run.run(recorded_traces())
+            return await run.run(traces or recorded_traces())
         finally:
             for _, teacher in teachers:
                 await teacher.aclose()
@@ -128,3 +130,32 @@ def test_the_spending_cap_stops_the_run_cleanly_before_it_is_passed(openai_serve
     assert len(pairs) == report.decisions["pair"] >= 1
     assert report.cost_usd == pytest.approx(sum(t.cost_usd for t in report.traces))
     assert report.cost_usd == pytest.approx(report.teachers["served"].cost_usd) and report.cost_usd > 0
+
+
+def test_calls_sent_in_one_turn_are_one_decision_rejected_with_the_students_own_text(read_teacher_dir, scorer):
+    raw = "Look first, then give up.\n" + format_tool_call(ToolCall(tool="list_dir")) + "\n" + format_tool_call(ToolCall(tool="submit"))
+    trace = recorded_traces()[0]
+    for step in trace.steps:
+        step.action.metadata[TURN_KEY] = 0
+    trace.steps[0].action.metadata[ASSISTANT_TEXT_KEY] = raw
+    assert [s.index for s in turn_starts(trace)] == [0]
+    report, pairs = replay([hf("local", read_teacher_dir)], scorer, traces=[trace])
+    assert report.decisions["pair"] == 1 and report.traces[0].decision_points == 1
+    assert pairs[0].rejected_text == raw
+    assert pairs[0].rejected.tool == "list_dir"
+
+
+def test_regrow_replay_names_a_bad_teachers_file(tmp_path, tiny_model_dir):
+    from typer.testing import CliRunner
+
+    from regrow.cli import app
+
+    traces = tmp_path / "traces.jsonl"
+    traces.write_text("\n".join(t.model_dump_json() for t in recorded_traces()) + "\n")
+    teachers = tmp_path / "teachers.yaml"
+    teachers.write_text("teachers: []\n")
+    result = CliRunner().invoke(
+        app, ["replay", str(traces), "--teachers", str(teachers), "--out", str(tmp_path / "p.jsonl"), "--policy", str(tiny_model_dir)]
+    )
+    assert result.exit_code == 1
+    assert "is not a valid teachers file" in " ".join(result.output.split())

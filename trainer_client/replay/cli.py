@@ -1,9 +1,14 @@
 """`regrow replay`: turn recorded traces into DPO preference pairs by asking teacher models."""
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
+
+if TYPE_CHECKING:
+    from trainer_client.replay.replay_report import ReplayReport
+    from trainer_client.replay.replay_run import ReplaySettings
 
 console = Console(stderr=True)
 
@@ -38,10 +43,13 @@ def replay(
     )
 
 
-async def _run(traces_path: Path, teachers_path: Path, out: Path, policy: Path, settings, report_path: Path, device: str):
+async def _run(
+    traces_path: Path, teachers_path: Path, out: Path, policy: Path, settings: "ReplaySettings", report_path: Path, device: str
+) -> "ReplayReport":
     """Load everything, replay with a progress bar, and write the pairs and the report."""
     from rich.progress import Progress
 
+    from trainer_client.preference_pairs import PreferencePair
     from trainer_client.replay.policy_scorer import PolicyScorer
     from trainer_client.replay.replay_run import ReplayRun, read_traces, turn_starts
     from trainer_client.replay.spending import SpendingCap
@@ -50,16 +58,18 @@ async def _run(traces_path: Path, teachers_path: Path, out: Path, policy: Path, 
 
     plan = load_teachers_file(teachers_path)
     traces = read_traces(traces_path)
-    with console.status("loading the policy and the teachers..."):
-        scorer = PolicyScorer(policy, device=device)
-        live = [(config, open_teacher(config)) for config in plan.teachers]
+    live = []
     try:
+        with console.status("loading the policy and the teachers..."):
+            scorer = PolicyScorer(policy, device=device)
+            for config in plan.teachers:
+                live.append((config, open_teacher(config)))
         with out.open("w", encoding="utf-8") as sink, Progress(console=console) as progress:
             task = progress.add_task("replaying turns", total=sum(len(turn_starts(t)) for t in traces))
 
-            def emit(pair) -> None:
+            def emit(pair: PreferencePair) -> None:
                 sink.write(pair.model_dump_json() + "\n")
-                sink.flush()
+                sink.flush()  # pairs found before a crash or the cap are kept
 
             run = ReplayRun(live, scorer, settings, SpendingCap(plan.max_cost_usd), plan.concurrency, emit)
             result = await run.run(traces, on_step=lambda: progress.advance(task))
