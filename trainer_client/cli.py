@@ -72,9 +72,9 @@ def train(
 
 def bench_train(
     model: str = typer.Option("tiny", "--model", help="'tiny' (random 2-layer Qwen2), 'smollm2', or a model folder."),
-    steps: int = typer.Option(5, min=2, help="Timed steps per configuration (after one warm-up step)."),
-    rows: int = typer.Option(8, min=2, help="Trajectories per batch."),
-    turns: int = typer.Option(10, min=2, help="Policy turns per trajectory."),
+    steps: int = typer.Option(3, min=1, help="Timed steps per configuration (after one warm-up step)."),
+    rows: int = typer.Option(8, min=2, help="Trajectories per batch (an even number: groups of 2)."),
+    turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
     hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),
     pairs: int = typer.Option(4, min=1, help="DPO pairs per batch."),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
@@ -85,9 +85,31 @@ def bench_train(
     sys.stdout.write(json.dumps(run_train_bench(model, steps, rows, turns, hinted_share, pairs), indent=2) + "\n")
 
 
+def bench_rollouts(
+    env: str = typer.Option(..., "--env", help="Env server: http://host:port or grpc://host:port."),
+    model: str = typer.Option("tiny", "--model", help="'tiny', 'smollm2', or a model folder."),
+    workers: int = typer.Option(4, min=1, help="Concurrent rollout workers."),
+    episodes: int = typer.Option(16, min=1, help="Episodes to play."),
+    max_turns: int = typer.Option(4, min=1, help="Turn limit per episode."),
+    task_id: list[str] = typer.Option([], "--task-id", help="Tasks to play (repeat); default: sample by seed."),
+    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
+) -> None:
+    """Episodes per minute the rollout workers sustain against a live env server."""
+    from trainer_client.env_client import EnvError
+    from trainer_client.train_bench import run_rollout_bench
+
+    try:
+        result = run_rollout_bench(env, model, workers, episodes, max_turns, task_id)
+    except EnvError as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    sys.stdout.write(json.dumps(result, indent=2) + "\n")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     from trainer_client.replay import cli as replay_cli
 
     app.command("train")(train)
     bench_app.command("train")(bench_train)
+    bench_app.command("rollouts")(bench_rollouts)
     replay_cli.register(app, bench_app)

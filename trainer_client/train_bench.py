@@ -85,10 +85,9 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
 
 def _bench_model(spec: str) -> tuple[Any, Any]:
     if spec == "tiny":
-        from transformers import Qwen2Config, Qwen2ForCausalLM
+        from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
         from trainer_client.policy_loading import demo_gguf_path
-        from transformers import AutoTokenizer
 
         gguf = demo_gguf_path()  # the demo tokenizer and chat template, with a small random model
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
@@ -120,6 +119,7 @@ def _time_steps(model, tokenizer, trajectories, tokens, pairs, steps: int, workd
     import copy
 
     from transformers import TrainerCallback
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
     from trainer_client.preference_pairs import PairBatches
@@ -136,6 +136,8 @@ def _time_steps(model, tokenizer, trajectories, tokens, pairs, steps: int, workd
         processing_class=tokenizer, rollout_func=lambda prompts, t: trajectory_rows(trajectories, tokens),
         pair_batches=PairBatches(pairs, len(pairs)) if channels.get("beta_dpo") else None, callbacks=[timer],
     )
+    for printer in (PrinterCallback, ProgressCallback):  # a bench prints only its JSON
+        trainer.remove_callback(printer)
     trainer.train()
     last = next(e for e in reversed(trainer.state.log_history) if "loss" in e)
     return timer.durations[1:], last  # the first step warms up allocators and caches
@@ -172,4 +174,36 @@ def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_s
         "target_ratio": 1.35,
         "distilled_tokens_per_batch": last.get("sdpo/distilled_tokens"),
         "dpo_pairs_used_per_batch": last.get("dpo/pairs"),
+    }
+
+
+def run_rollout_bench(env_url: str, model_spec: str, workers: int, episodes: int, max_turns: int, task_ids: list[str]) -> dict:
+    """Episodes per minute that `workers` rollout workers sustain against a live env server."""
+    import itertools
+
+    from trainer_client.agent_loop import EpisodeLimits
+    from trainer_client.hf_sampler import HFTurnSampler
+    from trainer_client.rollout_stream import RolloutStream
+
+    model, tokenizer = _bench_model(model_spec)
+    tokens = EpisodeTokenizer(tokenizer)
+    sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
+    options = ({"task_id": t} for t in itertools.cycle(task_ids)) if task_ids else ({"seed": n} for n in itertools.count())
+    limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=48, max_completion_tokens=2048)
+    stream = RolloutStream(env_url, sampler, tokens, limits, options, workers=workers, group_size=1, max_staleness=10**9,
+                           max_buffered_groups=workers * 2)
+    started = time.perf_counter()
+    with stream:
+        played = [t for group in stream.next_groups(episodes, policy_version=0) for t in group]
+    elapsed = time.perf_counter() - started
+    return {
+        "env": env_url,
+        "model": model_spec,
+        "workers": workers,
+        "episodes": len(played),
+        "turns_per_episode": round(statistics.mean(len(t.turns) for t in played), 2),
+        "env_steps": sum(turn.calls for t in played for turn in t.turns),
+        "seconds": round(elapsed, 2),
+        "episodes_per_minute": round(60 * len(played) / elapsed, 2),
+        "episode_retries": stream.stats.episode_retries,
     }

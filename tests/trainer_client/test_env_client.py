@@ -1,0 +1,81 @@
+"""The env client's guarantees: a clear error at capacity, no reuse of a timed-out connection, pooling."""
+
+import asyncio
+
+import pytest
+
+from proto import ToolCall
+from tests.trainer_client.conftest import ScriptedSampler
+from tests.trainer_client.scripted_env import serve_scripted_env
+from trainer_client.agent_loop import EpisodeLimits
+from trainer_client.env_client import EnvAtCapacity, EnvClient, EnvTransportError
+from trainer_client.rollout_stream import RolloutStream
+
+
+async def test_capacity_error_names_the_limit_and_the_remedy():
+    with serve_scripted_env(max_sessions=1) as url:
+        client = EnvClient(url, max_connections=2)
+        async with client.episode(task_id="calc"):
+            with pytest.raises(EnvAtCapacity, match="at capacity .*1 of 1 sessions.*fewer rollout workers"):
+                async with client.episode(task_id="calc"):
+                    pass
+        await client.aclose()
+
+
+async def test_timed_out_connection_is_dropped_and_the_next_episode_is_clean(scripted_env_url):
+    client = EnvClient(scripted_env_url, max_connections=1, request_timeout=0.5)
+    with pytest.raises(EnvTransportError, match="no reply to 'step'"):
+        async with client.episode(task_id="calc") as episode:
+            await episode.step(ToolCall(tool="run", args={"command": "sleep 1.5"}))
+    await asyncio.sleep(1.5)  # the late reply to the timed-out step arrives now, on the dropped socket
+    async with client.episode(task_id="calc") as episode:
+        assert episode.first.problem_statement  # a reset observation, not the stale "ran sleep 1.5"
+        reply = await episode.step(ToolCall(tool="run", args={"command": "echo hi"}))
+        assert reply.output == "ran echo hi"
+    await client.aclose()
+
+
+async def test_finished_episodes_reuse_their_connection(scripted_env_url):
+    client = EnvClient(scripted_env_url, max_connections=1)
+    for _ in range(2):
+        async with client.episode(task_id="calc") as episode:
+            await episode.step(ToolCall(tool="submit"))
+    assert len(client._idle) == 1
+    await client.aclose()
+
+
+async def test_unreachable_server_is_a_transport_error_with_a_hint():
+    client = EnvClient("http://127.0.0.1:9", max_connections=1, open_timeout=2)
+    with pytest.raises(EnvTransportError, match="is `regrow serve` running"):
+        async with client.episode(task_id="calc"):
+            pass
+
+
+def test_stream_hands_out_whole_groups_of_one_task(scripted_env_url, tokenizer, episode_tokens):
+    submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
+    options = iter([{"task_id": f"task-{n}"} for n in range(100)])
+    stream = RolloutStream(scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=3, group_size=2)
+    with stream:
+        groups = stream.next_groups(3, policy_version=0, timeout=60)
+
+    assert len(groups) == 3 and all(len(group) == 2 for group in groups)
+    for group in groups:
+        assert len({t.reset_options["task_id"] for t in group}) == 1 and all(t.done for t in group)
+
+
+def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, episode_tokens):
+    submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
+    options = iter([{"task_id": f"task-{n}"} for n in range(100)])
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=2, group_size=2,
+        max_staleness=1, max_buffered_groups=2,
+    )
+    with stream:
+        stream.next_groups(2, policy_version=0, timeout=60)  # groups played by version 0
+        sampler.version = 5  # five updates later, new episodes start from version 5
+        fresh = stream.next_groups(1, policy_version=5, timeout=60)
+
+    assert stream.stats.groups_dropped_stale >= 1
+    assert all(t.policy_version == 5 for t in fresh[0])
