@@ -10,6 +10,7 @@ from task_synth.candidates import Unit
 from task_synth.errors import SynthError
 from task_synth.repo_layout import RepoLayout
 from task_synth.test_runs import coverage_map, run_tests
+from task_synth.mention_index import mention_index
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +26,7 @@ class Baseline:
     test_texts: dict[str, str]
     test_executions: int = 0
     flaky: set[str] = field(default_factory=set)
+    mentions: dict[str, set[str]] = field(default_factory=dict)
 
     def covering(self, unit: Unit) -> set[str]:
         """Stable tests that execute any line of the unit's body."""
@@ -65,4 +67,4 @@ def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, 
     test_texts = {path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files}
     log.info("baseline: %d tests, %d stable, %d files with coverage", len(collected), len(stable), len(lines))
     flaky = set.union(*passes) - stable
-    return Baseline(stable, collected, lines, layout.top_packages, test_texts, executions, flaky)
+    return Baseline(stable, collected, lines, layout.top_packages, test_texts, executions, flaky, mention_index(test_texts))

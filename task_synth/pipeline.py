@@ -65,9 +65,8 @@ def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str]
             if unit.kind in MODE_KINDS[mode]
         ]
         per_mode.append([(unit, mode) for unit in sample_units(weighted, budget, seed)])
-    interleaved = [pair for group in zip(*per_mode, strict=False) for pair in group]
-    longest = max((len(group) for group in per_mode), default=0)
-    for index in range(min((len(group) for group in per_mode), default=0), longest):
+    interleaved: list[tuple[Unit, str]] = []
+    for index in range(max((len(group) for group in per_mode), default=0)):
         interleaved += [group[index] for group in per_mode if index < len(group)]
     return interleaved[:budget]
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 import queue
 import shutil
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox import DockerBackend, Limits, Sandbox
@@ -36,12 +37,15 @@ class RepoContext:
     baseline: Baseline
     settings: SynthSettings
     _tokens: set[bytes] | None = None
+    _tokens_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def repo_image_tokens(self) -> set[bytes]:
-        if self._tokens is None:
-            self._tokens = image_tokens(self.backend, self.repo_image)
-        return self._tokens
+        """Every token of the repo image, read once (about 10 s) and shared by the jobs."""
+        with self._tokens_lock:
+            if self._tokens is None:
+                self._tokens = image_tokens(self.backend, self.repo_image)
+            return self._tokens
 
     def sandbox(self) -> Sandbox:
         """A sandbox from the repo image with the original workspace installed editable."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 import json
 import logging
-import shlex
 import tarfile
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
@@ -146,7 +145,3 @@ def coverage_map(sb: Sandbox, test_command: str, packages: list[str], timeout: f
         contexts = info.get("contexts", {})
         lines[path] = {int(line): {c for c in names if c} for line, names in contexts.items()}
     return run, lines
-
-
-def shell_quote(node_ids: list[str]) -> str:
-    return " ".join(shlex.quote(node) for node in node_ids)

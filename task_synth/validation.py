@@ -58,10 +58,26 @@ def broken_test_files(deletion: Deletion, test_texts: dict[str, str], module_nam
     return set()
 
 
+def mentioned_names(deletion: Deletion) -> set[str]:
+    """What a test would name to reach the deleted code: a private or dunder method is reached through its class."""
+    owner, _, member = deletion.unit.qualname.partition(".")
+    if deletion.unit.kind == "module":
+        return {owner.rsplit(".", 1)[-1]}
+    if member:
+        return {owner} if member.startswith("_") else {member}
+    return {owner}
+
+
 def predicted_tests(baseline: Baseline, deletion: Deletion, module_name: str) -> set[str]:
-    """Stable tests that execute the deleted code, plus every test of a test file that imports what is gone."""
+    """Tests that execute the deleted code (coverage), that name it, or that sit in a test file importing what is gone.
+
+    Naming catches code that coverage attributes to no test, such as code run in a thread.
+    """
     files = broken_test_files(deletion, baseline.test_texts, module_name)
-    return baseline.covering(deletion.unit) | {test for test in baseline.stable if test.split("::")[0] in files}
+    named = set().union(*(baseline.mentions.get(name, set()) for name in mentioned_names(deletion)))
+    return baseline.covering(deletion.unit) | {
+        test for test in baseline.stable if test.split("::")[0] in files or test.split("[")[0] in named
+    }
 
 
 def pytest_arguments(selected: list[str], whole_files: set[str]) -> list[str]:

@@ -21,7 +21,7 @@ from task_synth.test_runs import parse_junit
 
 pytestmark = pytest.mark.docker
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
-SETTINGS = SynthSettings(modes=["stub", "remove", "file"], max_tasks=3, seed=0)
+SETTINGS = SynthSettings(modes=["stub", "remove", "file"], max_tasks=3, seed=0, jobs=2)
 
 
 def _remove_images(backend, records):
@@ -182,10 +182,10 @@ def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_
     assert len(by_path["workspace/.mypy_cache/3.11/minilib/meta.json"]) == 2  # the cache itself and a canary in it
 
 
-def test_same_seed_gives_the_same_task(synthesized, docker_backend, tmp_path):
+def test_same_seed_gives_the_same_task_whatever_the_jobs(synthesized, docker_backend, tmp_path):
     report, _ = synthesized
     first = next(r for r in report.records if r.mode == "stub")
-    again = synthesize(str(MINILIB), tmp_path / "again", SETTINGS.model_copy(update={"modes": ["stub"], "max_tasks": 1}), backend=docker_backend)
+    again = synthesize(str(MINILIB), tmp_path / "again", SETTINGS.model_copy(update={"modes": ["stub"], "max_tasks": 1, "jobs": 1}), backend=docker_backend)
     assert len(again.records) == 1
     second = again.records[0]
     fields = ("instance_id", "image", "FAIL_TO_PASS", "PASS_TO_PASS", "solution_patch", "problem_statement", "deleted")
