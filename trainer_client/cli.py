@@ -72,7 +72,7 @@ def train(
 
 def bench_train(
     model: str = typer.Option("tiny", "--model", help="'tiny' (random 2-layer Qwen2), 'smollm2', or a model folder."),
-    steps: int = typer.Option(3, min=1, help="Timed steps per configuration (after one warm-up step)."),
+    steps: int = typer.Option(3, min=1, help="Timed steps per configuration, alternating (after one warm-up each)."),
     rows: int = typer.Option(8, min=2, help="Trajectories per batch (an even number: groups of 2)."),
     turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
     hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),

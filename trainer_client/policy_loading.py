@@ -46,3 +46,16 @@ def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # GRPOTrainer left-pads prompts
     return model.to(device), tokenizer
+
+
+def demo_messages() -> list[dict[str, str]]:
+    """The demo prompt: the tool prompt, one worked call, then a task the demo policy answers with a call."""
+    from proto import ToolCall, tool_specs
+    from trainer_client.chat_format import format_tool_call, system_prompt
+
+    return [
+        {"role": "system", "content": system_prompt(tool_specs())},
+        {"role": "user", "content": "Task: show me the file hello.py."},
+        {"role": "assistant", "content": format_tool_call(ToolCall(tool="read_file", args={"path": "hello.py"}))},
+        {"role": "user", "content": "Task: show me the file calc/ops.py."},
+    ]

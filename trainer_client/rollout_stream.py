@@ -83,7 +83,7 @@ class RolloutStream:
         return self
 
     def stop(self) -> None:
-        if self._loop is not None and self._main is not None:
+        if self._thread is not None and self._thread.is_alive() and self._loop is not None and self._main is not None:
             self._loop.call_soon_threadsafe(self._main.cancel)
         if self._thread is not None:
             self._thread.join(timeout=60)

@@ -103,44 +103,36 @@ def _bench_model(spec: str) -> tuple[Any, Any]:
     return load_policy(spec, "cpu")
 
 
-class _StepTimer:
-    def __init__(self):
-        self.durations: list[float] = []
-        self._start = 0.0
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        self._start = time.perf_counter()
-
-    def on_step_end(self, args, state, control, **kwargs):
-        self.durations.append(time.perf_counter() - self._start)
-
-
-def _time_steps(model, tokenizer, trajectories, tokens, pairs, steps: int, workdir: Path, **channels) -> tuple[list[float], dict]:
+def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path, **channels):
+    """A trainer whose rollouts are the fixed synthetic batch, ready to step by hand."""
     import copy
-
-    from transformers import TrainerCallback
-    from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
     from trainer_client.preference_pairs import PairBatches
     from trainer_client.rollout_rows import env_reward, episode_slots, trajectory_rows
 
-    timer = type("StepTimer", (_StepTimer, TrainerCallback), {})()
     args = RegrowGRPOConfig(
         output_dir=str(workdir), per_device_train_batch_size=len(trajectories), num_generations=2,
-        max_completion_length=len(trajectories[0].completion_ids), max_steps=steps + 1, learning_rate=1e-6,
-        report_to=[], logging_steps=1, save_strategy="no", use_cpu=True, seed=0, disable_tqdm=True, **channels,
+        max_completion_length=len(trajectories[0].completion_ids), learning_rate=1e-6, report_to=[],
+        save_strategy="no", use_cpu=True, seed=0, **channels,
     )
     trainer = RegrowGRPOTrainer(
         model=copy.deepcopy(model), args=args, reward_funcs=env_reward, train_dataset=episode_slots(len(trajectories) // 2),
         processing_class=tokenizer, rollout_func=lambda prompts, t: trajectory_rows(trajectories, tokens),
-        pair_batches=PairBatches(pairs, len(pairs)) if channels.get("beta_dpo") else None, callbacks=[timer],
+        pair_batches=PairBatches(pairs, len(pairs)) if channels.get("beta_dpo") else None,
     )
-    for printer in (PrinterCallback, ProgressCallback):  # a bench prints only its JSON
-        trainer.remove_callback(printer)
-    trainer.train()
-    last = next(e for e in reversed(trainer.state.log_history) if "loss" in e)
-    return timer.durations[1:], last  # the first step warms up allocators and caches
+    trainer.create_optimizer()
+    trainer.current_gradient_accumulation_steps = 1
+    return trainer
+
+
+def _timed_step(trainer, slots: list[dict]) -> float:
+    """One optimizer step: rollouts (fixed), the loss of every channel, backward, optimizer update."""
+    start = time.perf_counter()
+    trainer.training_step(trainer.model, slots, None)
+    trainer.optimizer.step()
+    trainer.optimizer.zero_grad()
+    return time.perf_counter() - start
 
 
 def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int) -> dict:
@@ -152,13 +144,22 @@ def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_s
     tokens = EpisodeTokenizer(tokenizer)
     trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share)
     pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
+    from trainer_client.rollout_rows import EPISODE_SLOT
+
+    slots = [{"prompt": EPISODE_SLOT} for _ in trajectories]
     with tempfile.TemporaryDirectory() as workdir:
-        plain, _ = _time_steps(model, tokenizer, trajectories, tokens, pairs, steps, Path(workdir) / "plain")
-        three, last = _time_steps(
-            model, tokenizer, trajectories, tokens, pairs, steps, Path(workdir) / "three",
+        grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo")
+        three = _bench_trainer(
+            model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "three",
             alpha_sdpo=1.0, beta_dpo=0.1, sdpo_teacher="live",
         )
-    plain_s, three_s = statistics.median(plain), statistics.median(three)
+        plain, both = [], []
+        for step in range(steps + 1):  # alternate, so that load from other processes hits both alike
+            plain.append(_timed_step(grpo, slots))
+            both.append(_timed_step(three, slots))
+        metrics = {name: values[-1] for name, values in three._metrics["train"].items()}
+    plain, both = plain[1:], both[1:]  # the first step warms up allocators and caches
+    plain_s, three_s = statistics.median(plain), statistics.median(both)
     return {
         "model": model_spec,
         "device": "cpu",
@@ -172,8 +173,10 @@ def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_s
         "three_channel_step_s": round(three_s, 4),
         "three_channel_vs_grpo": round(three_s / plain_s, 3),
         "target_ratio": 1.35,
-        "distilled_tokens_per_batch": last.get("sdpo/distilled_tokens"),
-        "dpo_pairs_used_per_batch": last.get("dpo/pairs"),
+        "distilled_tokens_per_batch": metrics.get("sdpo/distilled_tokens"),
+        "dpo_pairs_used_per_batch": metrics.get("dpo/pairs"),
+        "sdpo_loss": metrics.get("sdpo/loss"),
+        "dpo_loss": metrics.get("dpo/loss"),
     }
 
 
