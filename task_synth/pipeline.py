@@ -15,6 +15,7 @@ from proto.tasks import TaskRecord
 from sandbox import DockerBackend
 from task_synth.candidates import Unit, enumerate_units, rank_weight, sample_units
 from task_synth.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
+from task_synth.errors import SynthError
 from task_synth.repo_context import RepoContext, prepare_repo
 from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
@@ -87,7 +88,11 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[Built
     if verdict.rejection:
         log.info("%s (%s): %s %s", unit.key, mode, verdict.rejection, verdict.detail)
         return BuiltTask(None, verdict.rejection, None, verdict.test_executions, verdict.detail), verdict.test_executions
-    built = build_task(context, deletion, verdict)
+    try:
+        built = build_task(context, deletion, verdict)
+    except SynthError as error:  # the deleted workspace does not install in its image
+        log.info("%s (%s): task image failed: %s", unit.key, mode, error)
+        return BuiltTask(None, "import_broken", None, verdict.test_executions, str(error)), verdict.test_executions
     return built, verdict.test_executions + built.test_executions
 
 

@@ -59,10 +59,14 @@ def broken_test_files(deletion: Deletion, test_texts: dict[str, str], module_nam
 
 
 def mentioned_names(deletion: Deletion) -> set[str]:
-    """What a test would name to reach the deleted code: a private or dunder method is reached through its class."""
+    """What a test would name to reach the deleted code: a private or dunder method is reached through its class,
+    a deleted module through any name it defined."""
     owner, _, member = deletion.unit.qualname.partition(".")
     if deletion.unit.kind == "module":
-        return {owner.rsplit(".", 1)[-1]}
+        tree = ast.parse(deletion.original[deletion.unit.path])
+        defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
+        defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+        return {owner.rsplit(".", 1)[-1], *defined}
     if member:
         return {owner} if member.startswith("_") else {member}
     return {owner}
