@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -15,8 +14,6 @@ from task_synth.repo_context import prepare_repo
 from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
 from task_synth.validation import validate
-
-log = logging.getLogger(__name__)
 
 
 def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backend: DockerBackend | None = None, on_progress=None) -> dict:

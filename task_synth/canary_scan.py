@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import ast
 import io
-import logging
 import re
 import tarfile
 from collections.abc import Iterator
@@ -14,7 +13,6 @@ from sandbox import DockerBackend
 from sandbox.owner import MANAGED_LABEL, OWNER_LABEL
 from task_synth.deletion import Deletion
 
-log = logging.getLogger(__name__)
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5
 MIN_LITERAL = 8

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import queue
 import shutil
 import threading
@@ -22,7 +21,6 @@ from task_synth.source import Checkout, checkout
 from task_synth.test_runs import install_workspace
 from task_synth.wheelhouse import build_wheelhouse
 
-log = logging.getLogger(__name__)
 SANDBOX_LIMITS = Limits(memory_bytes=2048 << 20, pids=512, file_size_bytes=512 << 20)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import logging
 import re
 import shutil
 from dataclasses import dataclass
@@ -14,7 +13,6 @@ import git
 from task_synth.errors import SynthError
 from task_synth.repo_layout import SKIPPED_DIRS
 
-log = logging.getLogger(__name__)
 CACHE_NAMES = ("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".coverage", ".coverage.*", "*.egg-info", ".tox", ".nox")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import logging
 import random
 import shlex
 from dataclasses import dataclass, field
@@ -14,7 +13,6 @@ from task_synth.deletion import Deletion
 from task_synth.settings import SynthSettings
 from task_synth.test_runs import run_tests
 
-log = logging.getLogger(__name__)
 REJECTIONS = ("no_f2p", "no_p2p", "flaky", "import_broken", "leak", "oracle_failed", "timeout")
 
 
