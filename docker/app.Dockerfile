@@ -6,6 +6,8 @@ RUN python3 -m venv /opt/regrow/venv \
  && /opt/regrow/venv/bin/pip install --no-index --find-links /opt/regrow/wheelhouse --no-cache-dir regrow \
  && find /opt/regrow/venv -name __pycache__ -prune -exec rm -rf {} +
 COPY tests/fixtures/minilib /opt/regrow/demo-repo
+# Named volumes mounted here start with these owners, so the services can write as `agent`.
+RUN install -d -o agent -g agent /tasks /home/agent/traces
 ENV PATH=/opt/regrow/venv/bin:$PATH \
     REGROW_SYNTH_WHEELHOUSE=/opt/regrow/wheelhouse \
     PYTHONUNBUFFERED=1
