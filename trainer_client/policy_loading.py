@@ -55,7 +55,7 @@ def demo_messages() -> list[dict[str, str]]:
 
     return [
         {"role": "system", "content": system_prompt(tool_specs())},
-        {"role": "user", "content": "Task: show me the file hello.py."},
+        {"role": "user", "content": "Task: read the file hello.py."},
         {"role": "assistant", "content": format_tool_call(ToolCall(tool="read_file", args={"path": "hello.py"}))},
-        {"role": "user", "content": "Task: show me the file calc/ops.py."},
+        {"role": "user", "content": "Task: read the file calc/ops.py."},
     ]
