@@ -77,6 +77,8 @@ class ReplayRun:
         self._settings = settings
         self._cap = cap
         self._calls = asyncio.Semaphore(concurrency)
+        # steps in flight, so that a step's latency is its teachers' answer time, not our own queue
+        self._step_slots = asyncio.Semaphore(max(1, concurrency // len(teachers)))
         self._scoring = asyncio.Lock()
         self._emit = emit
         self._tallies = {config.name: TeacherTally() for config, _ in teachers}
@@ -156,28 +158,29 @@ class ReplayRun:
 
     async def _ask_teachers(self, messages: list[dict[str, str]], tally: TraceTally) -> list[TeacherVote] | None:
         """Every teacher's vote, or None when the cap leaves no room for this step's calls."""
-        if self.stopped_by_budget:
-            return None
-        reservations: list[Reservation] = []
-        try:
-            for config, _ in self._teachers:
-                reservations.append(self._cap.reserve(worst_case_cost_usd(config, messages)))
-        except BudgetExhausted as error:
-            for reservation in reservations:
-                self._cap.settle(reservation, 0.0)
-            if not self.stopped_by_budget:
-                log.warning("%s", error)
-            self.stopped_by_budget = True
-            return None
-        started = time.monotonic()
-        votes = await asyncio.gather(
-            *(
-                self._ask_one(config, teacher, messages, reservation, tally)
-                for (config, teacher), reservation in zip(self._teachers, reservations)
+        async with self._step_slots:
+            if self.stopped_by_budget:
+                return None
+            reservations: list[Reservation] = []
+            try:
+                for config, _ in self._teachers:
+                    reservations.append(self._cap.reserve(worst_case_cost_usd(config, messages)))
+            except BudgetExhausted as error:
+                for reservation in reservations:
+                    self._cap.settle(reservation, 0.0)
+                if not self.stopped_by_budget:
+                    log.warning("%s", error)
+                self.stopped_by_budget = True
+                return None
+            started = time.monotonic()
+            votes = await asyncio.gather(
+                *(
+                    self._ask_one(config, teacher, messages, reservation, tally)
+                    for (config, teacher), reservation in zip(self._teachers, reservations)
+                )
             )
-        )
-        self._step_latencies.append(time.monotonic() - started)
-        return list(votes)
+            self._step_latencies.append(time.monotonic() - started)
+            return list(votes)
 
     async def _ask_one(
         self,
