@@ -42,10 +42,22 @@ def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
         )
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype="float32", **extra)
+    if extra:
+        _drop_dequantized_gguf_quantizer(model)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # GRPOTrainer left-pads prompts
     return model.to(device), tokenizer
+
+
+def _drop_dequantized_gguf_quantizer(model: Any) -> None:
+    """The GGUF loader dequantized every tensor; detach its quantizer so Trainer trains and saves the model."""
+    packed = [name for name, p in model.named_parameters() if not p.dtype.is_floating_point]
+    if packed:
+        raise ValueError(f"GGUF tensors stayed quantized ({packed[:3]}...); this GGUF cannot be trained in full")
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer.remove_quantization_config(model)
+    model.config._is_quantized = False
 
 
 def demo_messages() -> list[dict[str, str]]:

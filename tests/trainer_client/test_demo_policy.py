@@ -27,6 +27,7 @@ def test_smollm2_loads_offline_and_answers_the_demo_prompt_with_a_tool_call():
     calls = parse_tool_calls(text)
 
     assert model.dtype == torch.float32 and model.num_parameters() > 100_000_000  # dequantized for training
+    assert not model.is_quantized
     assert "<tool_call>" in text and calls[0].error is None and calls[0].call.tool in TOOL_ARGS
 
 
