@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import bisect
 import io
 import re
 import tarfile
@@ -96,15 +97,23 @@ def _literals(source: str) -> set[str]:
     return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
 
 
+def _prefix_of_any(token: bytes, sorted_tokens: list[bytes]) -> bool:
+    index = bisect.bisect_left(sorted_tokens, token)
+    return index < len(sorted_tokens) and sorted_tokens[index].startswith(token)
+
+
 def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: set[bytes]) -> Canaries:
-    """What only the deleted code held: tokens and literals gone from the changed files and absent elsewhere."""
+    """What only the deleted code held: tokens and literals gone from the changed files and absent elsewhere.
+
+    An identifier that begins any token of the workspace or the image is no canary: the scan matches prefixes.
+    """
     before = "\n".join(deletion.original.values())
     after = "\n".join(text for text in deletion.changed.values() if text)
-    remaining_tokens = set(TOKEN.findall(workspace_text))
+    known = sorted(set(TOKEN.findall(workspace_text)) | repo_image_tokens)
     identifiers = {
         token
         for token in set(TOKEN.findall(before.encode())) - set(TOKEN.findall(after.encode()))
-        if len(token) >= MIN_IDENTIFIER and token not in remaining_tokens and token not in repo_image_tokens
+        if len(token) >= MIN_IDENTIFIER and not _prefix_of_any(token, known)
     }
     literals = set()
     for literal in _literals(before) - _literals(after):
@@ -117,8 +126,11 @@ def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: s
 
 
 def _pattern(canaries: Canaries) -> re.Pattern[bytes]:
-    # Plain substrings, no word boundaries: in a .pyc a marshal type byte (often a letter) follows each name.
-    return re.compile(b"|".join(re.escape(needle) for needle in sorted(canaries.identifiers | canaries.literals, key=len, reverse=True)))
+    # A name must start a token; its end is left open, as in a .pyc a marshal type byte (often a letter) follows it.
+    words = b"|".join(re.escape(word) for word in sorted(canaries.identifiers, key=len, reverse=True))
+    literals = b"|".join(re.escape(literal) for literal in sorted(canaries.literals, key=len, reverse=True))
+    parts = ([rb"(?<![A-Za-z0-9_])(?:" + words + rb")"] if words else []) + ([literals] if literals else [])
+    return re.compile(b"|".join(parts))
 
 
 def scan_image(

@@ -88,7 +88,7 @@ def prepare_repo(
     stage("wheelhouse")
     build_copy = scratch / "wheel-build"
     shutil.copytree(checked.root, build_copy, symlinks=True)
-    wheelhouse = build_wheelhouse(build_copy, settings.cache_dir)
+    wheelhouse = build_wheelhouse(build_copy, settings.cache_dir, tuple(settings.find_links), settings.offline)
     tag = repo_image_tag(checked.repo_name, wheelhouse.name)
     stage("repo image")
     if build_repo_image(backend, tag, wheelhouse):

@@ -30,6 +30,8 @@ class SynthSettings(BaseSettings):
     flaky_reruns: int = Field(2, ge=0)
     max_baseline_failure_fraction: float = Field(0.2, ge=0, le=1)
     test_timeout_s: float = Field(600, gt=0)
+    find_links: list[Path] = Field(default_factory=list, description="Local wheel directories searched first.")
+    offline: bool = Field(False, description="Resolve dependencies from find_links only (no package index).")
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "regrow" / "synth")
     split: str = "train"
     keep_rejected_images: bool = False

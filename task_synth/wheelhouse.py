@@ -67,8 +67,11 @@ def wheelhouse_key(root: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def build_wheelhouse(root: Path, cache_dir: Path) -> Path:
-    """Wheels of everything the repository needs to install and test, cached by its metadata."""
+def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] = (), offline: bool = False) -> Path:
+    """Wheels of everything the repository needs to install and test, cached by its metadata.
+
+    `find_links` are local wheel directories searched first; `offline` searches only them.
+    """
     root = root.resolve()
     target = cache_dir / "wheelhouse" / wheelhouse_key(root)
     if target.is_dir():
@@ -78,6 +81,7 @@ def build_wheelhouse(root: Path, cache_dir: Path) -> Path:
     extras = _extras(root)
     spec = f"{root}[{','.join(extras)}]" if extras else str(root)
     command = [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(partial), spec, *TEST_TOOLS, *build_requirements(root)]
+    command += [f"--find-links={path}" for path in find_links] + (["--no-index"] if offline else [])
     for name in REQUIREMENT_FILES:
         if (root / name).exists():
             command += ["-r", str(root / name)]
