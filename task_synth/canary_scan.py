@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sandbox import DockerBackend
 from sandbox.owner import MANAGED_LABEL, OWNER_LABEL
 from task_synth.deletion import Deletion
+from task_synth.python_ast import parse_python
 
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5
@@ -90,9 +91,8 @@ def image_tokens(backend: DockerBackend, image: str) -> set[bytes]:
 
 
 def _literals(source: str) -> set[str]:
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse_python(source)
+    if tree is None:
         return set()
     return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
 

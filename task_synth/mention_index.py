@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 
+from task_synth.python_ast import parse_python
+
 
 def mention_index(test_texts: dict[str, str]) -> dict[str, set[str]]:
     """Name -> the tests (node ids without parameters) whose function body mentions it, as a name or an attribute."""
@@ -16,9 +18,8 @@ def mention_index(test_texts: dict[str, str]) -> dict[str, set[str]]:
                 index.setdefault(name, set()).add(f"{prefix}::{function.name}")
 
     for path, text in test_texts.items():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
+        tree = parse_python(text)
+        if tree is None:
             continue
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):

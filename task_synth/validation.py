@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from sandbox import Sandbox
 from task_synth.baseline import Baseline
 from task_synth.deletion import Deletion
+from task_synth.python_ast import parse_python
 from task_synth.settings import SynthSettings
 from task_synth.test_runs import run_tests
 
@@ -32,9 +33,8 @@ def importing_test_files(test_texts: dict[str, str], names: set[str], modules: s
     """Test files whose imports of `names` or `modules` run at import time, so a deletion breaks them whole."""
     files = set()
     for path, text in test_texts.items():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
+        tree = parse_python(text)
+        if tree is None:
             continue
         for node in tree.body:
             if isinstance(node, ast.ImportFrom):
@@ -61,7 +61,7 @@ def mentioned_names(deletion: Deletion) -> set[str]:
     a deleted module through any name it defined."""
     owner, _, member = deletion.unit.qualname.partition(".")
     if deletion.unit.kind == "module":
-        tree = ast.parse(deletion.original[deletion.unit.path])
+        tree = parse_python(deletion.original[deletion.unit.path]) or ast.Module(body=[], type_ignores=[])
         defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
         defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
         return {owner.rsplit(".", 1)[-1], *defined}
