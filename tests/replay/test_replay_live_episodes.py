@@ -1,6 +1,7 @@
 """Integration: two episodes played on a live `regrow serve`, exported, and replayed by `regrow replay`."""
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -123,3 +124,24 @@ def test_regrow_replay_turns_live_episodes_into_pairs_and_a_report(live_traces, 
     assert report["cost_usd"] > 0 and report["cost_usd"] == pytest.approx(report["teachers"]["served"]["cost_usd"])
     assert report["teachers"]["local"]["errors"] == {} and report["teachers"]["served"]["errors"] == {}
     assert report["step_latency"]["p95_s"] >= report["step_latency"]["p50_s"] > 0
+
+
+def test_three_training_steps_with_all_three_channels_use_the_replay_pairs(live_server, live_pairs, tiny_model_dir, tmp_path):
+    from trainer_client.train_run import run_training
+    from trainer_client.train_settings import TrainSettings
+
+    url, _ = live_server
+    settings = TrainSettings(
+        env=url, model=str(tiny_model_dir), output_dir=tmp_path / "run", task_ids=[DEMO_TASK_ID], steps=3,
+        group_size=2, groups_per_step=1, workers=2, max_turns=3, max_turn_tokens=32, max_completion_tokens=1024,
+        learning_rate=1e-3, alpha_sdpo=1.0, pairs=live_pairs, beta_dpo=1.0, dpo_pairs_per_step=2, logger="none",
+        device="cpu", save_steps=100, episode_timeout_s=600,
+    )
+    summary = run_training(settings)
+    steps = [entry for entry in summary.log_history if "dpo/loss" in entry]
+    assert summary.steps == 3 and len(steps) == 3
+    for entry in steps:
+        assert all(math.isfinite(entry[name]) for name in ("loss", "rlvr/loss", "sdpo/loss", "dpo/loss"))
+        assert entry["dpo/pairs"] > 0
+    assert summary.distilled_tokens > 0
+    assert steps[0]["dpo/loss"] == pytest.approx(math.log(2), abs=1e-3)  # policy == reference before the first update

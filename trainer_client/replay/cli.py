@@ -25,8 +25,11 @@ def replay(
 ) -> None:
     """Replay TRACES against the teachers and write (context, chosen, rejected) pairs with reference logprobs."""
     import asyncio
+    import logging
 
     from trainer_client.replay.replay_run import ReplaySettings
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one INFO line per teacher call would bury the progress bar
 
     report_path = report or out.with_suffix(".report.json")
     try:
