@@ -27,11 +27,14 @@ images: setup
 	$(BIN)/regrow images build
 
 # The service images install regrow and its dependencies from here, with no network.
+# Dependencies and regrow's own wheel apart, so that a code change rebuilds one thin image layer.
 wheelhouse: setup
-	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage
+	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel
+	rm -rf .cache/regrow-wheel && mkdir -p .cache/regrow-wheel && mv $(WHEELHOUSE)/regrow-*.whl .cache/regrow-wheel/
 
 wheelhouse-train: wheelhouse
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE)-train --find-links $(WHEELHOUSE) '.[train]'
+	rm -f $(WHEELHOUSE)-train/regrow-*.whl
 
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@

@@ -3,13 +3,17 @@ ARG BASE_IMAGE=regrow/base:0.1.0
 FROM ${BASE_IMAGE}
 COPY .cache/wheelhouse /opt/regrow/wheelhouse
 RUN python3 -m venv /opt/regrow/venv \
- && /opt/regrow/venv/bin/pip install --no-index --find-links /opt/regrow/wheelhouse --no-cache-dir regrow \
+ && /opt/regrow/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q /opt/regrow/wheelhouse/*.whl
+COPY .cache/regrow-wheel /tmp/regrow-wheel
+RUN /opt/regrow/venv/bin/pip install --no-index --no-deps --no-cache-dir --disable-pip-version-check -q /tmp/regrow-wheel/*.whl \
+ && rm -rf /tmp/regrow-wheel \
  && find /opt/regrow/venv -name __pycache__ -prune -exec rm -rf {} +
 COPY tests/fixtures/minilib /opt/regrow/demo-repo
 # Named volumes mounted here start with these owners, so the services can write as `agent`.
 RUN install -d -o agent -g agent /tasks /home/agent/traces
 ENV PATH=/opt/regrow/venv/bin:$PATH \
-    REGROW_SYNTH_WHEELHOUSE=/opt/regrow/wheelhouse \
+    REGROW_SYNTH_FIND_LINKS='["/opt/regrow/wheelhouse"]' \
+    REGROW_SYNTH_OFFLINE=1 \
     PYTHONUNBUFFERED=1
 USER agent
 WORKDIR /home/agent

@@ -2,8 +2,8 @@
 ARG APP_IMAGE=regrow/app:0.1.0
 FROM ${APP_IMAGE}
 USER root
-COPY .cache/wheelhouse-train /opt/regrow/wheelhouse-train
-RUN /opt/regrow/venv/bin/pip install --no-index --find-links /opt/regrow/wheelhouse --find-links /opt/regrow/wheelhouse-train \
-        --no-cache-dir 'regrow[train]' \
- && rm -rf /opt/regrow/wheelhouse-train
+COPY .cache/wheelhouse-train /tmp/wheelhouse-train
+RUN /opt/regrow/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q \
+        --find-links /opt/regrow/wheelhouse /tmp/wheelhouse-train/*.whl \
+ && rm -rf /tmp/wheelhouse-train
 USER agent
