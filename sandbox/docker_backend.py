@@ -17,7 +17,7 @@ from sandbox.errors import DockerUnavailable, ExecTimeout, ImageNotFound, Sandbo
 from sandbox.exec_stream import read_exec_stream
 from sandbox.file_transfer import DirEntry, list_dir, read_file, search, write_file
 from sandbox.limits import Hardening, Limits
-from sandbox.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
+from sandbox.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL, current_owner, own_container_id
 
 log = logging.getLogger(__name__)
 
@@ -221,6 +221,8 @@ class DockerBackend:
         limits = limits or Limits()
         hardening = hardening or Hardening()
         all_labels = {**(labels or {}), MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
+        if own_container_id():
+            all_labels[OWNER_CONTAINER_LABEL] = own_container_id()
         host_config = self.api.create_host_config(
             network_mode="bridge" if hardening.network else "none",
             cap_drop=["ALL"] if hardening.drop_all_capabilities else None,
@@ -272,6 +274,12 @@ class DockerBackend:
     def managed_containers(self) -> list[dict]:
         """Every container on the engine that carries regrow's managed label."""
         return self.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"})
+
+    def container_running(self, container_id: str) -> bool:
+        try:
+            return bool(self.api.inspect_container(container_id)["State"].get("Running"))
+        except docker.errors.NotFound:
+            return False
 
     def image_exists(self, image: str) -> bool:
         try:

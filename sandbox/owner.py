@@ -1,11 +1,25 @@
 """Who owns a container: a label value naming one live process, and the test of its liveness."""
 
 import os
+import re
 import socket
 from functools import cache
 
 MANAGED_LABEL = "regrow.managed"
 OWNER_LABEL = "regrow.owner"
+# Set when the owner itself runs in a container: the engine then tells whether that container lives.
+OWNER_CONTAINER_LABEL = "regrow.owner.container"
+
+
+@cache
+def own_container_id() -> str | None:
+    """The id of the Docker container this process runs in, or None on a plain host."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            match = re.search(r"/containers/([0-9a-f]{64})/", mounts.read())
+    except OSError:
+        return None
+    return match.group(1) if match else None
 
 
 def _start_ticks(pid: int) -> str | None:

@@ -7,7 +7,7 @@ import threading
 import time
 
 from sandbox.docker_backend import DockerBackend
-from sandbox.owner import OWNER_LABEL, owner_is_alive
+from sandbox.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
 
 log = logging.getLogger(__name__)
 
@@ -16,10 +16,12 @@ CREATION_GRACE_S = 30.0
 
 
 class Reaper:
-    """Reaps orphans: our own untracked containers, and those of dead owners on this host.
+    """Reaps orphans: our own untracked containers, and those of dead owners.
 
-    Containers owned by a process on another host are left alone unless `foreign_ttl_s`
-    is set and they are older than that.
+    An owner that ran in a container is dead when that container no longer runs (or, if it is
+    our own container, when its process is gone); an owner on this host is dead when its process
+    is. Containers of owners elsewhere are left alone unless `foreign_ttl_s` is set and they are
+    older than that.
     """
 
     def __init__(
@@ -38,10 +40,14 @@ class Reaper:
         self._thread: threading.Thread | None = None
 
     def is_orphan(self, container: dict, now: float) -> bool:
-        owner = container.get("Labels", {}).get(OWNER_LABEL, "")
+        labels = container.get("Labels") or {}
+        owner = labels.get(OWNER_LABEL, "")
         age = now - float(container.get("Created", now))
         if owner == self.backend.owner:
             return container["Id"] not in self.backend.live_ids() and age > self.creation_grace_s
+        owner_container = labels.get(OWNER_CONTAINER_LABEL)
+        if owner_container and owner_container != own_container_id():
+            return not self.backend.container_running(owner_container)
         alive = owner_is_alive(owner)
         if alive is None:
             return self.foreign_ttl_s is not None and age > self.foreign_ttl_s

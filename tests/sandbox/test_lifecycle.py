@@ -85,3 +85,21 @@ def test_reaper_leaves_containers_of_other_hosts_alone_without_a_ttl(docker_back
         assert foreign in Reaper(docker_backend, foreign_ttl_s=-1).reap_once()
     finally:
         docker_backend.remove(foreign)
+
+
+def test_reaper_judges_a_containerised_owner_by_its_container(docker_backend, base_image):
+    with docker_backend.create(base_image) as owner_box:
+        owned_by_live = docker_backend.api.create_container(
+            base_image, ["sleep", "infinity"],
+            labels={"regrow.managed": "1", "regrow.owner": "box:1:1", "regrow.owner.container": owner_box.id},
+        )["Id"]
+        owned_by_gone = docker_backend.api.create_container(
+            base_image, ["sleep", "infinity"],
+            labels={"regrow.managed": "1", "regrow.owner": "box:1:1", "regrow.owner.container": "f" * 64},
+        )["Id"]
+        try:
+            reaped = Reaper(docker_backend, creation_grace_s=0).reap_once()
+            assert owned_by_gone in reaped and owned_by_live not in reaped
+        finally:
+            docker_backend.remove(owned_by_live)
+            docker_backend.remove(owned_by_gone)
