@@ -18,7 +18,6 @@ from task_synth.python_ast import parse_python
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5
 MIN_LITERAL = 8
-LONG_LITERAL = 24
 CACHE_NAMES = re.compile(
     r"(^|/)(__pycache__|[^/]+\.pyc|\.mypy_cache|\.pytest_cache|\.ruff_cache|\.hypothesis|\.coverage(\.[^/]*)?|\.tox|\.nox)(/|$)"
 )
@@ -120,7 +119,8 @@ def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: s
         encoded = literal.encode()
         if len(encoded) < MIN_LITERAL or encoded in workspace_text:
             continue
-        if len(encoded) >= LONG_LITERAL or any(token not in repo_image_tokens for token in TOKEN.findall(encoded)):
+        # A literal counts only with a word of its own: long common messages occur in vendored code.
+        if any(token not in repo_image_tokens for token in TOKEN.findall(encoded)):
             literals.add(encoded)
     return Canaries(frozenset(identifiers), frozenset(literals))
 

@@ -72,7 +72,7 @@ def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str]
     return interleaved[:budget]
 
 
-def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[BuiltTask | None, int]:
+def _candidate(context: RepoContext, pool, unit: Unit, mode: str, created_images: list[str]) -> tuple[BuiltTask | None, int]:
     """Validate one candidate in a pooled sandbox and, when valid, build its task; (task or None, test executions)."""
     try:
         deletion: Deletion = delete_unit(context.layout, unit, mode)
@@ -89,7 +89,7 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[Built
         log.info("%s (%s): %s %s", unit.key, mode, verdict.rejection, verdict.detail)
         return BuiltTask(None, verdict.rejection, None, verdict.test_executions, verdict.detail), verdict.test_executions
     try:
-        built = build_task(context, deletion, verdict)
+        built = build_task(context, deletion, verdict, created_images)
     except SynthError as error:  # the deleted workspace does not install in its image
         log.info("%s (%s): task image failed: %s", unit.key, mode, error)
         return BuiltTask(None, "import_broken", None, verdict.test_executions, str(error)), verdict.test_executions
@@ -139,14 +139,12 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
         while index < len(candidates) and report.valid < settings.max_tasks:
             batch = candidates[index : index + settings.jobs]
             index += len(batch)
-            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1]), batch))
+            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1], created_images), batch))
             for built, executions in results:
                 report.test_executions += executions
                 if built is None:
                     continue
                 report.candidates += 1
-                if built.image:
-                    created_images.append(built.image)
                 keep = built.record is not None and report.valid < settings.max_tasks
                 if keep:
                     report.records.append(built.record)

@@ -83,10 +83,11 @@ def oracle_check(context: RepoContext, image: str, patch: str, tests: list[str])
         return None, run.executions
 
 
-def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> BuiltTask:
-    """Build, scan and oracle-check one task; the image is removed again unless the task is valid."""
+def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, created_images: list[str]) -> BuiltTask:
+    """Build, scan and oracle-check one task; its tag goes into `created_images` before the build starts."""
     identifier = instance_id(context, deletion)
     tag = task_image_tag(identifier)
+    created_images.append(tag)  # first, so that a run failing in another job still removes this image
     patch = solution_patch(deletion)
     with tempfile.TemporaryDirectory(prefix="regrow-workspace-") as scratch:
         workspace = build_workspace(context.checkout.root, deletion, Path(scratch) / "workspace")
