@@ -15,7 +15,8 @@ from sandbox.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
 
 log = logging.getLogger(__name__)
-DOCKERFILES = Path(__file__).parent / "docker"
+# Beside the modules, so that the package-data pattern "*.Dockerfile" ships them in the wheel.
+DOCKERFILES = Path(__file__).parent
 SYNTH_LABEL = "regrow.synth"
 
 
