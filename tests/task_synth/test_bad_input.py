@@ -16,7 +16,9 @@ SETTINGS = SynthSettings(max_tasks=1)
 
 
 def _synth_images(backend) -> set[str]:
-    return {image.id for image in backend.client.images.list(filters={"label": SYNTH_LABEL})}
+    """This fixture's synth images only: other stacks on the engine build their own meanwhile."""
+    images = backend.client.images.list(filters={"label": SYNTH_LABEL})
+    return {tag for image in images for tag in image.tags if tag.startswith(("regrow/repo-minilib:", "regrow/task-minilib:"))}
 
 
 def _minilib_copy(tmp_path: Path) -> Path:
