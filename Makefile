@@ -39,7 +39,7 @@ wheelhouse-train: wheelhouse
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
 
-test: images
+test: images wheelhouse
 	$(BIN)/pytest
 
 up: images wheelhouse .env
