@@ -108,11 +108,9 @@ def test_readme_snippet_for_your_own_trainer_runs_against_the_stack(stack, capsy
 
 
 def test_regrow_train_runs_two_steps_against_the_stack(stack, tmp_path):
-    from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer
+    from tests.trainer_client.tiny_policy import save_tiny_policy
 
-    tokenizer = train_tokenizer()
-    tiny_qwen2(tokenizer).save_pretrained(tmp_path / "policy")
-    tokenizer.save_pretrained(tmp_path / "policy")
+    save_tiny_policy(tmp_path / "policy")
     regrow = str(Path(sys.executable).parent / "regrow")
     trained = subprocess.run(
         [regrow, "train", "--env", stack["url"], "--model", str(tmp_path / "policy"), "--output-dir", str(tmp_path / "run"),

@@ -2,11 +2,8 @@
 
 from pathlib import Path
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+from tests.tiny_chat_model import random_qwen2, train_chatml_tokenizer
+
 CORPUS = [
     "Fix the failing test in mathlib. The function add should return the sum of its arguments.",
     '{"name": "read_file", "arguments": {"path": "mathlib/core.py"}}',
@@ -32,37 +29,9 @@ def build_tiny_chat_model(folder: Path, whole_replies: tuple[str, ...] = (), see
 
     Each of `whole_replies` becomes one added token, so that a teacher can learn it in a few steps.
     """
-    import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=1500, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    bpe.train_from_iterator(training_corpus() * 4, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
-    )
-    tokenizer.chat_template = CHATML_TEMPLATE
+    tokenizer = train_chatml_tokenizer(training_corpus() * 4, vocab_size=1500)
     tokenizer.add_tokens(list(whole_replies))
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=None,
-    )
-    model = Qwen2ForCausalLM(config)
+    model = random_qwen2(tokenizer, hidden_size=32, intermediate_size=64, max_positions=4096, tie_embeddings=True, seed=seed)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

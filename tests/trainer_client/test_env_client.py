@@ -1,6 +1,7 @@
 """The env client's guarantees: a clear error at capacity, no reuse of a timed-out connection, pooling."""
 
 import asyncio
+import time
 
 import pytest
 
@@ -73,7 +74,11 @@ def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, ep
         max_staleness=1, max_buffered_groups=2,
     )
     with stream:
-        stream.next_groups(2, policy_version=0, timeout=60)  # groups played by version 0
+        stream.next_groups(2, policy_version=0, timeout=60)
+        deadline = time.monotonic() + 60
+        while stream.stats.groups_queued < 4 and time.monotonic() < deadline:  # two more buffered from version 0
+            time.sleep(0.05)
+        assert stream.stats.groups_queued >= 4
         sampler.version = 5  # five updates later, new episodes start from version 5
         fresh = stream.next_groups(1, policy_version=5, timeout=60)
 

@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
-from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer  # noqa: E402
+from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
 
@@ -63,10 +63,7 @@ def live_env(docker_backend, base_image, tmp_path_factory):
 @pytest.fixture(scope="module")
 def tiny_policy_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-policy")
-    tokenizer = train_tokenizer()
-    tiny_qwen2(tokenizer).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_policy(folder)
 
 
 @pytest.mark.parametrize("transport", ["ws", "grpc"])

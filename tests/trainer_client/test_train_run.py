@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer  # noqa: E402
+from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -12,10 +12,7 @@ pytestmark = pytest.mark.train
 @pytest.fixture(scope="module")
 def tiny_policy_dir(tmp_path_factory):
     folder = tmp_path_factory.mktemp("tiny-policy")
-    tokenizer = train_tokenizer()
-    tiny_qwen2(tokenizer).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_policy(folder)
 
 
 def settings_for(url, model, output_dir, steps):

@@ -1,10 +1,9 @@
-"""A tiny random-init Qwen2 policy and a byte-level BPE tokenizer trained here, with a ChatML template."""
+"""The trainer tests' tiny policy: a random-init Qwen2 and a 600-token tokenizer trained on agent-like text."""
 
-CHATML = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+from pathlib import Path
+
+from tests.tiny_chat_model import random_qwen2, train_chatml_tokenizer
+
 TEXTS = [
     "You are a software engineer working in a repository at /workspace. Fix the task by calling tools.",
     '<tool_call>\n{"name": "run", "arguments": {"command": "python -m pytest -q"}}\n</tool_call>',
@@ -16,36 +15,16 @@ TEXTS = [
 
 
 def train_tokenizer():
-    """A PreTrainedTokenizerFast over a 600-token byte-level BPE, EOS `<|im_end|>`, pad `<|endoftext|>`."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    bpe.train_from_iterator(TEXTS * 8, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tokenizer.chat_template = CHATML
-    return tokenizer
+    return train_chatml_tokenizer(TEXTS * 8, vocab_size=600)
 
 
 def tiny_qwen2(tokenizer, seed: int = 0):
-    """A 2-layer Qwen2 with random weights sized for `tokenizer`."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    return random_qwen2(tokenizer, hidden_size=48, intermediate_size=96, max_positions=8192, tie_embeddings=False, seed=seed)
 
-    torch.manual_seed(seed)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=48,
-        intermediate_size=96,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=8192,
-        tie_word_embeddings=False,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return Qwen2ForCausalLM(config)
+
+def save_tiny_policy(folder: Path) -> Path:
+    """The tiny policy and its tokenizer in a save_pretrained folder, as `regrow train --model` takes it."""
+    tokenizer = train_tokenizer()
+    tiny_qwen2(tokenizer).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
