@@ -41,6 +41,8 @@ def synth(
     max_candidates: int = typer.Option(None, "--max-candidates", min=1, help="Candidates to try at most."),
     jobs: int = typer.Option(1, "--jobs", min=1, help="Candidates validated in parallel."),
     test_cmd: str = typer.Option(None, "--test-cmd", help="Base pytest command run in /workspace."),
+    rewrite_url: str = typer.Option(None, "--rewrite-url", help="OpenAI-compatible endpoint (…/v1) that rewrites problem statements."),
+    rewrite_model: str = typer.Option(None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."),
 ) -> None:
     """Turn a test-heavy Python repository into validated feature-deletion tasks."""
     from rich.table import Table
@@ -51,7 +53,8 @@ def synth(
     from task_synth.pipeline import synthesize
 
     try:
-        settings = _settings(ref=ref, modes=mode, seed=seed, max_tasks=max_tasks, max_candidates=max_candidates, jobs=jobs, test_command=test_cmd)
+        settings = _settings(ref=ref, modes=mode, seed=seed, max_tasks=max_tasks, max_candidates=max_candidates, jobs=jobs, test_command=test_cmd,
+                             rewrite_base_url=rewrite_url, rewrite_model=rewrite_model)
     except ValueError as error:
         fail(f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file)")
     progress, update = _progress_bars(console)

@@ -32,6 +32,11 @@ class SynthSettings(BaseSettings):
     test_timeout_s: float = Field(600, gt=0)
     find_links: list[Path] = Field(default_factory=list, description="Local wheel directories searched first.")
     offline: bool = Field(False, description="Resolve dependencies from find_links only (no package index).")
+    rewrite_base_url: str | None = Field(None, description="OpenAI-compatible endpoint (…/v1) that rewrites problem statements; off when unset.")
+    rewrite_model: str | None = Field(None, description="Model name sent to the rewrite endpoint.")
+    rewrite_api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's key.")
+    rewrite_timeout_s: float = Field(60, gt=0)
+    rewrite_max_tokens: int = Field(800, ge=16)
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "regrow" / "synth")
     split: str = "train"
     keep_rejected_images: bool = False

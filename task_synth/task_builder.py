@@ -14,6 +14,7 @@ from proto.tasks import DeletedUnit, TaskRecord, TaskStats
 from sandbox.base_image import regrow_version
 from task_synth.canary_scan import Hit, canaries_for, scan_image
 from task_synth.deletion import Deletion
+from task_synth.problem_rewrite import rewrite_problem_statement
 from task_synth.problem_statement import problem_statement
 from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
 from task_synth.repo_image import SYNTH_LABEL, build_task_image, slug
@@ -109,7 +110,9 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, creat
         image=tag,
         mode=deletion.mode,
         deleted=[DeletedUnit(path=unit.path, qualname=unit.qualname, kind=unit.kind, start_line=unit.start_line, end_line=unit.end_line)],
-        problem_statement=problem_statement(deletion, module_name, verdict.fail_to_pass, context.baseline.test_texts),
+        problem_statement=rewrite_problem_statement(
+            problem_statement(deletion, module_name, verdict.fail_to_pass, context.baseline.test_texts), context.settings
+        ),
         FAIL_TO_PASS=verdict.fail_to_pass,
         PASS_TO_PASS=verdict.pass_to_pass,
         test_command=context.settings.test_command,

@@ -1,15 +1,8 @@
 """Fixtures of the replay tests: the tiny policy, two tiny teachers, and a real OpenAI-compatible server."""
 
-import os
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
-
-from tests.replay.fault_proxy import free_port
 
 
 @pytest.fixture(scope="session")
@@ -45,37 +38,7 @@ def run_teacher_dir(read_teacher_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def openai_server(read_teacher_dir, tmp_path_factory):
     """`transformers serve` on the read teacher: a real OpenAI-compatible endpoint on loopback."""
-    port = free_port()
-    serve = Path(sys.executable).parent / "transformers"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    log_path = tmp_path_factory.mktemp("serve") / "serve.log"
-    log = log_path.open("wb")
-    process = subprocess.Popen(
-        [str(serve), "serve", str(read_teacher_dir), "--host", "127.0.0.1", "--port", str(port), "--device", "cpu"],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"transformers serve exited: {log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"{base}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("transformers serve did not become healthy within 180s")
-            time.sleep(0.5)
+    from tests.openai_serve import transformers_serve
+
+    with transformers_serve(read_teacher_dir, tmp_path_factory.mktemp("serve") / "serve.log") as base:
         yield f"{base}/v1", str(read_teacher_dir)
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-        log.close()

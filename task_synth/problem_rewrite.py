@@ -1,0 +1,48 @@
+"""Optional rewrite of a template problem statement by any OpenAI-compatible chat endpoint (off by default)."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import httpx
+
+from task_synth.settings import SynthSettings
+
+log = logging.getLogger(__name__)
+
+INSTRUCTIONS = (
+    "Rewrite this software task as a short issue report a developer would file. Keep every name, signature and "
+    "test id exactly as written, add no code and no solution, and answer with the issue text only."
+)
+
+
+def rewrite_problem_statement(template: str, settings: SynthSettings) -> str:
+    """The endpoint's rewrite of `template`, or `template` itself when rewriting is off or fails.
+
+    The model sees only the template, which holds nothing the agent won't see, so it cannot leak the deleted code.
+    """
+    if not settings.rewrite_base_url or not settings.rewrite_model:
+        return template
+    key = os.environ.get(settings.rewrite_api_key_env, "") if settings.rewrite_api_key_env else ""
+    try:
+        response = httpx.post(
+            f"{settings.rewrite_base_url.rstrip('/')}/chat/completions",
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+            json={
+                "model": settings.rewrite_model,
+                "messages": [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": template}],
+                "temperature": 0,
+                "max_tokens": settings.rewrite_max_tokens,
+            },
+            timeout=settings.rewrite_timeout_s,
+        )
+        response.raise_for_status()
+        text = (response.json()["choices"][0]["message"]["content"] or "").strip()
+    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
+        log.warning("problem statement rewrite failed (%s); keeping the template", error)
+        return template
+    if not text:
+        log.warning("problem statement rewrite came back empty; keeping the template")
+        return template
+    return text + "\n"
