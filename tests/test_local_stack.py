@@ -3,7 +3,6 @@
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -11,6 +10,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.live_process import free_port
 
 REPO = Path(__file__).parent.parent
 README = (REPO / "README.md").read_text()
@@ -28,12 +29,6 @@ def _compose_command() -> list[str]:
 COMPOSE = [*_compose_command(), "-p", PROJECT, "-f", str(REPO / "compose.yaml")]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _compose(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([*COMPOSE, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
@@ -45,8 +40,8 @@ def stack(docker_backend, base_image):
         subprocess.run(["make", "wheelhouse"], cwd=REPO, check=True, capture_output=True)
     env = {
         **os.environ,
-        "REGROW_HTTP_PORT": str(_free_port()),
-        "REGROW_GRPC_PORT": str(_free_port()),
+        "REGROW_HTTP_PORT": str(free_port()),
+        "REGROW_GRPC_PORT": str(free_port()),
         "REGROW_DEMO_TASKS": "2",
         "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid),
     }

@@ -22,6 +22,7 @@ from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from sandbox.owner import MANAGED_LABEL
 from tests.env_server.conftest import make_runtime, make_settings
+from tests.live_process import free_port, wait_healthy
 from tests.task_fixture import DEMO_TASK_ID
 
 pytestmark = pytest.mark.docker
@@ -135,10 +136,10 @@ def start_serve_process(store, tmp_path, port: int) -> subprocess.Popen:
     env = {**os.environ, "REGROW_SERVER_WARM_POOL_PER_IMAGE": "1", "REGROW_SERVER_MAX_EPISODES": "2"}
     process = subprocess.Popen(
         [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--port", str(port),
-         "--grpc-port", str(_free_port()), "--traces", str(tmp_path / "serve.sqlite")],
+         "--grpc-port", str(free_port()), "--traces", str(tmp_path / "serve.sqlite")],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )
-    _wait_healthy(f"http://127.0.0.1:{port}", process)
+    wait_healthy(f"http://127.0.0.1:{port}", process)
     return process
 
 
@@ -147,7 +148,7 @@ def containers_of(backend, pid: int) -> list[str]:
 
 
 def test_sigterm_shuts_down_gracefully_destroying_every_container(docker_backend, demo_task_store, tmp_path):
-    port = _free_port()
+    port = free_port()
     process = start_serve_process(demo_task_store, tmp_path, port)
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
@@ -164,7 +165,7 @@ def test_sigterm_shuts_down_gracefully_destroying_every_container(docker_backend
 
 
 def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(docker_backend, demo_task_store, tmp_path):
-    port = _free_port()
+    port = free_port()
     process = start_serve_process(demo_task_store, tmp_path, port)
     try:
         url = f"http://127.0.0.1:{port}"
@@ -188,23 +189,3 @@ def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(d
     finally:
         runtime.close()
         runtime.traces.close()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _wait_healthy(url: str, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"regrow serve exited with {process.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("regrow serve did not become healthy in 120 s")

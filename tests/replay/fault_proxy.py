@@ -1,7 +1,6 @@
 """A local HTTP proxy in front of a real OpenAI-compatible server that can fail or stall on purpose."""
 
 import asyncio
-import socket
 import threading
 from dataclasses import dataclass
 
@@ -12,6 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.live_process import free_port
+
 
 @dataclass
 class Faults:
@@ -20,12 +21,6 @@ class Faults:
     fail_first: int = 0
     fail_status: int = 503
     stall_s: float = 0.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class FaultProxy:

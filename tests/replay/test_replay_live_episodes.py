@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,7 +15,7 @@ from typer.testing import CliRunner
 pytest.importorskip("torch")
 
 from regrow.cli import app as regrow_app  # noqa: E402
-from tests.replay.fault_proxy import free_port  # noqa: E402
+from tests.live_process import free_port, wait_healthy  # noqa: E402
 from tests.replay.tool_caller import READ_CORE  # noqa: E402
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
 from trainer_client.preference_pairs import read_pairs  # noqa: E402
@@ -48,7 +47,7 @@ def live_server(docker_backend, base_image, tmp_path_factory):
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_healthy(f"http://127.0.0.1:{port}", server)
+        wait_healthy(f"http://127.0.0.1:{port}", server)
         yield f"http://127.0.0.1:{port}", db
     finally:
         server.send_signal(signal.SIGTERM)
@@ -94,20 +93,6 @@ def live_pairs(live_traces, read_teacher_dir, openai_server, tiny_model_dir, tmp
     )
     assert result.exit_code == 0, result.output
     return pairs_path
-
-
-def _wait_healthy(url: str, server: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"regrow serve exited with {server.returncode}")
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError("regrow serve did not become healthy in 120 s")
 
 
 def test_regrow_replay_turns_live_episodes_into_pairs_and_a_report(live_traces, live_pairs):

@@ -2,27 +2,19 @@
 
 import math
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from tests.live_process import free_port, wait_healthy  # noqa: E402
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
 from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -37,17 +29,11 @@ def live_env(docker_backend, base_image, tmp_path_factory):
         stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"},
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"regrow serve did not come up; see {log.name}")
-        time.sleep(0.5)
+    try:
+        wait_healthy(url, process)
+    except RuntimeError as error:
+        process.kill()
+        raise RuntimeError(f"{error}; see {log.name}") from None
     try:
         yield url, f"grpc://127.0.0.1:{grpc_port}"
     finally:
