@@ -26,3 +26,13 @@ def wait_healthy(url: str, process: subprocess.Popen, timeout_s: float = 120.0) 
             pass
         time.sleep(0.2)
     raise RuntimeError(f"{url}/health did not answer within {timeout_s:g} s")
+
+
+def stop(process: subprocess.Popen, grace_s: float = 30.0) -> None:
+    """SIGTERM, so the server cleans up its sandboxes; SIGKILL if it has not exited after `grace_s`."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.live_process import free_port, wait_healthy
+from tests.live_process import free_port, stop, wait_healthy
 
 
 @contextlib.contextmanager
@@ -29,10 +29,5 @@ def transformers_serve(model_dir: Path, log_path: Path) -> Iterator[str]:
             raise RuntimeError(f"{error}: {log_path.read_text()[-2000:]}") from None
         yield base
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, grace_s=20)
         log.close()

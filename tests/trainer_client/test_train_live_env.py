@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from tests.live_process import free_port, wait_healthy  # noqa: E402
+from tests.live_process import free_port, stop, wait_healthy  # noqa: E402
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
 from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
 
@@ -37,12 +37,7 @@ def live_env(docker_backend, base_image, tmp_path_factory):
     try:
         yield url, f"grpc://127.0.0.1:{grpc_port}"
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, grace_s=60)
         log.close()
 
 
