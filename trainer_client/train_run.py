@@ -53,7 +53,9 @@ def last_checkpoint(output_dir: Path) -> str | None:
 
 def build_config(settings: TrainSettings, device: str):
     from trainer_client.grpo_trainer import RegrowGRPOConfig
+    from trainer_client.vllm_sampler import server_mode_config
 
+    vllm = server_mode_config(settings.vllm_server, settings.vllm_timeout_s) if settings.vllm_server else {}
     return RegrowGRPOConfig(
         output_dir=str(settings.output_dir),
         per_device_train_batch_size=settings.group_size * settings.groups_per_step,
@@ -76,6 +78,7 @@ def build_config(settings: TrainSettings, device: str):
         use_cpu=device == "cpu",
         bf16=device == "cuda" and settings.bf16,
         seed=settings.seed,
+        **vllm,
     )
 
 
@@ -89,8 +92,11 @@ def run_training(settings: TrainSettings) -> TrainSummary:
     from trainer_client.preference_pairs import PairBatches, read_pairs
     from trainer_client.rollout_rows import StreamedRollouts, env_reward, episode_slots
     from trainer_client.rollout_stream import RolloutStream
+    from trainer_client.vllm_sampler import VLLMTurnSampler, check_vllm_ready
 
     device = resolve_device(settings.device)
+    if settings.vllm_server:
+        check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
     model, tokenizer = load_policy(settings.model, device)
     tokens = EpisodeTokenizer(tokenizer)
     pair_batches = None
@@ -98,7 +104,10 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         if settings.pairs is None:
             raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
         pair_batches = PairBatches(read_pairs(settings.pairs), settings.dpo_pairs_per_step, seed=settings.seed)
-    sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, settings.temperature, max_batch=settings.workers)
+    if settings.vllm_server:
+        sampler = VLLMTurnSampler.connect(settings.vllm_server, tokens.stop_ids, settings.temperature, settings.workers)
+    else:
+        sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, settings.temperature, max_batch=settings.workers)
     limits = EpisodeLimits(
         max_turns=settings.max_turns,
         max_turn_tokens=settings.max_turn_tokens,

@@ -2,8 +2,9 @@
 
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -44,3 +45,28 @@ class TrainSettings(BaseSettings):
     resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
     seed: int = 0
     episode_timeout_s: float = Field(default=1800.0, gt=0, description="Longest wait for a finished group.")
+    vllm_server: str | None = Field(
+        default=None,
+        description="vLLM server (http://host:8100, from `trl vllm-serve`) that generates the turns; the trainer "
+        "pushes its weights to it every step. None: the HF model generates.",
+    )
+    vllm_timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for the vLLM server to answer at startup.")
+
+    @field_validator("vllm_server")
+    @classmethod
+    def _vllm_base_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.rstrip("/").endswith("/v1"):
+            raise ValueError(f"--vllm-server {url!r}: give the server's base URL, e.g. http://localhost:8100")
+        return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _vllm_needs_cuda(self) -> "TrainSettings":
+        if self.vllm_server and self.device == "cpu":
+            raise ValueError(
+                "--vllm-server needs a CUDA device: the trainer pushes its weights to the server over NCCL; "
+                "use --device cuda (or auto on a GPU machine), or drop --vllm-server"
+            )
+        return self
