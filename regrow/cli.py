@@ -20,7 +20,7 @@ def _register_parts() -> None:
     """Each part adds its own commands; their heavy imports happen only when a command runs."""
     import importlib
 
-    for part in ("task_synth.cli", "env_server.cli", "trainer_client.cli"):
+    for part in ("sandbox.cli", "task_synth.cli", "env_server.cli", "trainer_client.cli"):
         try:
             module = importlib.import_module(part)
         except ModuleNotFoundError as error:

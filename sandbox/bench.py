@@ -1,14 +1,18 @@
-"""`regrow bench sandbox`: what a warm pool and our exec wrapper cost next to raw Docker."""
+"""`regrow bench sandbox` and `regrow bench proxy`: what a warm pool, our exec wrapper and the socket proxy cost."""
 
 from __future__ import annotations
 
+import multiprocessing
+import multiprocessing.process
+import socket
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
 
 from sandbox.base_image import BASE_IMAGE
-from sandbox.docker_backend import DockerBackend
+from sandbox.docker_backend import DockerBackend, Sandbox
+from sandbox.errors import DockerUnavailable
 from sandbox.warm_pool import WarmPool
 
 BENCH_LABELS = {"regrow.bench": "sandbox"}
@@ -73,4 +77,67 @@ def run_sandbox_bench(backend: DockerBackend, repetitions: int = 30, image: str 
     figures["warm_acquire_vs_create"] = round(figures["c_warm_pool_acquire"]["p50_ms"] / figures["b_sdk_create_start"]["p50_ms"], 4)
     figures["exec_overhead"] = round(figures["e_sandbox_exec"]["p50_ms"] / figures["d_sdk_exec_run"]["p50_ms"], 4)
     figures["targets_met"] = figures["warm_acquire_vs_create"] <= 0.25 and figures["exec_overhead"] <= 1.25
+    return figures
+
+
+def _serve_proxy(listen: str) -> None:
+    import asyncio
+
+    from sandbox.docker_proxy import ProxySettings, serve
+
+    asyncio.run(serve(ProxySettings(listen=listen)))
+
+
+def _proxied_backend(url: str, process: multiprocessing.process.BaseProcess) -> DockerBackend:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return DockerBackend(base_url=url)
+        except DockerUnavailable:
+            if not process.is_alive() or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def run_proxy_bench(repetitions: int = 30, image: str = BASE_IMAGE) -> dict:
+    """Sandbox exec("true") and create+destroy, straight to the engine and through the proxy in its own process."""
+    direct = DockerBackend()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        url = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    process = multiprocessing.get_context("spawn").Process(target=_serve_proxy, args=(url,), daemon=True)
+    process.start()
+    try:
+        proxied = _proxied_backend(url, process)
+        exec_direct: list[float] = []
+        exec_proxied: list[float] = []
+        with direct.create(image, labels=BENCH_LABELS) as sandbox:
+            through_proxy = Sandbox(proxied, sandbox.id, sandbox.limits, sandbox.user)
+            for _ in range(3):  # warm both paths
+                sandbox.exec("true")
+                through_proxy.exec("true")
+            for _ in range(repetitions):  # interleaved, so drift hits both alike
+                exec_direct.append(_timed(lambda: sandbox.exec("true")))
+                exec_proxied.append(_timed(lambda: through_proxy.exec("true")))
+        create_direct: list[float] = []
+        create_proxied: list[float] = []
+        for _ in range(max(5, repetitions // 3)):
+            create_direct.append(_timed(lambda: direct.create(image, labels=BENCH_LABELS).destroy()))
+            create_proxied.append(_timed(lambda: proxied.create(image, labels=BENCH_LABELS).destroy()))
+    finally:
+        process.terminate()
+        process.join(10)
+    figures: dict = {
+        "repetitions": repetitions,
+        "image": image,
+        "exec_direct": _percentiles(exec_direct),
+        "exec_proxied": _percentiles(exec_proxied),
+        "create_destroy_direct": _percentiles(create_direct),
+        "create_destroy_proxied": _percentiles(create_proxied),
+    }
+    figures["exec_overhead"] = round(figures["exec_proxied"]["p50_ms"] / figures["exec_direct"]["p50_ms"], 4)
+    figures["create_destroy_overhead"] = round(
+        figures["create_destroy_proxied"]["p50_ms"] / figures["create_destroy_direct"]["p50_ms"], 4
+    )
+    figures["target_met"] = figures["exec_overhead"] <= 1.15
     return figures
