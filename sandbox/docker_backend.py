@@ -18,6 +18,7 @@ from sandbox.exec_stream import read_exec_stream
 from sandbox.file_transfer import DirEntry, list_dir, read_file, search, write_file
 from sandbox.limits import Hardening, Limits
 from sandbox.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL, current_owner, own_container_id
+from sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
 
@@ -196,6 +197,7 @@ class DockerBackend:
     """Starts hardened sandboxes on one Docker engine and tracks the ones it owns."""
 
     def __init__(self, base_url: str | None = None, timeout: float = 60.0):
+        base_url = base_url or SandboxSettings().docker_host  # else DOCKER_HOST, else the default socket
         try:
             self.client = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
             self.client.ping()

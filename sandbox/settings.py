@@ -10,7 +10,7 @@ class SandboxSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="REGROW_SANDBOX_")
 
-    docker_host: str | None = None
+    docker_host: str | None = None  # e.g. tcp://docker-proxy:2375; unset: DOCKER_HOST or the default socket
     memory_mib: int = 1024
     pids: int = 256
     cpus: float = 1.0
