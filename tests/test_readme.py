@@ -34,3 +34,13 @@ def test_every_regrow_subcommand_in_the_readme_exists():
         if result.returncode != 0 and len(words) == 2:  # "regrow synth the" is one word of command
             result = subprocess.run([REGROW, words[0], "--help"], capture_output=True, text=True)
         assert result.returncode == 0, f"`regrow {command}` in the README does not exist: {result.stderr}"
+
+
+def test_the_vllm_snippet_fails_fast_and_says_what_to_do_without_a_server():
+    block = next(block for block in _blocks("bash") if "--vllm-server" in block)
+    line = next(line for line in block.splitlines() if "regrow train" in line)
+    argv = line.split("regrow train", 1)[1].split()
+    # Nothing listens on the snippet's port here: the trainer must stop at once with the remedy, not hang.
+    result = subprocess.run([REGROW, "train", *argv], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "vllm" in result.stderr.lower() and "--vllm-server" in result.stderr
