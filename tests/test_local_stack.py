@@ -3,68 +3,42 @@
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.live_process import free_port
+from tests.compose_stack import REPO, ComposeProject
 
-REPO = Path(__file__).parent.parent
 README = (REPO / "README.md").read_text()
-PROJECT = f"regrowe2e{os.getpid()}"
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
 
 
-def _compose_command() -> list[str]:
-    if subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0:
-        return ["docker", "compose"]
-    return ["docker-compose"]
-
-
-COMPOSE = [*_compose_command(), "-p", PROJECT, "-f", str(REPO / "compose.yaml")]
-
-
-def _compose(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([*COMPOSE, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+def _compose_v1_first() -> list[str]:
+    """`docker-compose` (v1 on Debian bookworm) where installed; the v2 run is test_local_stack_v2_train.py."""
+    return ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
 
 
 @pytest.fixture(scope="module")
 def stack(docker_backend, base_image):
-    """The local stack under a fresh project name (fresh volumes), on free ports; yields its settings."""
+    """The local stack built and started from scratch; yields the project, its URL and its tasks."""
     if not (REPO / ".cache" / "regrow-wheel").is_dir():
         subprocess.run(["make", "wheelhouse"], cwd=REPO, check=True, capture_output=True)
-    env = {
-        **os.environ,
-        "REGROW_HTTP_PORT": str(free_port()),
-        "REGROW_GRPC_PORT": str(free_port()),
-        "REGROW_DEMO_TASKS": "2",
-        "DOCKER_GID": str(os.stat("/var/run/docker.sock").st_gid),
-    }
-    up = _compose(env, "up", "-d", "--build", timeout=1800)
+    project = ComposeProject(_compose_v1_first(), f"regrowe2e{os.getpid()}", REGROW_DEMO_TASKS="2")
+    up = project.run("up", "-d", "--build", timeout=1800)
     try:
-        assert up.returncode == 0, f"compose up failed:\n{up.stderr[-3000:]}\n{_compose(env, 'logs', '--tail', '60').stdout}"
-        url = f"http://127.0.0.1:{env['REGROW_HTTP_PORT']}"
-        deadline = time.monotonic() + 300
-        while not _healthy(url):
-            assert time.monotonic() < deadline, _compose(env, "logs", "--tail", "60").stdout
-            time.sleep(1)
-        tasks = _compose(env, "exec", "-T", "env-server", "cat", "/tasks/tasks.jsonl")
+        assert up.returncode == 0, f"compose up failed:\n{up.stderr[-3000:]}\n{project.logs()}"
+        project.wait_healthy()
+        tasks = project.run("exec", "-T", "env-server", "cat", "/tasks/tasks.jsonl")
         assert tasks.returncode == 0, tasks.stderr
-        yield {"env": env, "url": url, "tasks": [json.loads(line) for line in tasks.stdout.splitlines() if line.strip()]}
+        yield {"project": project, "url": project.url,
+               "tasks": [json.loads(line) for line in tasks.stdout.splitlines() if line.strip()]}
     finally:
-        _compose(env, "down", "-v", "--remove-orphans")
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=3).status_code == 200
-    except httpx.HTTPError:
-        return False
+        project.run("down", "-v", "--remove-orphans")
 
 
 def test_synth_job_made_the_demo_tasks(stack):
@@ -127,11 +101,6 @@ def test_metrics_and_episodes_record_what_was_played(stack):
 
 
 def test_stack_down_leaves_no_sandbox_network_or_volume(stack, docker_backend):
-    down = _compose(stack["env"], "down", "-v", "--remove-orphans")
+    down = stack["project"].run("down", "-v", "--remove-orphans")
     assert down.returncode == 0, down.stderr
-    api = docker_backend.api
-    assert api.containers(all=True, filters={"label": f"com.docker.compose.project={PROJECT}"}) == []
-    sandboxes = [c for c in docker_backend.managed_containers() if "regrow.owner.container" in (c.get("Labels") or {})]
-    assert [c for c in sandboxes if not docker_backend.container_running(c["Labels"]["regrow.owner.container"])] == []
-    assert [n for n in api.networks() if n["Name"].startswith(PROJECT)] == []
-    assert [v for v in api.volumes().get("Volumes") or [] if v["Name"].startswith(PROJECT)] == []
+    assert stack["project"].leftovers(docker_backend) == []
