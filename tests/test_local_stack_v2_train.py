@@ -1,0 +1,58 @@
+"""The same compose.yaml under Compose v2, with the `train` profile: the trainer image trains the demo policy against the stack."""
+
+import os
+import re
+import subprocess
+
+import httpx
+import pytest
+
+from tests.compose_stack import REPO, ComposeProject
+from tests.compose_v2 import compose_v2_command
+
+pytestmark = [pytest.mark.docker, pytest.mark.train]
+
+
+@pytest.fixture(scope="module")
+def train_stack(docker_backend, base_image):
+    """The stack plus its trainer service, started with Compose v2; yields after the trainer has exited."""
+    for target, built in (("wheelhouse", ".cache/regrow-wheel"), ("wheelhouse-train", ".cache/wheelhouse-train/demo-model")):
+        if not (REPO / built).is_dir():
+            subprocess.run(["make", target], cwd=REPO, check=True, capture_output=True)
+    project = ComposeProject(
+        compose_v2_command(), f"regrowv2{os.getpid()}",
+        REGROW_DEMO_TASKS="1", REGROW_TRAIN_STEPS="1", REGROW_TRAIN_MAX_TURNS="2", REGROW_TRAIN_MAX_TURN_TOKENS="48",
+    )
+    try:
+        built = project.run("--profile", "train", "build", "trainer", timeout=2400)
+        assert built.returncode == 0, f"building the trainer image failed:\n{built.stderr[-3000:]}"
+        up = project.run("--profile", "train", "up", "-d", timeout=1800)
+        assert up.returncode == 0, f"compose v2 up failed:\n{up.stderr[-3000:]}\n{project.logs()}"
+        project.wait_healthy()
+        waited = project.run("wait", "trainer", timeout=2400)
+        exit_code = re.search(r"(\d+)\s*$", waited.stdout)  # "0", or "container ... exited with status code 0"
+        yield {
+            "project": project,
+            "trainer_exit": exit_code.group(1) if exit_code else waited.stdout + waited.stderr,
+            "trainer_logs": project.run("logs", "--no-color", "trainer").stdout,
+        }
+    finally:
+        project.run("--profile", "train", "down", "-v", "--remove-orphans")
+
+
+def test_trainer_service_trains_the_demo_policy_against_env_server(train_stack):
+    assert train_stack["trainer_exit"] == "0", train_stack["trainer_logs"][-3000:]
+    assert "trained 1 steps" in train_stack["trainer_logs"]
+
+
+def test_the_trainers_episodes_are_recorded_by_the_env_server(train_stack):
+    episodes = httpx.get(f"{train_stack['project'].url}/episodes", timeout=10).json()
+    played = episodes["episodes"] if isinstance(episodes, dict) else episodes
+    assert len(played) >= 2  # one GRPO group of two episodes
+
+
+def test_v2_down_leaves_nothing(train_stack, docker_backend):
+    project = train_stack["project"]
+    down = project.run("--profile", "train", "down", "-v", "--remove-orphans")
+    assert down.returncode == 0, down.stderr
+    assert project.leftovers(docker_backend) == []
