@@ -16,10 +16,10 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer_client.dpo_loss import sigmoid_dpo_loss
-from trainer_client.policy_forward import captured_hidden_states, head_logits, pair_logps
+from trainer_client.policy_forward import Prefix, RecordedForward, head_logits, pair_logps, recorded_forward
 from trainer_client.preference_pairs import EncodedPair, PreferencePair, encode_pair
 from trainer_client.sdpo_loss import sdpo_token_loss
-from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_context
+from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_row
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +45,13 @@ class RegrowGRPOConfig(GRPOConfig):
     sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})
     beta_dpo: float = field(default=0.0, metadata={"help": "Weight of the replay-DPO channel; 0 turns it off."})
     dpo_beta: float = field(default=0.1, metadata={"help": "The DPO loss's own beta (sharpness of the sigmoid)."})
+    dpo_context_grad: bool = field(
+        default=True,
+        metadata={
+            "help": "Backpropagate the DPO loss through the pairs' contexts (exact). False runs the contexts without "
+            "gradient: much cheaper, and the gradient flows only through the action tokens."
+        },
+    )
 
 
 class _TeacherFollowsPolicy(TrainerCallback):
@@ -79,25 +86,30 @@ class RegrowGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         sdpo_on = bool(self.args.alpha_sdpo) and any(inputs.get("sdpo_turns") or [])
-        if sdpo_on:
-            with captured_hidden_states(self.accelerator.unwrap_model(model)) as hidden:
+        recorded = RecordedForward()
+        if sdpo_on or self.pair_batches is not None:
+            # the extra channels reuse this forward's hidden states and keys and values
+            keep_prefix = self.pair_batches is not None or self.sdpo_teacher.weights is TeacherWeights.live
+            with recorded_forward(self.accelerator.unwrap_model(model), keep_prefix) as recorded:
                 loss = super()._compute_loss(model, inputs)
         else:
             loss = super()._compute_loss(model, inputs)
         self._metrics[mode]["rlvr/loss"].append(loss.item() * accumulation)
         if self.args.alpha_sdpo:
-            sdpo = self._sdpo_loss(model, inputs, hidden[-1] if sdpo_on else None, mode)
+            sdpo = self._sdpo_loss(model, inputs, recorded.hidden[-1] if sdpo_on else None, mode, recorded.prefix)
             if sdpo is not None:
                 loss = loss + self.args.alpha_sdpo * sdpo / accumulation
         if self.pair_batches is not None:
-            loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode) / accumulation
+            loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode, recorded.prefix) / accumulation
         return loss
 
-    def _sdpo_loss(self, model, inputs, hidden: torch.Tensor | None, mode: str) -> torch.Tensor | None:
+    def _sdpo_loss(
+        self, model, inputs, hidden: torch.Tensor | None, mode: str, student_prefix: Prefix | None = None
+    ) -> torch.Tensor | None:
         """Mean SDPO loss over this batch's distilled tokens, or None when no turn is hinted."""
         policy = self.accelerator.unwrap_model(model)
         prompt_width = inputs["prompt_ids"].size(1)
-        student_rows, teacher_rows, counts, tokens, rollout_logps = [], [], [], [], []
+        student_rows, teacher_rows, tokens, rollout_logps = [], [], [], []
         for row, turns in enumerate(inputs["sdpo_turns"]):
             if not turns:
                 continue
@@ -110,17 +122,16 @@ class RegrowGRPOTrainer(GRPOTrainer):
                     continue
                 # hidden state at t predicts token t+1
                 student_rows.append(hidden[row, prompt_width + turn.start - 1 : prompt_width + end - 1])
-                teacher_rows.append(teacher_context(prompt, completion, turn, end))
-                counts.append(end - turn.start)
+                teacher_rows.append(teacher_row(row, prompt_width, prompt, completion, turn, end))
                 tokens.append(inputs["completion_ids"][row, turn.start : end])
                 rollout_logps.append(inputs["sampling_per_token_logps"][row, turn.start : end])
-        self._metrics[mode]["sdpo/distilled_tokens"].append(float(sum(counts)))
-        self._metrics[mode]["sdpo/hinted_turns"].append(float(len(counts)))
-        if not counts:
+        self._metrics[mode]["sdpo/distilled_tokens"].append(float(sum(row.count for row in teacher_rows)))
+        self._metrics[mode]["sdpo/hinted_turns"].append(float(len(teacher_rows)))
+        if not teacher_rows:
             self._metrics[mode]["sdpo/loss"].append(0.0)
             return None
         student_logits = head_logits(policy, torch.cat(student_rows), self.temperature)
-        teacher_logits = self.sdpo_teacher.logits(policy, teacher_rows, counts, self._pad_token_id, self.temperature)
+        teacher_logits = self.sdpo_teacher.logits(policy, teacher_rows, self._pad_token_id, self.temperature, student_prefix)
         result = sdpo_token_loss(
             student_logits,
             teacher_logits,
@@ -135,11 +146,15 @@ class RegrowGRPOTrainer(GRPOTrainer):
         self._metrics[mode]["sdpo/importance_ratio_mean"].append(result.importance_ratio.mean().item())
         return loss
 
-    def _dpo_loss(self, model, mode: str) -> torch.Tensor:
+    def _dpo_loss(self, model, mode: str, batch_prefix: Prefix | None = None) -> torch.Tensor:
         """The sigmoid DPO loss on the next batch of replay pairs, logged under TRL's DPO names."""
         pairs = [self._encoded(pair) for pair in next(self.pair_batches)]
         chosen, rejected = pair_logps(
-            self.accelerator.unwrap_model(model), [(p.prompt_ids, p.chosen_ids, p.rejected_ids) for p in pairs], self._pad_token_id
+            self.accelerator.unwrap_model(model),
+            [(p.prompt_ids, p.chosen_ids, p.rejected_ids) for p in pairs],
+            self._pad_token_id,
+            prefix=batch_prefix,
+            context_grad=self.args.dpo_context_grad,
         )
         device = chosen.device
         dpo = sigmoid_dpo_loss(

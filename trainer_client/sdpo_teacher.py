@@ -2,7 +2,8 @@
 
 It can be the live weights, an exponential moving average of them, or the initial weights. The
 teacher context of a hinted turn is the student's exact token prefix, then the hint message, then
-the generation prompt and the same turn tokens.
+the generation prompt and the same turn tokens. With live weights, the student's forward already
+holds the keys and values of that prefix, so the teacher runs only the hint and the turn.
 """
 
 import copy
@@ -11,7 +12,7 @@ from enum import Enum
 
 import torch
 
-from trainer_client.policy_forward import last_token_logits
+from trainer_client.policy_forward import Prefix, continue_prefix, head_logits, last_token_logits
 
 
 class TeacherWeights(str, Enum):
@@ -30,9 +31,37 @@ class HintedTurn:
     hint_ids: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class TeacherRow:
+    """One hinted turn as the teacher reads it: a batch row's context up to the hint, then the hint and the turn."""
+
+    row: int  # the batch row the student read
+    context_columns: int  # that row's columns before the hint (prompt width + hint_at)
+    context: list[int]  # the real ids of those columns
+    continuation: list[int]  # the hint, the generation prompt, then the turn's tokens
+    count: int  # distilled tokens: the last `count` of the continuation
+
+    @property
+    def ids(self) -> list[int]:
+        return self.context + self.continuation
+
+
+def teacher_row(row: int, prompt_width: int, prompt: list[int], completion: list[int], turn: HintedTurn, end: int) -> TeacherRow:
+    """The teacher's input for one hinted turn of a batch row, distilling that turn's tokens up to `end`."""
+    if not turn.hint_ids:
+        raise ValueError("a hinted turn needs the hint message's token ids; the chat template rendered none")
+    return TeacherRow(
+        row=row,
+        context_columns=prompt_width + turn.hint_at,
+        context=prompt + completion[: turn.hint_at],
+        continuation=list(turn.hint_ids) + completion[turn.hint_at : end],
+        count=end - turn.start,
+    )
+
+
 def teacher_context(prompt: list[int], completion: list[int], turn: HintedTurn, end: int) -> list[int]:
     """The teacher's ids for one hinted turn, ending with that turn's tokens up to `end`."""
-    return prompt + completion[: turn.hint_at] + list(turn.hint_ids) + completion[turn.hint_at : end]
+    return teacher_row(0, 0, prompt, completion, turn, end).ids
 
 
 class SDPOTeacher:
@@ -66,7 +95,29 @@ class SDPOTeacher:
 
     @torch.no_grad()
     def logits(
-        self, policy: torch.nn.Module, rows: list[list[int]], counts: list[int], pad_token_id: int, temperature: float
+        self,
+        policy: torch.nn.Module,
+        rows: list[TeacherRow],
+        pad_token_id: int,
+        temperature: float,
+        student_prefix: Prefix | None = None,
+        rows_per_pass: int = 8,
     ) -> torch.Tensor:
-        """Teacher logits predicting the last `counts[i]` tokens of each row: (sum(counts), V)."""
-        return last_token_logits(self.model(policy), rows, counts, pad_token_id, temperature)
+        """Teacher logits predicting each row's distilled tokens, concatenated: (sum of counts, V).
+
+        `student_prefix` is the student forward's keys and values; a live teacher continues from it.
+        """
+        counts = [row.count for row in rows]
+        if self.weights is not TeacherWeights.live or student_prefix is None:
+            return last_token_logits(self.model(policy), [row.ids for row in rows], counts, pad_token_id, temperature)
+        prefix = student_prefix.detached()
+        out = []
+        for first in range(0, len(rows), rows_per_pass):
+            chunk = rows[first : first + rows_per_pass]
+            context = prefix.take([row.row for row in chunk], [row.context_columns for row in chunk])
+            hidden, _ = continue_prefix(policy, context, [row.continuation for row in chunk], pad_token_id)
+            # position t predicts token t+1: the last n tokens are predicted from positions length-n-1 .. length-2
+            spans = [(len(row.continuation), row.count) for row in chunk]
+            picked = torch.cat([hidden[i, length - n - 1 : length - 1] for i, (length, n) in enumerate(spans)])
+            out.append(head_logits(policy, picked, temperature))
+        return torch.cat(out)

@@ -208,7 +208,8 @@ def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
     assert torch.allclose(torch.cat([got_chosen, got_rejected]), want, atol=1e-4)
 
 
-def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(tmp_path, tokenizer, trajectories, episode_tokens):
+@pytest.mark.parametrize("context_grad", [True, False])
+def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(tmp_path, tokenizer, trajectories, episode_tokens, context_grad):
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
     from trainer_client.preference_pairs import PairBatches
     from trainer_client.train_bench import synthetic_pairs
@@ -216,8 +217,9 @@ def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(tmp_path, tokenizer, 
     model = tiny_qwen2(tokenizer)
     pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
     trainer = build(
-        RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0, dpo_beta=0.5), model, tokenizer,
-        trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2),
+        RegrowGRPOTrainer,
+        config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0, dpo_beta=0.5, dpo_context_grad=context_grad),
+        model, tokenizer, trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2),
     )
     trainer.train()
 
