@@ -34,6 +34,7 @@ images: setup
 wheelhouse: setup
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel
 	rm -rf .cache/regrow-wheel && mkdir -p .cache/regrow-wheel && mv $(WHEELHOUSE)/regrow-*.whl .cache/regrow-wheel/
+	mkdir -p $(WHEELHOUSE)-train  # Compose v1 checks every service's build context, the trainer's too
 
 # The trainer image's build context: the `train` extra's wheels beside the service wheelhouse, and the demo model.
 wheelhouse-train: wheelhouse

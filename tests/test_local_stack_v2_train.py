@@ -24,6 +24,9 @@ def train_stack(docker_backend, base_image):
         REGROW_DEMO_TASKS="1", REGROW_TRAIN_STEPS="1", REGROW_TRAIN_MAX_TURNS="2", REGROW_TRAIN_MAX_TURN_TOKENS="48",
     )
     try:
+        if not docker_backend.image_exists("regrow/app:0.1.0"):  # the trainer image extends it
+            app = project.run("build", "synth", timeout=1800)
+            assert app.returncode == 0, f"building the service image failed:\n{app.stderr[-3000:]}"
         built = project.run("--profile", "train", "build", "trainer", timeout=2400)
         assert built.returncode == 0, f"building the trainer image failed:\n{built.stderr[-3000:]}"
         up = project.run("--profile", "train", "up", "-d", timeout=1800)
