@@ -16,7 +16,8 @@ from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
 from trainer_client.dpo_loss import sigmoid_dpo_loss
-from trainer_client.policy_forward import Prefix, RecordedForward, head_logits, pair_logps, recorded_forward
+from trainer_client.policy_forward import head_logits, pair_logps
+from trainer_client.prefix_cache import Prefix, RecordedForward, recorded_forward
 from trainer_client.preference_pairs import EncodedPair, PreferencePair, encode_pair
 from trainer_client.sdpo_loss import sdpo_token_loss
 from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_row

@@ -12,7 +12,8 @@ from enum import Enum
 
 import torch
 
-from trainer_client.policy_forward import Prefix, continue_prefix, head_logits, last_token_logits
+from trainer_client.policy_forward import head_logits, last_token_logits
+from trainer_client.prefix_cache import Prefix, continue_prefix
 
 
 class TeacherWeights(str, Enum):

@@ -135,8 +135,14 @@ def _timed_step(trainer, slots: list[dict]) -> float:
     return time.perf_counter() - start
 
 
-def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int) -> dict:
-    """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio."""
+def run_train_bench(
+    model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int, dpo_context_grad: bool = True
+) -> dict:
+    """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio.
+
+    `dpo_context_grad` is the trainer's setting of that name: False measures DPO with the pairs'
+    contexts run without gradient.
+    """
     import torch
 
     torch.manual_seed(0)
@@ -151,7 +157,7 @@ def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_s
         grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo")
         three = _bench_trainer(
             model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "three",
-            alpha_sdpo=1.0, beta_dpo=0.1, sdpo_teacher="live",
+            alpha_sdpo=1.0, beta_dpo=0.1, sdpo_teacher="live", dpo_context_grad=dpo_context_grad,
         )
         plain, both = [], []
         for step in range(steps + 1):  # alternate, so that load from other processes hits both alike
@@ -168,6 +174,7 @@ def run_train_bench(model_spec: str, steps: int, rows: int, turns: int, hinted_s
         "tokens_per_row": len(trajectories[0].prompt_ids) + len(trajectories[0].completion_ids),
         "hinted_turns_per_batch": sum(len(t.hinted_turns) for t in trajectories),
         "dpo_pairs_per_batch": pair_count,
+        "dpo_context_grad": dpo_context_grad,
         "steps_timed": steps,
         "grpo_step_s": round(plain_s, 4),
         "three_channel_step_s": round(three_s, 4),

@@ -7,7 +7,8 @@ pytest.importorskip("transformers")
 
 from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
 from trainer_client.dpo_loss import completion_logps  # noqa: E402
-from trainer_client.policy_forward import left_padded, pair_logps, recorded_forward  # noqa: E402
+from trainer_client.policy_forward import left_padded, pair_logps  # noqa: E402
+from trainer_client.prefix_cache import recorded_forward  # noqa: E402
 from trainer_client.sdpo_teacher import HintedTurn, SDPOTeacher, TeacherWeights, teacher_row  # noqa: E402
 
 pytestmark = pytest.mark.train
@@ -150,3 +151,14 @@ def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forwa
 
     assert continued.shape == (2 * len(turn_two), model.config.vocab_size)
     torch.testing.assert_close(continued, full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("context_grad", [True, False])
+def test_pair_logps_of_prompts_sharing_nothing_one_of_a_single_token(model, tokenizer, context_grad):
+    encode = tokenizer.encode
+    pairs = [(encode("ls")[:1], encode("ran it"), encode("x")), (encode("run the tests please"), encode("submit"), encode("read_file calc/ops.py"))]
+
+    chosen, rejected = pair_logps(model, pairs, tokenizer.pad_token_id, context_grad=context_grad)
+
+    want = full_forward_logps(model, pairs, tokenizer.pad_token_id)
+    torch.testing.assert_close(torch.cat([chosen, rejected]).detach(), want.detach(), rtol=1e-4, atol=1e-4)
