@@ -47,11 +47,10 @@ class RegrowGRPOConfig(GRPOConfig):
     beta_dpo: float = field(default=0.0, metadata={"help": "Weight of the replay-DPO channel; 0 turns it off."})
     dpo_beta: float = field(default=0.1, metadata={"help": "The DPO loss's own beta (sharpness of the sigmoid)."})
     dpo_context_grad: bool = field(
-        default=False,
+        default=True,
         metadata={
-            "help": "Backpropagate the DPO loss through the pairs' contexts too (exact; on the bench's 700-token "
-            "contexts it costs a quarter of a GRPO step more). False: the contexts run without gradient and the "
-            "gradient flows only through the action tokens (and the context's last token)."
+            "help": "Backpropagate the DPO loss through the pairs' contexts (exact). False runs the contexts without "
+            "gradient: much cheaper, and the gradient flows only through the action tokens."
         },
     )
 
@@ -97,13 +96,12 @@ class RegrowGRPOTrainer(GRPOTrainer):
         else:
             loss = super()._compute_loss(model, inputs)
         self._metrics[mode]["rlvr/loss"].append(loss.item() * accumulation)
-        with self.accelerator.autocast():  # the precision of the forward whose keys and values they continue
-            if self.args.alpha_sdpo:
-                sdpo = self._sdpo_loss(model, inputs, recorded.hidden[-1] if sdpo_on else None, mode, recorded.prefix)
-                if sdpo is not None:
-                    loss = loss + self.args.alpha_sdpo * sdpo / accumulation
-            if self.pair_batches is not None:
-                loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode, recorded.prefix) / accumulation
+        if self.args.alpha_sdpo:
+            sdpo = self._sdpo_loss(model, inputs, recorded.hidden[-1] if sdpo_on else None, mode, recorded.prefix)
+            if sdpo is not None:
+                loss = loss + self.args.alpha_sdpo * sdpo / accumulation
+        if self.pair_batches is not None:
+            loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode, recorded.prefix) / accumulation
         return loss
 
     def _sdpo_loss(

@@ -84,8 +84,7 @@ def pair_logps(
         raise ValueError("every prompt and completion of a pair needs at least one token")
     shared = min(_common_start(prompts), min(len(p) for p in prompts) - 1)  # each prompt keeps its last token
     with torch.set_grad_enabled(torch.is_grad_enabled() and context_grad):
-        batch = prefix if context_grad or prefix is None else prefix.detached()
-        start = _shared_start(model, batch, prompts[0][:shared], pad_token_id, device)
+        start = _shared_start(model, prefix if context_grad or prefix is None else prefix.detached(), prompts[0][:shared], pad_token_id, device)
         context = start.take([0] * len(pairs))
         trunks = [prompt[shared:] for prompt in prompts]
         if not context_grad:

@@ -136,12 +136,12 @@ def _timed_step(trainer, slots: list[dict]) -> float:
 
 
 def run_train_bench(
-    model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int, dpo_context_grad: bool = False
+    model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int, dpo_context_grad: bool = True
 ) -> dict:
     """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio.
 
-    `dpo_context_grad` is the trainer's setting of that name (default: the trainer's default, False);
-    True measures DPO backpropagated through the pairs' contexts too.
+    `dpo_context_grad` is the trainer's setting of that name: False measures DPO with the pairs'
+    contexts run without gradient.
     """
     import torch
 

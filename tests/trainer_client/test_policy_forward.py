@@ -129,31 +129,23 @@ def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_gra
 
 def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forward(model, tokenizer):
     encode = tokenizer.encode
-    prompts = [
-        encode(SYSTEM + "<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"),
-        encode("<|im_start|>user\nls<|im_end|>\n"),
-    ]
-    tool_message = encode("<|im_start|>user\nran it<|im_end|>\n")
-    turn_one, turn_two = encode("list_dir"), encode("submit now")
-    response = tool_message + encode("<|im_start|>assistant\n")
+    prompts = [encode(SYSTEM + "<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"), encode("<|im_start|>user\nls<|im_end|>\n")]
+    turn_one, response, turn_two = encode("list_dir"), encode("<|im_start|>user\nran it<|im_end|>\n<|im_start|>assistant\n"), encode("submit now")
     completions = [turn_one + response + turn_two, turn_one + response + turn_two + response + turn_one]
     hint = tuple(encode("<|im_start|>user\nFeedback on your last action: unknown tool<|im_end|>\n"))
     # the hint goes after the tool response's message, before the generation prompt
+    hint_at = len(turn_one) + len(encode("<|im_start|>user\nran it<|im_end|>\n"))
     start = len(turn_one) + len(response)
-    turn = HintedTurn(len(turn_one) + len(tool_message), start, start + len(turn_two), hint)
-    device = torch.device("cpu")
-    prompt_ids, prompt_mask = left_padded(prompts, tokenizer.pad_token_id, device)
-    # completions are right-padded: reverse, left-pad, reverse back
-    reversed_ids, reversed_mask = left_padded([c[::-1] for c in completions], tokenizer.pad_token_id, device)
-    completion_ids, completion_mask = reversed_ids.flip(1), reversed_mask.flip(1)
-    rows = [teacher_row(row, prompt_ids.size(1), prompts[row], completions[row], turn, turn.end) for row in (0, 1)]
+    turns = [(0, HintedTurn(hint_at, start, start + len(turn_two), hint)), (1, HintedTurn(hint_at, start, start + len(turn_two), hint))]
+    prompt_ids, prompt_mask = left_padded(prompts, tokenizer.pad_token_id, torch.device("cpu"))
+    completion_ids, completion_mask = (t.flip(1) for t in left_padded([c[::-1] for c in completions], tokenizer.pad_token_id, torch.device("cpu")))
+    rows = [
+        teacher_row(row, prompt_ids.size(1), prompts[row], completions[row], turn, turn.end) for row, turn in turns
+    ]
     teacher = SDPOTeacher(TeacherWeights.live, model)
 
     with torch.no_grad(), recorded_forward(model, keep_prefix=True) as recorded:
-        model(
-            input_ids=torch.cat([prompt_ids, completion_ids], 1),
-            attention_mask=torch.cat([prompt_mask, completion_mask], 1),
-        )
+        model(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=torch.cat([prompt_mask, completion_mask], 1))
     continued = teacher.logits(model, rows, tokenizer.pad_token_id, 0.7, student_prefix=recorded.prefix)
     full = teacher.logits(model, rows, tokenizer.pad_token_id, 0.7)
 
@@ -164,10 +156,7 @@ def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forwa
 @pytest.mark.parametrize("context_grad", [True, False])
 def test_pair_logps_of_prompts_sharing_nothing_one_of_a_single_token(model, tokenizer, context_grad):
     encode = tokenizer.encode
-    pairs = [
-        (encode("ls")[:1], encode("ran it"), encode("x")),
-        (encode("run the tests please"), encode("submit"), encode("read_file calc/ops.py")),
-    ]
+    pairs = [(encode("ls")[:1], encode("ran it"), encode("x")), (encode("run the tests please"), encode("submit"), encode("read_file calc/ops.py"))]
 
     chosen, rejected = pair_logps(model, pairs, tokenizer.pad_token_id, context_grad=context_grad)
 
