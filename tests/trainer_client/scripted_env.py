@@ -5,16 +5,14 @@ unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `
 1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts.
 """
 
-import socket
-import threading
 import time
 from contextlib import contextmanager
 
-import uvicorn
 from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from pydantic import ValidationError
 
+from tests.live_process import served_in_thread
 from proto import TOOL_ARGS, CodingObservation, EpisodeState, ToolCall, tool_specs
 
 
@@ -63,20 +61,5 @@ class ScriptedCodingEnv(Environment):
 def serve_scripted_env(max_sessions: int = 8):
     """Run the scripted env's OpenEnv app on a free loopback port; yield its http:// URL."""
     app = create_app(ScriptedCodingEnv, ToolCall, CodingObservation, max_concurrent_envs=max_sessions)
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", ws="websockets-sansio"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the scripted env server did not start within 20s")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
+    with served_in_thread(app, "the scripted env server", ws="websockets-sansio") as url:
+        yield url

@@ -9,19 +9,15 @@ import asyncio
 import importlib.util
 import os
 import socket
-import subprocess
 import sys
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("torch")
 
-from tests.live_process import free_port, stop, wait_healthy  # noqa: E402
-from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_qwen2  # noqa: E402
+from tests.live_process import free_port, served_in_thread, served_subprocess  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
 from trainer_client.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn  # noqa: E402
 
 pytestmark = pytest.mark.train
@@ -115,32 +111,10 @@ class StandInVLLM:
         }
 
 
-@contextmanager
-def serve(app):
-    import uvicorn
-
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("the stand-in vLLM server did not start within 20 s")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
-        sock.close()
-
-
 @pytest.fixture(scope="module")
 def stand_in(tokenizer):
     server = StandInVLLM(tiny_qwen2(tokenizer).eval(), tokenizer)
-    with serve(server.app()) as url:
+    with served_in_thread(server.app(), "the stand-in vLLM server") as url:
         server.url = url
         yield server
 
@@ -400,27 +374,14 @@ def vllm_sized_policy(folder: Path) -> Path:
     return folder
 
 
-@contextmanager
 def trl_vllm_serve(model_dir: Path, log_path: Path, gpu: int):
     """`trl vllm-serve` on one GPU, as a GPU user runs it; yields its base URL once /health answers."""
-    port = free_port()
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "HF_HUB_OFFLINE": "1"}
     command = [
         str(Path(sys.executable).parent / "trl"), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1",
-        "--port", str(port), "--dtype", "float32", "--gpu_memory_utilization", "0.3", "--max_model_len", "4096",
-        "--enforce_eager",
+        "--dtype", "float32", "--gpu_memory_utilization", "0.3", "--max_model_len", "4096", "--enforce_eager",
     ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            try:
-                wait_healthy(url, process, timeout_s=600)
-            except RuntimeError as error:
-                raise RuntimeError(f"{error}: {log_path.read_text()[-3000:]}") from None
-            yield url
-        finally:
-            stop(process, grace_s=30)
+    return served_subprocess(command, log_path, env, timeout_s=600, grace_s=30)
 
 
 @pytest.mark.gpu
