@@ -38,6 +38,11 @@ def train(
     pairs: Path = typer.Option(None, "--pairs", exists=True, dir_okay=False, help="Replay pairs JSONL (regrow replay)."),
     beta_dpo: float = typer.Option(0.0, "--beta-dpo", min=0.0, help="Weight of the replay-DPO channel (0: off)."),
     dpo_beta: float = typer.Option(0.1, "--dpo-beta", help="The DPO loss's own beta."),
+    dpo_pairs_per_step: int = typer.Option(4, "--dpo-pairs-per-step", min=1, help="Replay pairs in each optimizer step."),
+    dpo_context_grad: bool = typer.Option(
+        True, help="Backpropagate DPO through the pairs' contexts (exact); --no-dpo-context-grad: only the actions, cheaper."
+    ),
+    sdpo_importance_clip: float = typer.Option(2.0, min=0.0, help="Upper clip of pi_theta/pi_rollout per distilled token."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     bf16: bool = typer.Option(True, help="bf16 autocast on a GPU."),
     logger: str = typer.Option("tensorboard", help="tensorboard or none."),

@@ -72,6 +72,7 @@ def build_config(settings: TrainSettings, device: str):
         sdpo_importance_clip=settings.sdpo_importance_clip,
         beta_dpo=settings.beta_dpo,
         dpo_beta=settings.dpo_beta,
+        dpo_context_grad=settings.dpo_context_grad,
         report_to=["tensorboard"] if settings.logger == "tensorboard" else [],
         logging_steps=1,
         save_steps=settings.save_steps,

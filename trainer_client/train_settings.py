@@ -37,7 +37,11 @@ class TrainSettings(BaseSettings):
     pairs: Path | None = Field(default=None, description="Replay pairs JSONL for the DPO channel.")
     beta_dpo: float = Field(default=0.0, ge=0, description="Weight of the DPO channel.")
     dpo_beta: float = Field(default=0.1, gt=0, description="The DPO loss's own beta.")
-    dpo_pairs_per_step: int = Field(default=4, ge=1)
+    dpo_pairs_per_step: int = Field(default=4, ge=1, description="Replay pairs in each optimizer step.")
+    dpo_context_grad: bool = Field(
+        default=True,
+        description="Backpropagate DPO through the pairs' contexts (exact); False: only through the action tokens, cheaper.",
+    )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
     logger: Literal["tensorboard", "none"] = "tensorboard"

@@ -1,5 +1,6 @@
 """`regrow train` reads every setting from REGROW_TRAIN_* variables, and a flag given on the command line wins."""
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -37,3 +38,23 @@ def test_a_missing_env_url_is_a_clear_error():
     result = CliRunner().invoke(app, ["train"], env={"REGROW_TRAIN_ENV": ""})
     assert result.exit_code == 1
     assert "env" in result.output
+
+
+@pytest.mark.train
+def test_every_setting_the_trainer_config_shares_reaches_it():
+    pytest.importorskip("trl")
+    from trainer_client.train_run import build_config
+
+    changed = {
+        "alpha_sdpo": 0.3, "sdpo_teacher": "ema", "sdpo_jsd_alpha": 0.2, "sdpo_top_k": 7, "sdpo_importance_clip": 3.0,
+        "beta_dpo": 0.4, "dpo_beta": 0.2, "dpo_context_grad": False, "learning_rate": 3e-5, "temperature": 0.7,
+        "loss_type": "grpo", "save_steps": 9, "seed": 5,
+    }
+    settings = TrainSettings(env="http://127.0.0.1:9", **changed)
+    config = build_config(settings, "cpu")
+    translated = ("output_dir", "bf16", "device")  # a str path; bf16 and the device follow the resolved device
+    shared = [name for name in TrainSettings.model_fields if hasattr(config, name) and name not in translated]
+    assert set(changed) <= set(shared)
+    for name in shared:
+        assert getattr(config, name) == getattr(settings, name), f"{name} does not reach the trainer config"
+    assert config.max_steps == settings.steps and config.num_generations == settings.group_size
