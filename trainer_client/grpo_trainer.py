@@ -96,12 +96,14 @@ class RegrowGRPOTrainer(GRPOTrainer):
         else:
             loss = super()._compute_loss(model, inputs)
         self._metrics[mode]["rlvr/loss"].append(loss.item() * accumulation)
-        if self.args.alpha_sdpo:
-            sdpo = self._sdpo_loss(model, inputs, recorded.hidden[-1] if sdpo_on else None, mode, recorded.prefix)
-            if sdpo is not None:
-                loss = loss + self.args.alpha_sdpo * sdpo / accumulation
-        if self.pair_batches is not None:
-            loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode, recorded.prefix) / accumulation
+        # the extra channels call the unwrapped backbone, so they need the autocast that wraps the forward they continue
+        with self.accelerator.autocast():
+            if self.args.alpha_sdpo:
+                sdpo = self._sdpo_loss(model, inputs, recorded.hidden[-1] if sdpo_on else None, mode, recorded.prefix)
+                if sdpo is not None:
+                    loss = loss + self.args.alpha_sdpo * sdpo / accumulation
+            if self.pair_batches is not None:
+                loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode, recorded.prefix) / accumulation
         return loss
 
     def _sdpo_loss(
