@@ -21,6 +21,7 @@ class Faults:
     fail_first: int = 0
     fail_status: int = 503
     stall_s: float = 0.0
+    drop_usage: bool = False  # strip the token counts from answers, as some servers never send them
 
 
 class FaultProxy:
@@ -47,6 +48,8 @@ class FaultProxy:
         async with httpx.AsyncClient(timeout=300) as client:
             answer = await client.post(f"{self.upstream}/chat/completions", content=await request.body(),
                                        headers={"content-type": "application/json"})
+        if self.faults.drop_usage and answer.status_code == 200:
+            return JSONResponse({k: v for k, v in answer.json().items() if k != "usage"})
         return Response(answer.content, status_code=answer.status_code, media_type="application/json")
 
     def __enter__(self) -> "FaultProxy":

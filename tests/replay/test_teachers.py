@@ -12,7 +12,7 @@ from trainer_client.chat_format import parse_tool_calls  # noqa: E402
 from trainer_client.replay.action_key import action_key  # noqa: E402
 from trainer_client.replay.hf_teacher import HFTeacher  # noqa: E402
 from trainer_client.replay.openai_teacher import OpenAITeacher  # noqa: E402
-from trainer_client.replay.teachers import TeacherError  # noqa: E402
+from trainer_client.replay.teachers import TeacherError, worst_case_cost_usd  # noqa: E402
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
 
 pytestmark = pytest.mark.train
@@ -42,6 +42,17 @@ def test_openai_teacher_gets_a_tool_call_and_its_price_from_a_real_server(openai
     assert reply.input_tokens > 100 and reply.output_tokens >= 1
     assert reply.cost_usd == pytest.approx((reply.input_tokens * 2.0 + reply.output_tokens * 8.0) / 1e6)
     assert reply.attempts == 1
+
+
+def test_openai_teacher_without_usage_figures_is_costed_at_its_worst_case(openai_server):
+    base_url, model = openai_server
+    messages = replay_contexts()[0]
+    counted = ask(OpenAITeacher(openai_config(base_url, model)), messages)
+    with FaultProxy(base_url, Faults(drop_usage=True)) as proxy:
+        bounded = ask(OpenAITeacher(openai_config(proxy.base_url, model)), messages)
+    assert bounded.text == counted.text  # the same answer, only its token counts are missing
+    assert bounded.cost_usd == pytest.approx(worst_case_cost_usd(openai_config(base_url, model), messages))
+    assert bounded.cost_usd > counted.cost_usd > 0
 
 
 def test_openai_teacher_retries_overload_with_backoff_and_then_answers(openai_server):

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from trainer_client.replay.teachers import TeacherError, TeacherReply, call_cost_usd
+from trainer_client.replay.teachers import TeacherError, TeacherReply, call_cost_usd, worst_case_tokens
 from trainer_client.replay.teachers_config import OpenAITeacherConfig
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ class OpenAITeacher:
                 last = TeacherError("connection", f"teacher {self.name!r}: {self.config.base_url} unreachable: {error}")
             else:
                 if response.status_code == 200:
-                    return self._reply(response, started, attempt + 1)
+                    return self._reply(response, messages, started, attempt + 1)
                 last = TeacherError(
                     f"http_{response.status_code}",
                     f"teacher {self.name!r}: HTTP {response.status_code}: {response.text[:300]}",
@@ -73,17 +73,20 @@ class OpenAITeacher:
         assert last is not None
         raise last
 
-    def _reply(self, response: httpx.Response, started: float, attempts: int) -> TeacherReply:
+    def _reply(self, response: httpx.Response, messages: list[dict[str, Any]], started: float, attempts: int) -> TeacherReply:
         try:
             payload = response.json()
             message = payload["choices"][0]["message"]
         except (ValueError, KeyError, IndexError, TypeError) as error:
             raise TeacherError("bad_response", f"teacher {self.name!r}: not a chat completion: {error}") from error
         usage = payload.get("usage") or {}
-        input_tokens = int(usage.get("prompt_tokens") or 0)
-        output_tokens = int(usage.get("completion_tokens") or 0)
-        if not usage:
-            log.warning("teacher %s returned no usage; its calls are costed at $0", self.name)
+        if usage:
+            input_tokens = int(usage.get("prompt_tokens") or 0)
+            output_tokens = int(usage.get("completion_tokens") or 0)
+        else:
+            # priced at the reserved worst case, so that a server without usage figures cannot carry the run past its cap
+            input_tokens, output_tokens = worst_case_tokens(self.config, messages)
+            log.warning("teacher %s returned no usage; its call is costed at its worst case", self.name)
         return TeacherReply(
             text=_message_text(message),
             input_tokens=input_tokens,

@@ -45,13 +45,18 @@ def call_cost_usd(config: TeacherConfig, input_tokens: int, output_tokens: int) 
     return (input_tokens * config.input_usd_per_mtok + output_tokens * config.output_usd_per_mtok) / 1e6
 
 
+def worst_case_tokens(config: TeacherConfig, messages: list[dict[str, Any]]) -> tuple[int, int]:
+    """Bounds on one call's input and output tokens: a token is at least one byte, the reply at most max_tokens."""
+    input_bound = sum(len(str(m.get("content", "")).encode()) + _TOKENS_PER_MESSAGE for m in messages)
+    return input_bound, config.max_tokens
+
+
 def worst_case_cost_usd(config: TeacherConfig, messages: list[dict[str, Any]]) -> float:
-    """An upper bound on one answered call: a token is at least one byte, the reply at most max_tokens.
+    """An upper bound on one answered call.
 
     Failed attempts (timeouts, 5xx) return no usage and are not billed by the APIs we target.
     """
-    input_bound = sum(len(str(m.get("content", "")).encode()) + _TOKENS_PER_MESSAGE for m in messages)
-    return call_cost_usd(config, input_bound, config.max_tokens)
+    return call_cost_usd(config, *worst_case_tokens(config, messages))
 
 
 def open_teacher(config: TeacherConfig) -> Teacher:
