@@ -101,12 +101,13 @@ def bench_train(
     turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
     hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),
     pairs: int = typer.Option(4, min=1, help="DPO pairs per batch."),
+    dpo_context_grad: bool = typer.Option(True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
     """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
     from trainer_client.train_bench import run_train_bench
 
-    sys.stdout.write(json.dumps(run_train_bench(model, steps, rows, turns, hinted_share, pairs), indent=2) + "\n")
+    sys.stdout.write(json.dumps(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), indent=2) + "\n")
 
 
 def bench_rollouts(

@@ -7,6 +7,7 @@ those of the trainer step alone (forward, SDPO teacher, DPO pairs, backward, opt
 """
 
 import random
+import resource
 import statistics
 import tempfile
 import time
@@ -184,6 +185,7 @@ def run_train_bench(
         "dpo_pairs_used_per_batch": metrics.get("dpo/pairs"),
         "sdpo_loss": metrics.get("sdpo/loss"),
         "dpo_loss": metrics.get("dpo/loss"),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),  # both trainers, all steps
     }
 
 
