@@ -31,13 +31,17 @@ images: setup
 
 # The service images install regrow and its dependencies from here, with no network.
 # Dependencies and regrow's own wheel apart, so that a code change rebuilds one thin image layer.
+# Built afresh each time: a stale version beside a new one would make the images' `pip install *.whl` conflict.
+# pip itself is in it, so that the images install with the pip that resolved the set, not Debian's older one.
 wheelhouse: setup
-	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel
+	rm -rf $(WHEELHOUSE) build  # setuptools' build/lib would carry a deleted module into regrow's wheel
+	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel pip
 	rm -rf .cache/regrow-wheel && mkdir -p .cache/regrow-wheel && mv $(WHEELHOUSE)/regrow-*.whl .cache/regrow-wheel/
 	mkdir -p $(WHEELHOUSE)-train  # Compose v1 checks every service's build context, the trainer's too
 
 # The trainer image's build context: the `train` extra's wheels beside the service wheelhouse, and the demo model.
 wheelhouse-train: wheelhouse
+	rm -rf $(WHEELHOUSE)-train
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE)-train --find-links $(WHEELHOUSE) '.[train]'
 	rm -f $(WHEELHOUSE)-train/regrow-*.whl
 	$(BIN)/pip download -q --no-deps --dest $(WHEELHOUSE)-train/demo-model '$(DEMO_MODEL)'

@@ -2,7 +2,9 @@
 ARG BASE_IMAGE=regrow/base:0.1.0
 FROM ${BASE_IMAGE}
 COPY .cache/wheelhouse /opt/regrow/wheelhouse
+# First the wheelhouse's pip: the one that resolved the set installs it (Debian's bundled pip is older).
 RUN python3 -m venv /opt/regrow/venv \
+ && /opt/regrow/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q --find-links /opt/regrow/wheelhouse --upgrade pip \
  && /opt/regrow/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q /opt/regrow/wheelhouse/*.whl
 COPY .cache/regrow-wheel /tmp/regrow-wheel
 RUN /opt/regrow/venv/bin/pip install --no-index --no-deps --no-cache-dir --disable-pip-version-check -q /tmp/regrow-wheel/*.whl \

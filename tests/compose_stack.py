@@ -1,6 +1,7 @@
 """The local stack under test: a compose project of its own (fresh volumes) on free ports, and its leak check."""
 
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -50,6 +51,12 @@ class ComposeProject:
         left += [f"network {n['Name']}" for n in api.networks() if n["Name"].startswith(self.project)]
         left += [f"volume {v['Name']}" for v in api.volumes().get("Volumes") or [] if v["Name"].startswith(self.project)]
         return left
+
+
+def output_tail(result: subprocess.CompletedProcess, chars: int = 4000) -> str:
+    """The end of a command's output: compose v2 prints its build log, pip's errors included, on stdout, and the verdict on stderr."""
+    free_gib = shutil.disk_usage(REPO).free / 2**30
+    return f"{result.stdout[-chars:]}\n{result.stderr[-chars:]}\n(free disk where the repository lives: {free_gib:.1f} GiB)"
 
 
 def _healthy(url: str) -> bool:

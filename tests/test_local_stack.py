@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.compose_stack import REPO, ComposeProject
+from tests.compose_stack import REPO, ComposeProject, output_tail
 
 README = (REPO / "README.md").read_text()
 
@@ -31,7 +31,7 @@ def stack(docker_backend, base_image):
     project = ComposeProject(_compose_v1_first(), f"regrowe2e{os.getpid()}", REGROW_DEMO_TASKS="2")
     up = project.run("up", "-d", "--build", timeout=1800)
     try:
-        assert up.returncode == 0, f"compose up failed:\n{up.stderr[-3000:]}\n{project.logs()}"
+        assert up.returncode == 0, f"compose up failed:\n{output_tail(up)}\n{project.logs()}"
         project.wait_healthy()
         tasks = project.run("exec", "-T", "env-server", "cat", "/tasks/tasks.jsonl")
         assert tasks.returncode == 0, tasks.stderr
@@ -87,7 +87,7 @@ def test_regrow_train_runs_two_steps_against_the_stack(stack, tmp_path):
          "--max-turn-tokens", "32", "--logger", "none", "--device", "cpu"],
         capture_output=True, text=True, timeout=1500,
     )
-    assert trained.returncode == 0, trained.stderr[-3000:]
+    assert trained.returncode == 0, output_tail(trained)
     assert (tmp_path / "run").is_dir()
 
 

@@ -7,7 +7,7 @@ import subprocess
 import httpx
 import pytest
 
-from tests.compose_stack import REPO, ComposeProject
+from tests.compose_stack import REPO, ComposeProject, output_tail
 from tests.compose_v2 import compose_v2_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
@@ -26,11 +26,11 @@ def train_stack(docker_backend, base_image):
     try:
         if not docker_backend.image_exists("regrow/app:0.1.0"):  # the trainer image extends it
             app = project.run("build", "synth", timeout=1800)
-            assert app.returncode == 0, f"building the service image failed:\n{app.stderr[-3000:]}"
+            assert app.returncode == 0, f"building the service image failed:\n{output_tail(app)}"
         built = project.run("--profile", "train", "build", "trainer", timeout=2400)
-        assert built.returncode == 0, f"building the trainer image failed:\n{built.stderr[-3000:]}"
+        assert built.returncode == 0, f"building the trainer image failed:\n{output_tail(built)}"
         up = project.run("--profile", "train", "up", "-d", timeout=1800)
-        assert up.returncode == 0, f"compose v2 up failed:\n{up.stderr[-3000:]}\n{project.logs()}"
+        assert up.returncode == 0, f"compose v2 up failed:\n{output_tail(up)}\n{project.logs()}"
         project.wait_healthy()
         waited = project.run("wait", "trainer", timeout=2400)
         exit_code = re.search(r"(\d+)\s*$", waited.stdout)  # "0", or "container ... exited with status code 0"
