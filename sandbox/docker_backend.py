@@ -18,6 +18,7 @@ from sandbox.exec_stream import read_exec_stream
 from sandbox.file_transfer import DirEntry, list_dir, read_file, search, write_file
 from sandbox.limits import Hardening, Limits
 from sandbox.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL, current_owner, own_container_id
+from sandbox.process_sweep import sweep_command
 from sandbox.settings import SandboxSettings
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,7 @@ KILL_GRACE_S = 2.0
 # Beyond timeout + kill grace, the host stops waiting and kills the command's processes itself.
 OUTER_GRACE_S = 5.0
 EXEC_MARKER = "REGROW_EXEC"
-# Kills every process that inherited this exec's marker, including ones that left its process group.
-_SWEEP = (
-    'for d in /proc/[0-9]*; do grep -qzx "$0" "$d/environ" 2>/dev/null && kill -9 "${d#/proc/}" 2>/dev/null; done; true'
-)
+SWEEP_ATTEMPTS = 5
 _OOM_COUNT = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
 
 
@@ -144,11 +142,20 @@ class Sandbox:
 
     def _sweep(self, marker: str, user: str) -> None:
         # As the command's own user: with every capability dropped, root cannot signal other uids.
-        try:
-            exec_id = self.api.exec_create(self.id, ["sh", "-c", _SWEEP, marker], user=user)["Id"]
-            self.api.exec_start(exec_id)
-        except docker.errors.APIError as error:
-            log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)
+        # Retried: while a fork bomb holds every pid of the container, the sweep itself may fail to start.
+        for attempt in range(SWEEP_ATTEMPTS):
+            try:
+                exec_id = self.api.exec_create(self.id, sweep_command(marker), user=user)["Id"]
+                output = self.api.exec_start(exec_id)
+                exit_code = self.api.exec_inspect(exec_id).get("ExitCode")
+            except docker.errors.APIError as error:
+                log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)
+                return
+            if exit_code == 0:
+                return
+            log.info("sweep %d in %s exited %s: %s", attempt + 1, self.id[:12], exit_code, output[-200:])
+            time.sleep(0.2 * (attempt + 1))
+        log.warning("timed-out processes in %s may have survived %d sweeps; the pids limit still bounds them", self.id[:12], SWEEP_ATTEMPTS)
 
     def _oom_killed_since_last_check(self) -> bool:
         try:

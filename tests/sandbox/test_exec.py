@@ -3,6 +3,7 @@
 import pytest
 
 from sandbox import ExecTimeout
+from sandbox.process_sweep import sweep_command
 
 
 def test_exec_round_trip_reports_exit_code_cwd_and_env(sandbox):
@@ -38,6 +39,20 @@ def test_timeout_also_kills_children_that_left_the_process_group(sandbox):
     result = sandbox.exec("setsid sleep 1004 & nohup setsid sh -c 'sleep 1005' >/dev/null 2>&1 & sleep 1006", timeout=1)
     assert result.timed_out
     assert _processes_matching(sandbox, "sleep 100") == []
+
+
+@pytest.mark.parametrize("python", [True, False], ids=["python3", "shell-fallback"])
+def test_sweep_ends_the_marked_processes_with_or_without_python3(sandbox, python):
+    # a PATH with what the sweep and the exec wrapper need, and python3 only when asked for
+    tools = "/usr/bin/timeout /bin/sh /bin/grep" + (" /usr/bin/python3" if python else "")
+    sandbox.exec(f"mkdir -p /tmp/tools && ln -sf {tools} /tmp/tools/")
+    sandbox.exec("setsid sleep 1007 >/dev/null 2>&1 &", env={"SWEEP_PROBE": "1"})
+    sandbox.exec("setsid sleep 1008 >/dev/null 2>&1 &")  # unmarked: the sweep must leave it alone
+    assert _processes_matching(sandbox, "sleep 1007")
+    swept = sandbox.exec(sweep_command("SWEEP_PROBE=1"), env={"PATH": "/tmp/tools"})
+    assert swept.exit_code == 0, swept.stderr
+    assert _processes_matching(sandbox, "sleep 1007") == []
+    assert _processes_matching(sandbox, "sleep 1008")
 
 
 def test_raise_for_timeout_raises_typed_error_with_the_result(sandbox):

@@ -21,6 +21,19 @@ def test_fork_bomb_is_stopped_by_the_pids_limit(docker_backend, base_image):
         assert other.exec("echo alive").stdout == "alive\n"
 
 
+# Each child leaves the process group, so `timeout` cannot reach it, and forks on as long as it lives.
+_SESSION_BOMB = "python3 -c 'import os\nwhile True:\n    try:\n        os.fork() or os.setsid()\n    except OSError:\n        pass'"
+
+
+def test_a_fork_bomb_that_outlives_its_timeout_is_swept(docker_backend, base_image):
+    with docker_backend.create(base_image, limits=Limits(pids=64)) as sb:
+        bomb = sb.exec(_SESSION_BOMB, timeout=2)
+        assert bomb.timed_out
+        left = sb.api.top(sb.id)["Processes"]
+        assert len(left) <= 2, left  # the container's init and nothing of the bomb's
+        assert sb.exec("echo usable", timeout=10).stdout == "usable\n"  # at once: no stragglers hold the pids
+
+
 def test_memory_hog_is_oom_killed_and_reported(docker_backend, base_image):
     with docker_backend.create(base_image, limits=Limits(memory_bytes=128 * MiB)) as sb:
         result = sb.exec("python3 -c 'x = bytearray(1024 * 1024 * 1024); print(len(x))'", timeout=60)
