@@ -5,8 +5,9 @@ ARG APP_IMAGE=regrow/app:0.1.0
 FROM ${APP_IMAGE}
 USER root
 COPY . /tmp/wheelhouse-train
+# By name, not *.whl: the resolver takes one version of each, so a wheelhouse holding two cannot conflict.
 RUN /opt/regrow/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q \
-        --find-links /opt/regrow/wheelhouse --find-links /tmp/wheelhouse-train /tmp/wheelhouse-train/*.whl \
+        --find-links /opt/regrow/wheelhouse --find-links /tmp/wheelhouse-train 'regrow[train]' \
  && /opt/regrow/venv/bin/pip install --no-index --no-deps --no-cache-dir --disable-pip-version-check -q \
         /tmp/wheelhouse-train/demo-model/*.whl \
  && rm -rf /tmp/wheelhouse-train \
