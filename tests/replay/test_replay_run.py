@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 from proto.actions import ToolCall  # noqa: E402
 from tests.replay.recorded_traces import recorded_traces  # noqa: E402
 from tests.replay.tool_caller import READ_CORE  # noqa: E402
-from trainer_client.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call  # noqa: E402
+from trainer_client.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call, messages_from_trace  # noqa: E402
 from trainer_client.dpo_loss import completion_logps  # noqa: E402
 from trainer_client.preference_pairs import encode_pair  # noqa: E402
 from trainer_client.replay.action_key import action_key  # noqa: E402
@@ -117,6 +117,27 @@ def test_gating_skips_teachers_where_the_student_was_sure(read_teacher_dir, scor
     assert gated.calls_saved_by_gating == TURNS
     open_gate, pairs = replay([hf("local", read_teacher_dir)], scorer, ReplaySettings(entropy_threshold=0.0))
     assert open_gate.calls_saved_by_gating == 0 and len(pairs) == 4
+
+
+def test_gating_between_the_extremes_asks_teachers_only_where_the_student_was_unsure(read_teacher_dir, scorer):
+    entropy = {}
+    for trace in recorded_traces():
+        for step in turn_starts(trace):
+            text = step.action.metadata.get(ASSISTANT_TEXT_KEY) or format_tool_call(step.action)
+            messages = messages_from_trace(trace, before_step=step.index)
+            entropy[(trace.episode_id, step.index)] = scorer.score(messages, text).mean_entropy
+    ranked = sorted(entropy.values())
+    split = next(i for i in range(len(ranked) // 2, len(ranked) - 1) if ranked[i] < ranked[i + 1])
+    threshold = (ranked[split] + ranked[split + 1]) / 2
+    unsure = {key for key, value in entropy.items() if value > threshold}
+    assert 0 < len(unsure) < TURNS  # the threshold falls between turns, so the gate is neither shut nor open
+
+    report, pairs = replay([hf("local", read_teacher_dir)], scorer, ReplaySettings(entropy_threshold=threshold))
+    _, ungated_pairs = replay([hf("local", read_teacher_dir)], scorer)
+    assert report.decisions["gated_out"] == report.calls_saved_by_gating == TURNS - len(unsure)
+    assert report.teacher_calls == len(unsure)
+    # the gate only removes turns: where it let the teachers speak, the decisions are the ungated ones
+    assert {(p.trace_id, p.step_index) for p in pairs} == {(p.trace_id, p.step_index) for p in ungated_pairs} & unsure
 
 
 def test_the_spending_cap_stops_the_run_cleanly_before_it_is_passed(openai_server, scorer):
