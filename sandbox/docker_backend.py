@@ -147,8 +147,8 @@ class Sandbox:
             try:
                 exec_id = self.api.exec_create(self.id, sweep_command(marker), user=user)["Id"]
                 output = self.api.exec_start(exec_id)
-                exit_code = self.api.exec_inspect(exec_id).get("ExitCode")
-            except docker.errors.APIError as error:
+                exit_code = self._exit_code(exec_id, deadline_hit=False)
+            except (docker.errors.APIError, SandboxGone) as error:
                 log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)
                 return
             if exit_code == 0:
