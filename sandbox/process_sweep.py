@@ -19,11 +19,10 @@ def marked():
                         yield int(name)
             except OSError:
                 pass
-deadline = time.monotonic() + float(sys.argv[2])
-while time.monotonic() < deadline:
+deadline, settled = time.monotonic() + float(sys.argv[2]), False
+while not settled and time.monotonic() < deadline:
     fresh = [pid for pid in marked() if pid not in stopped]
-    if not fresh:
-        break
+    settled = not fresh
     for pid in fresh:
         try:
             os.kill(pid, signal.SIGSTOP)
@@ -35,7 +34,7 @@ for pid in stopped:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
-sys.exit(0 if time.monotonic() < deadline else 3)
+sys.exit(0 if settled else 3)
 """
 
 # `command` and `exec` are shell builtins: the python path starts without a fork.

@@ -16,8 +16,10 @@ pytestmark = [pytest.mark.docker, pytest.mark.train]
 @pytest.fixture(scope="module")
 def train_stack(docker_backend, base_image):
     """The stack plus its trainer service, started with Compose v2; yields after the trainer has exited."""
-    # always: the trainer's build context must hold this pyproject's `train` extra, not an earlier one
-    made = subprocess.run(["make", "wheelhouse-train"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    # always: the trainer's build context must hold this pyproject's `train` extra, not an earlier one;
+    # the service wheelhouse `make test` already built is not built twice (-o)
+    made_before = ["-o", "wheelhouse"] if (REPO / ".cache/regrow-wheel").is_dir() else []
+    made = subprocess.run(["make", *made_before, "wheelhouse-train"], cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert made.returncode == 0, f"make wheelhouse-train failed:\n{output_tail(made)}"
     project = ComposeProject(
         compose_v2_command(), f"regrowv2{os.getpid()}",
