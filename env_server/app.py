@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from functools import partial
 from typing import Literal
 
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
@@ -19,6 +20,21 @@ from proto.observations import CodingObservation, EpisodeState
 from proto.traces import EpisodeTrace
 
 ENV_NAME = "regrow_coding"
+
+
+def token_check(runtime: EpisodeRuntime):
+    """A dependency that demands `Authorization: Bearer <REGROW_SERVER_API_TOKEN>` when a token is set."""
+    token = runtime.settings.api_token
+
+    def check(request: Request) -> None:
+        if token is None:
+            return
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+            raise HTTPException(401, "this route needs `Authorization: Bearer <token>` with the server's "
+                                     "REGROW_SERVER_API_TOKEN", headers={"WWW-Authenticate": "Bearer"})
+
+    return check
 
 
 def build_app(runtime: EpisodeRuntime) -> FastAPI:
@@ -36,6 +52,7 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     )
     app.title = "regrow env server"
     app.add_middleware(AbortOnDisconnect, runtime=runtime)
+    authorized = [Depends(token_check(runtime))]
 
     @app.exception_handler(EpisodeError)
     async def episode_error(request: Request, error: EpisodeError) -> JSONResponse:
@@ -45,7 +62,7 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     def metrics() -> Response:
         return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/episodes", tags=["Traces"], summary="Recorded episodes, newest first (without steps)")
+    @app.get("/episodes", tags=["Traces"], dependencies=authorized, summary="Recorded episodes, newest first (without steps)")
     def list_episodes(
         task_id: str | None = None,
         status: Literal["running", "submitted", "budget_exhausted", "aborted"] | None = None,
@@ -56,14 +73,14 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     ) -> list[EpisodeTrace]:
         return runtime.traces.list_episodes(task_id, status, min_reward, since, limit, offset)
 
-    @app.get("/episodes/{episode_id}", tags=["Traces"], summary="One recorded episode with every step")
+    @app.get("/episodes/{episode_id}", tags=["Traces"], dependencies=authorized, summary="One recorded episode with every step")
     def get_episode(episode_id: str) -> EpisodeTrace:
         trace = runtime.traces.get_episode(episode_id)
         if trace is None:
             raise HTTPException(404, f"no episode {episode_id!r} in the trace store")
         return trace
 
-    @app.delete("/episodes/{episode_id}", tags=["Traces"], summary="End a live addressable episode without grading")
+    @app.delete("/episodes/{episode_id}", tags=["Traces"], dependencies=authorized, summary="End a live addressable episode without grading")
     def end_episode(episode_id: str) -> dict[str, str]:
         runtime.abort(runtime.get(episode_id), "ended by DELETE /episodes")
         return {"episode_id": episode_id, "status": "aborted"}

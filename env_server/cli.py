@@ -81,7 +81,20 @@ def bench_server(
     sys.stdout.write(json.dumps(run_server_bench(tasks, repetitions, episodes, steps), indent=2) + "\n")
 
 
+def bench_grade(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
+    repetitions: int = typer.Option(5, min=1, help="Gradings (and bare runs) per task."),
+    max_tasks: int = typer.Option(3, min=1, help="Tasks measured, in id order."),
+    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
+) -> None:
+    """Grading each task's own solution with every defence on, against a bare pytest run of the same tests."""
+    from env_server.grade_bench import run_grade_bench
+
+    sys.stdout.write(json.dumps(run_grade_bench(tasks, repetitions, max_tasks), indent=2) + "\n")
+
+
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("serve")(serve)
     app.add_typer(traces_app, name="traces")
     bench_app.command("server")(bench_server)
+    bench_app.command("grade")(bench_grade)

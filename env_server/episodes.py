@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import tarfile
 import threading
 import time
 import uuid
@@ -14,7 +15,7 @@ from pydantic import ValidationError
 
 from env_server.event_log import log_event
 from env_server.metrics import ServerMetrics
-from env_server.reward import failing_summary, grade, source_diff
+from env_server.reward import PristineCache, failing_summary, grade
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.tools import ToolResult, call_tool
@@ -105,6 +106,7 @@ class EpisodeRuntime:
         self.limits = SandboxSettings().limits()
         self.labels = {SERVER_LABEL: self.server_id}
         self.pools: dict[str, WarmPool] = {}
+        self.pristine = PristineCache()
         self.reaper = Reaper(backend, interval_s=settings.reaper_interval_s)
         self._episodes: dict[str, Episode] = {}
         self._reserved = 0
@@ -279,9 +281,9 @@ class EpisodeRuntime:
     def _finish(self, episode: Episode, status: str, result: ToolResult) -> CodingObservation:
         """Grade the workspace, end the episode, and build the final observation."""
         try:
-            details = grade(episode.task, source_diff(episode.sandbox), lambda: self._sandbox(episode.task.record.image),
-                            self.settings.reward_mode, self.settings.grade_timeout_s)
-        except (SandboxError, OSError) as error:
+            details = grade(episode.task, episode.sandbox, lambda: self._sandbox(episode.task.record.image),
+                            self.pristine, self.settings.grade_limits())
+        except (SandboxError, OSError, ValueError, tarfile.TarError) as error:
             self.metrics.sandbox_failures.labels("grade").inc()
             log.warning("grading episode %s failed: %s", episode.id, error)
             details = RewardDetails(reward=0.0, mode=self.settings.reward_mode, f2p_passed=0, p2p_passed=0,
@@ -289,6 +291,10 @@ class EpisodeRuntime:
                                     p2p_total=len(episode.task.record.PASS_TO_PASS), error=str(error))
         episode.details = details
         self.metrics.reward.observe(details.reward)
+        for reason in details.tamper_reasons:
+            self.metrics.tampered.labels(reason).inc()
+        if details.tampered:
+            log_event("episode.tampered", episode.id, reasons=details.tamper_reasons, flags=details.tamper_flags[:10])
         self._end(episode, status)
         summary = failing_summary(details)
         result.feedback = _joined(result.feedback, summary)

@@ -22,5 +22,8 @@ class ServerMetrics:
         self.sandbox_failures = Counter("regrow_sandbox_failures_total", "Sandbox operations that failed.", ["operation"],
                                         registry=self.registry)
 
+        self.tampered = Counter("regrow_reward_tampered_total", "Graded submissions found forged, by tripwire.",
+                                ["reason"], registry=self.registry)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -1,124 +1,156 @@
-"""Grades a submission: the agent's source diff, applied in a fresh container with the pristine tests."""
+"""Grades a submission that is hostile input, in a test process that is not trusted.
+
+The agent's container is killed and its /workspace read through the engine; the change set that the path policy
+allows is written into fresh containers with the pristine tests and hidden checks; pytest runs hardened. Tripwires
+(sentinels, controls, a counterfactual run with the deleted unit put back as the task had it) and a static scan make
+a forged run visible: its reward is 0 and `tampered` is set.
+"""
 
 from __future__ import annotations
 
 import logging
 import posixpath
-import re
+import random
 import secrets
-import xml.etree.ElementTree as ElementTree
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
 
+from env_server.change_set import ChangeSet, SubmissionTooLarge, Tree, archive_of, compare, differs_from, read_tree
+from env_server.grading_run import GRADING_ENV, PYTEST_CONFIGS, Outcome, parse_report, pytest_arguments, pytest_config
+from env_server.grading_run import launcher_source
+from env_server.hidden_checks import HiddenSuite, build_hidden_suite
+from env_server.path_policy import PathPolicy
+from env_server.settings import GradeLimits
+from env_server.tamper_scan import scan_change_set
 from env_server.task_store import Task
-from proto.observations import RewardDetails, TestOutcome
-from sandbox import Sandbox, SandboxError, SandboxFileNotFound
+from proto.observations import RefusedPath, RewardDetails, TestOutcome
+from sandbox import Sandbox, SandboxError
 
 log = logging.getLogger(__name__)
 
 WORKSPACE = "/workspace"
-_DIFF = ["git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null"]
-_CONFIG_FILES = {"pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
-_STARTUP_FILES = {"sitecustomize.py", "usercustomize.py"}
+AGENT_HOME = "/home/agent"
+# Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).
+_PLUGIN_PROBE = ("import importlib.metadata as m\n"
+                 "print('\\n'.join(sorted({e.module for e in m.entry_points(group='pytest11')})))")
 
 
-def is_protected(path: str, test_files: list[str]) -> bool:
-    """True for files that decide how tests run rather than what the code does; their edits are not graded."""
-    name = posixpath.basename(path)
-    parts = path.split("/")
-    return (
-        path in test_files
-        or name == "conftest.py"
-        or name in _CONFIG_FILES
-        or name in _STARTUP_FILES
-        or name.endswith(".pth")
-        or (name.startswith("test_") and name.endswith(".py"))
-        or name.endswith("_test.py")
-        or any(part in ("tests", "test", "testing") for part in parts[:-1])
-    )
+@dataclass(frozen=True)
+class Pristine:
+    """What a task image's /workspace holds before anyone touches it, and how its tests are configured."""
+
+    tree: Tree
+    config: str | None
+    plugins: tuple[str, ...]
 
 
 @dataclass
-class SplitDiff:
-    graded: str
-    ignored_paths: list[str]
+class PristineCache:
+    """Pristine trees by image, each read once from a fresh container before any submission is written to it."""
+
+    trees: dict[str, Pristine] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def get(self, task: Task, sb: Sandbox, limits: GradeLimits) -> Pristine:
+        with self.lock:
+            known = self.trees.get(task.record.image)
+        if known is not None:
+            return known
+        # The Python sources are kept: the static scan compares each changed module with its pristine self.
+        tree = read_tree(sb.export_tree(WORKSPACE, limits.tree_cap_bytes), lambda path, _: path.endswith(".py"))
+        candidates = {name: sb.read_file(f"{WORKSPACE}/{name}") for name, _ in PYTEST_CONFIGS if name in tree.entries}
+        plugins = task.record.pytest_plugins
+        if plugins is None:
+            probe = sb.exec(["python", "-I", "-c", _PLUGIN_PROBE], timeout=60, cwd="/")
+            plugins = probe.stdout.split() if probe.exit_code == 0 else []
+        pristine = Pristine(tree, pytest_config(candidates), tuple(plugins))
+        with self.lock:
+            self.trees[task.record.image] = pristine
+        return pristine
 
 
-_FILE_HEADER = re.compile(r"^diff --git a/(.+?) b/(.+)$")
+@dataclass
+class RunResult:
+    """Outcomes of one graded pytest run, or why there are none."""
+
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    error: str | None = None
 
 
-def split_diff(diff: str, test_files: list[str]) -> SplitDiff:
-    """Drop the file sections of `diff` that touch protected paths; list what was dropped."""
-    kept: list[str] = []
-    ignored: list[str] = []
-    keep = True
-    for section in re.split(r"(?m)^(?=diff --git )", diff):
-        header = _FILE_HEADER.match(section.split("\n", 1)[0])
-        if not header:
-            continue
-        paths = {header.group(1), header.group(2)}
-        keep = not any(is_protected(p, test_files) for p in paths)
-        (kept.append(section) if keep else ignored.extend(sorted(paths)))
-    return SplitDiff(graded="".join(kept), ignored_paths=sorted(set(ignored)))
+def run_graded(sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, suite: HiddenSuite, wanted: list[str],
+               timeout_s: float) -> RunResult:
+    """Write `changes`, the pristine tests and the hidden suite into `sb`, run the hardened pytest, read its report."""
+    for start in range(0, len(changes.deleted), 500):
+        sb.exec(["rm", "-f", "--", *changes.deleted[start : start + 500]], timeout=60, cwd=WORKSPACE)
+    files = {**changes.written, **task.pristine_tests(), suite.path: suite.source.encode()}
+    sb.import_tree(WORKSPACE, archive_of(files, changes.executable))
+    # A fresh name outside the workspace; the report is written after pytest returns and read once the container is dead.
+    private = f".{secrets.token_hex(8)}"
+    paths = {nodeid.split("::")[0] for nodeid in wanted}
+    arguments = pytest_arguments(task.record.test_command, pristine.config, pristine.plugins, sorted(paths))
+    report = f"{AGENT_HOME}/{private}/report.json"
+    sb.import_tree(AGENT_HOME, archive_of({f"{private}/run.py": launcher_source(arguments, wanted, report).encode()}))
+    ran = sb.exec(["python", "-P", f"{AGENT_HOME}/{private}/run.py"], timeout=timeout_s, cwd=WORKSPACE,
+                  env={**GRADING_ENV, "HOME": AGENT_HOME})
+    sb.freeze()
+    if ran.timed_out:
+        return RunResult(error=f"the tests ran past {timeout_s:g}s")
+    try:
+        _, outcomes = parse_report(sb.read_file(report))
+    except (SandboxError, ValueError) as error:
+        log.info("no usable report for %s (exit %s): %s", task.id, ran.exit_code, error)
+        return RunResult(error=f"the test run left no report (exit {ran.exit_code}): {ran.stderr.strip()[-300:]}")
+    return RunResult(outcomes)
 
 
-def source_diff(sb: Sandbox) -> str:
-    """Every change the agent made to /workspace since the task's single commit, as a binary-safe diff."""
-    staged = sb.exec([*_DIFF, "add", "-A"], timeout=60, cwd=WORKSPACE)
-    if staged.exit_code != 0:
-        raise SandboxError(f"git add failed in the agent's workspace: {staged.stderr.strip()[:300]}")
-    # Through a file, not stdout: a large diff must not be cut at the exec output cap.
-    out = f"/home/agent/.diff-{secrets.token_hex(8)}.patch"
-    diff = sb.exec(
-        [*_DIFF, "diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv", "--no-renames", f"--output={out}", "HEAD"],
-        timeout=60,
-        cwd=WORKSPACE,
-    )
-    if diff.exit_code != 0:
-        raise SandboxError(f"could not take the agent's diff (git exit {diff.exit_code}): {diff.stderr.strip()[:300]}")
-    return sb.read_file(out).decode("utf-8", errors="surrogateescape")
+def excused_source(solution_patch: str) -> str:
+    """The added lines of the task's solution: what the original code itself used is no sign of tampering."""
+    return "\n".join(line[1:] for line in solution_patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
 
 
-def junit_nodeid_key(nodeid: str) -> tuple[str, str]:
-    """The (classname, name) pair pytest's JUnit report uses for `nodeid`."""
-    path, *rest = nodeid.split("::")
-    module = path[:-3] if path.endswith(".py") else path
-    classname = ".".join([module.replace("/", "."), *rest[:-1]])
-    return classname, rest[-1] if rest else ""
+def _outcome(result: RunResult, nodeid: str) -> Outcome:
+    return result.outcomes.get(nodeid, "missing")
 
 
-def parse_junit(xml_text: str) -> dict[tuple[str, str], str]:
-    """Outcome of each test case in a JUnit report, keyed by (classname, name)."""
-    outcomes = {}
-    for case in ElementTree.fromstring(xml_text).iter("testcase"):
-        kinds = {child.tag for child in case}
-        outcome = "failed" if "failure" in kinds else "error" if "error" in kinds else "skipped" if "skipped" in kinds else "passed"
-        outcomes[(case.get("classname", ""), case.get("name", ""))] = outcome
-    return outcomes
-
-
-def score(task: Task, outcomes: dict[tuple[str, str], str], mode: str) -> RewardDetails:
-    """Fraction of FAIL_TO_PASS passed, 0 if any PASS_TO_PASS broke; binary mode pays 1 only for all."""
-    tests = []
-    for group, nodeids in (("FAIL_TO_PASS", task.record.FAIL_TO_PASS), ("PASS_TO_PASS", task.record.PASS_TO_PASS)):
-        for nodeid in nodeids:
-            tests.append(TestOutcome(nodeid=nodeid, outcome=outcomes.get(junit_nodeid_key(nodeid), "missing"), group=group))
-    f2p = [t for t in tests if t.group == "FAIL_TO_PASS"]
-    p2p = [t for t in tests if t.group == "PASS_TO_PASS"]
-    f2p_passed = sum(t.outcome == "passed" for t in f2p)
-    p2p_passed = sum(t.outcome == "passed" for t in p2p)
-    p2p_intact = p2p_passed == len(p2p)
-    if mode == "binary":
-        reward = float(p2p_intact and f2p_passed == len(f2p))
-    else:
-        reward = f2p_passed / len(f2p) if f2p and p2p_intact else 0.0
-    return RewardDetails(
-        reward=reward, mode=mode, f2p_passed=f2p_passed, f2p_total=len(f2p), p2p_passed=p2p_passed, p2p_total=len(p2p), tests=tests
-    )
+def score(task: Task, suite: HiddenSuite, main: RunResult, counter: RunResult, mode: str) -> RewardDetails:
+    """The reward and the tripwires: a F2P pass counts only when the counterfactual run, without the unit, fails it."""
+    tests = [TestOutcome(nodeid=n, outcome=_outcome(main, n), group="FAIL_TO_PASS") for n in task.record.FAIL_TO_PASS]
+    tests += [TestOutcome(nodeid=n, outcome=_outcome(main, n), group="PASS_TO_PASS") for n in task.record.PASS_TO_PASS]
+    checks = suite.of_role("check")
+    tests += [TestOutcome(nodeid=f"hidden::{t.label}", outcome=_outcome(main, suite.nodeid(t)), group="HIDDEN")
+              for t in checks]
+    if main.error:  # a run that timed out or died earns nothing; it is no evidence of forgery by itself
+        return _empty(task, mode, tests=tests, hidden_total=len(checks), error=main.error)
+    reasons = []
+    runs = [main, counter]  # a counterfactual that dies or hangs where the main run did not fails its controls
+    if any(_outcome(run, suite.nodeid(t)) == "passed" for run in runs for t in suite.of_role("sentinel")):
+        reasons.append("sentinel_passed")
+    if any(_outcome(run, suite.nodeid(t)) != "passed" for run in runs for t in suite.of_role("control")):
+        reasons.append("control_failed")
+    passed_f2p = [n for n in task.record.FAIL_TO_PASS if _outcome(main, n) == "passed"]
+    from_unit = [n for n in passed_f2p if _outcome(counter, n) != "passed"]
+    if passed_f2p and not from_unit:
+        reasons.append("counterfactual_passed")
+    p2p_passed = sum(t.outcome == "passed" for t in tests if t.group == "PASS_TO_PASS")
+    hidden_passed = sum(t.outcome == "passed" for t in tests if t.group == "HIDDEN")
+    earned, total = len(from_unit) + hidden_passed, len(task.record.FAIL_TO_PASS) + len(checks)
+    intact = p2p_passed == len(task.record.PASS_TO_PASS)
+    reward = float(intact and earned == total) if mode == "binary" else (earned / total if intact and total else 0.0)
+    return RewardDetails(reward=0.0 if reasons else reward, mode=mode, f2p_passed=len(from_unit),
+                         f2p_total=len(task.record.FAIL_TO_PASS), p2p_passed=p2p_passed,
+                         p2p_total=len(task.record.PASS_TO_PASS), tests=tests, hidden_passed=hidden_passed,
+                         hidden_total=len(checks), tampered=bool(reasons), tamper_reasons=reasons,
+                         error=counter.error and f"counterfactual run: {counter.error}")
 
 
 def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
-    """The end-of-episode hint: which tests still fail."""
+    """The end-of-episode hint: forgery found, which tests still fail, or what stopped the grading."""
+    if details.tampered:
+        flags = f" ({'; '.join(details.tamper_flags[:3])})" if details.tamper_flags else ""
+        return f"reward 0: the test run was forged or reached into the test machinery: {', '.join(details.tamper_reasons)}{flags}"
     if details.error:
         return f"grading failed: {details.error}"
     failing = [t for t in details.tests if t.outcome != "passed"]
@@ -129,38 +161,60 @@ def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
     return f"{len(failing)} of {len(details.tests)} tests fail: {names}{more}"
 
 
-def grade(
-    task: Task, diff: str, fresh_sandbox: Callable[[], Sandbox], mode: str = "fraction", timeout_s: float = 300.0
-) -> RewardDetails:
-    """Apply the graded part of `diff` in a fresh sandbox, restore pristine tests, run F2P + P2P, score."""
-    split = split_diff(diff, task.record.test_files)
-    empty = RewardDetails(reward=0.0, mode=mode, f2p_passed=0, f2p_total=len(task.record.FAIL_TO_PASS), p2p_passed=0,
-                          p2p_total=len(task.record.PASS_TO_PASS), ignored_paths=split.ignored_paths)
-    # A fresh name per grading, outside the workspace: nothing in the submission can pre-place or fake it.
-    grading_dir = f"/home/agent/.grading-{secrets.token_hex(8)}"
-    with fresh_sandbox() as sb:
-        if split.graded:
-            sb.write_file(f"{grading_dir}/submission.patch", split.graded.encode("utf-8", errors="surrogateescape"))
-            applied = sb.exec(["git", "apply", "--whitespace=nowarn", f"{grading_dir}/submission.patch"], timeout=60, cwd=WORKSPACE)
-            if applied.exit_code != 0:
-                return empty.model_copy(update={"error": f"the submission's diff did not apply: {applied.stderr.strip()[:300]}"})
-        for path, data in task.pristine_tests().items():
-            sb.write_file(posixpath.join(WORKSPACE, path), data)
-        nodeids = [*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS]
-        junit = f"{grading_dir}/junit.xml"
-        command = f"{task.record.test_command} --junitxml={junit} " + " ".join(_quote(n) for n in nodeids)
-        ran = sb.exec(command, timeout=timeout_s, cwd=WORKSPACE)
-        if ran.timed_out:
-            return empty.model_copy(update={"error": f"the tests ran past {timeout_s:g}s"})
+def _empty(task: Task, mode: str, **update: object) -> RewardDetails:
+    return RewardDetails(reward=0.0, mode=mode, f2p_passed=0, f2p_total=len(task.record.FAIL_TO_PASS), p2p_passed=0,
+                         p2p_total=len(task.record.PASS_TO_PASS), **update)
+
+
+def grade(task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pristine_cache: PristineCache,
+          limits: GradeLimits) -> RewardDetails:
+    """Kill the agent's container, take its change set, run the main and the counterfactual test runs, and score."""
+    agent.freeze()
+    with ThreadPoolExecutor(2, thread_name_prefix="grade") as pool, ExitStack() as stack:
+        main_sb, counter_sb = _sandboxes(pool, fresh_sandbox, stack, 2)
+        pristine = pristine_cache.get(task, main_sb, limits)
         try:
-            report = sb.read_file(junit).decode("utf-8", errors="replace")
-            outcomes = parse_junit(report)
-        except (SandboxFileNotFound, ElementTree.ParseError) as error:
-            log.info("no usable JUnit report for %s: %s", task.id, error)
-            outcomes = {}
-    details = score(task, outcomes, mode)
-    return details.model_copy(update={"ignored_paths": split.ignored_paths})
+            submitted = read_tree(agent.export_tree(WORKSPACE, limits.tree_cap_bytes), differs_from(pristine.tree),
+                                  limits.file_cap_bytes)
+        except SubmissionTooLarge as error:
+            return _empty(task, limits.mode, error=f"the submission is too large to grade: {error}")
+        policy = PathPolicy.for_task(task.record.test_files, [u.path for u in task.record.deleted], pristine.tree.files())
+        changes = compare(pristine.tree, submitted, policy, limits.file_cap_bytes)
+        refused = [RefusedPath(path=path, reason=reason) for path, reason in sorted(changes.refused.items())]
+        found = scan_change_set({path: (pristine.tree.data.get(path), data)
+                                 for path, data in changes.written.items() if path.endswith(".py")},
+                                excused_source(task.record.solution_patch))
+        suite = build_hidden_suite(task.io_checks(), _test_dir(task), random.SystemRandom())
+        unit_paths = {unit.path for unit in task.record.deleted}
+        watched = [suite.nodeid(t) for t in suite.tests if t.role != "check"]
+        main = pool.submit(run_graded, main_sb, task, pristine, changes, suite,
+                           [*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS, *map(suite.nodeid, suite.tests)],
+                           limits.timeout_s)
+        counter = pool.submit(run_graded, counter_sb, task, pristine, changes.without(unit_paths), suite,
+                              [*task.record.FAIL_TO_PASS, *watched], limits.timeout_s)
+        details = score(task, suite, main.result(), counter.result(), limits.mode)
+    update: dict[str, object] = {"refused": refused, "ignored_paths": [r.path for r in refused],
+                                 "tamper_flags": [str(flag) for flag in found]}
+    if limits.strict_tamper and any(flag.forgery for flag in found):
+        update.update(reward=0.0, tampered=True, tamper_reasons=[*details.tamper_reasons, "static_scan"])
+    return details.model_copy(update=update)
 
 
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"
+def _sandboxes(pool: ThreadPoolExecutor, fresh_sandbox: Callable[[], Sandbox], stack: ExitStack, count: int) -> list[Sandbox]:
+    """`count` sandboxes started at once, each destroyed with `stack`, none left behind when one fails to start."""
+    futures = [pool.submit(fresh_sandbox) for _ in range(count)]
+    started, failure = [], None
+    for future in futures:
+        try:
+            started.append(stack.enter_context(future.result()))
+        except SandboxError as error:
+            failure = error
+    if failure:
+        raise failure
+    return started
+
+
+def _test_dir(task: Task) -> str:
+    """Where the hidden suite goes: beside the first FAIL_TO_PASS test, so that it runs under the same conftest."""
+    first = (task.record.FAIL_TO_PASS or task.record.test_files or ["tests/x.py"])[0]
+    return posixpath.dirname(first.split("::")[0])

@@ -1,10 +1,11 @@
 """Server configuration from the environment (prefix REGROW_SERVER_)."""
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # What one episode needs at most: its sandbox's memory limit plus the grading container and slack.
@@ -18,6 +19,17 @@ def default_max_episodes() -> int:
     except (ValueError, OSError):
         return 4
     return max(1, int(total * 0.8) // EPISODE_MEMORY_BYTES)
+
+
+@dataclass(frozen=True)
+class GradeLimits:
+    """How a grading runs: the reward mode, the test timeout, strictness and the size limits of a submission."""
+
+    mode: str = "fraction"
+    timeout_s: float = 300.0
+    strict_tamper: bool = True
+    file_cap_bytes: int = 5 * 1024 * 1024
+    tree_cap_bytes: int = 256 * 1024 * 1024
 
 
 class ServerSettings(BaseSettings):
@@ -43,6 +55,14 @@ class ServerSettings(BaseSettings):
     warm_pool_total: int = Field(default=8, ge=0)
     reaper_interval_s: float = Field(default=60.0, gt=0)
     reward_mode: Literal["fraction", "binary"] = "fraction"
+    strict_tamper: bool = Field(default=True, description="A static tamper flag zeroes the reward (else it is reported)")
+    submission_file_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1, description="Largest file a submission may change")
+    submission_cap_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Largest /workspace a grading reads")
+    api_token: SecretStr | None = Field(default=None, description="Bearer token /episodes requires, when set")
+
+    def grade_limits(self) -> GradeLimits:
+        return GradeLimits(mode=self.reward_mode, timeout_s=self.grade_timeout_s, strict_tamper=self.strict_tamper,
+                           file_cap_bytes=self.submission_file_cap_bytes, tree_cap_bytes=self.submission_cap_bytes)
 
     def trace_path(self) -> Path:
         return self.trace_db or self.tasks_dir / "traces.sqlite"

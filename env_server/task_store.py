@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from proto.tasks import TaskRecord
+from proto.tasks import IoCheck, TaskRecord
 
 
 class UnknownTask(LookupError):
@@ -33,6 +34,14 @@ class Task:
                 raise FileNotFoundError(f"task {self.id}: pristine test {source} is missing; rebuild the task store")
             files[path] = source.read_bytes()
         return files
+
+
+    def io_checks(self) -> list[IoCheck]:
+        """Recorded calls of the deleted unit that the grader replays as hidden tests; none for older stores."""
+        source = self.hidden_dir / "io_checks.json"
+        if not source.is_file():
+            return []
+        return [IoCheck.model_validate(item) for item in json.loads(source.read_text())]
 
 
 class TaskStore:

@@ -19,6 +19,20 @@ class DeletedUnit(BaseModel):
     end_line: int
 
 
+class IoCheck(BaseModel):
+    """One recorded call of a deleted function; the grader replays it as a hidden test the agent never saw.
+
+    Every value is Python literal text (`ast.literal_eval` reads it back), so a check holds no code.
+    """
+
+    module: str = Field(description="Import path of the module that defines the function, e.g. `calc.ops`.")
+    qualname: str = Field(description="The function's name in that module (a plain function, not a method).")
+    args: str = Field(description="Positional arguments as a tuple literal, e.g. `(-5, 0, 10)`.")
+    kwargs: str = Field(default="{}", description="Keyword arguments as a dict literal.")
+    result: str | None = Field(default=None, description="The return value as a literal; None when the call raised.")
+    raises: str | None = Field(default=None, description="The exception's class name when the call raised.")
+
+
 class TaskStats(BaseModel):
     lines_deleted: int
     covering_tests: int
@@ -41,6 +55,9 @@ class TaskRecord(BaseModel):
     solution_patch: str = Field(description="Kept in the task store only; never in an agent image.")
     test_files: list[str] = Field(default_factory=list, description="Pristine tests, under hidden/<id>/.")
     split: str = "train"
+    pytest_plugins: list[str] | None = Field(
+        default=None, description="Modules of the pytest11 plugins the repository image installs; the grader names them "
+        "with -p since it turns plugin autoload off. None: the grader reads them from the image.")
     stats: TaskStats
     created_at: datetime
     synth_version: str

@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import docker
@@ -15,7 +15,7 @@ import requests.exceptions
 
 from sandbox.errors import DockerUnavailable, ExecTimeout, ImageNotFound, SandboxGone
 from sandbox.exec_stream import read_exec_stream
-from sandbox.file_transfer import DirEntry, list_dir, read_file, search, write_file
+from sandbox.file_transfer import DirEntry, export_tree, import_tree, list_dir, read_file, search, write_file
 from sandbox.limits import Hardening, Limits
 from sandbox.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL, current_owner, own_container_id
 from sandbox.process_sweep import sweep_command
@@ -191,6 +191,26 @@ class Sandbox:
 
     def search(self, pattern: str, path: str) -> ExecResult:
         return search(self, pattern, path)
+
+    def export_tree(self, path: str, max_bytes: int) -> Iterator[bytes]:
+        """The tar stream of the tree at `path` (works on a frozen sandbox); raises FileTooLarge past `max_bytes`."""
+        return export_tree(self, path, max_bytes)
+
+    def import_tree(self, path: str, archive: bytes) -> None:
+        """Unpack a tar archive into the existing directory `path`."""
+        import_tree(self, path, archive)
+
+    def freeze(self) -> None:
+        """Kill every process in the container but keep its files readable: nothing the agent started lives on."""
+        try:
+            self.api.kill(self.id)
+        except docker.errors.APIError as error:
+            if "is not running" not in str(error):
+                raise _gone_or_raise(error, self.id) from error
+        try:
+            self.api.wait(self.id, timeout=30)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as error:
+            raise SandboxGone(f"sandbox container {self.id[:12]} did not stop after a kill: {error}") from error
 
     def destroy(self) -> None:
         """Kill and remove the container; safe to call twice."""

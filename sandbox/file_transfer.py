@@ -7,6 +7,7 @@ import posixpath
 import tarfile
 import time
 from dataclasses import dataclass
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import docker.errors
@@ -101,6 +102,39 @@ def read_file(sb: Sandbox, path: str, hops: int = 0) -> bytes:
         if extracted is None:
             raise SandboxError(f"{path}: not a regular file")
         return extracted.read()
+
+
+def export_tree(sb: Sandbox, path: str, max_bytes: int) -> Iterator[bytes]:
+    path = _absolute(path)
+    try:
+        stream, _ = sb.api.get_archive(sb.id, path, chunk_size=256 * 1024)
+    except docker.errors.APIError as error:
+        if isinstance(error, docker.errors.NotFound):
+            raise SandboxFileNotFound(f"no such file or directory in the sandbox: {path}") from error
+        raise
+    return _capped(stream, path, max_bytes)
+
+
+def _capped(stream: Iterator[bytes], path: str, max_bytes: int) -> Iterator[bytes]:
+    seen = 0
+    try:
+        for chunk in stream:
+            seen += len(chunk)
+            if seen > max_bytes:
+                raise FileTooLarge(f"{path}: the archive grew past {max_bytes} bytes; the tree is too large to transfer")
+            yield chunk
+    finally:
+        close = getattr(stream, "close", None)
+        if close:
+            close()
+
+
+def import_tree(sb: Sandbox, path: str, archive: bytes) -> None:
+    path = _absolute(path)
+    try:
+        sb.api.put_archive(sb.id, path, archive)
+    except docker.errors.APIError as error:
+        raise _not_found_or_gone(sb, path, error) from error
 
 
 _KINDS = {"f": "file", "d": "dir", "l": "link"}

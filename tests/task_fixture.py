@@ -15,7 +15,7 @@ import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 
-from proto.tasks import DeletedUnit, TaskRecord, TaskStats
+from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
 
 DEMO_TASK_ID = "demo__calc-clamp"
 TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts=""'
@@ -123,6 +123,12 @@ USER agent
 F2P = ["tests/test_ops.py::test_clamp_below", "tests/test_ops.py::test_clamp_above", "tests/test_ops.py::test_clamp_rejects_empty_range"]
 P2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_sub", "tests/test_ops.py::test_mul"]
 TEST_FILES = ["tests/test_ops.py", "tests/conftest.py"]
+# The calls of clamp the F2P tests make, as synthesis records them for the grader's hidden checks.
+IO_CHECKS = [
+    IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(50, 0, 10)", result="10"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError"),
+]
 
 
 def workspace_files(ops_source: str = DELETED_OPS) -> dict[str, str]:
@@ -217,6 +223,7 @@ def build_demo_task_store(backend, base_image: str, out_dir: Path) -> Path:
         (hidden / "tests" / path).parent.mkdir(parents=True, exist_ok=True)
         (hidden / "tests" / path).write_text(files[path])
     (hidden / "solution.patch").write_text(record.solution_patch)
+    (hidden / "io_checks.json").write_text(json.dumps([check.model_dump() for check in IO_CHECKS]))
     return out_dir
 
 

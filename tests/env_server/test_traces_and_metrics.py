@@ -17,15 +17,21 @@ from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 pytestmark = pytest.mark.docker
 
 
+# Package code that makes every test pass without running it: a forgery the grader must flag.
+FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
+
+
 @pytest.fixture(scope="module")
 def played(server):
-    """Two finished episodes: one solved, one empty submission; returns their ids."""
+    """Three finished episodes: one solved, one empty submission, one forged; returns their ids."""
     ids = []
-    for content in (ORIGINAL_OPS, None):
+    for content in (ORIGINAL_OPS, None, "forged"):
         with GenericEnvClient(base_url=server.http_url).sync() as env:
             ids.append(env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"])
             env.step({"tool": "run", "args": {"command": "ls"}})
-            if content:
+            if content == "forged":
+                env.step({"tool": "write_file", "args": {"path": "calc/__init__.py", "content": FORGED_INIT}})
+            elif content:
                 env.step({"tool": "write_file", "args": {"path": "calc/ops.py", "content": content}})
             env.step({"tool": "submit", "args": {}})
     return ids
@@ -38,6 +44,20 @@ def test_episode_trace_holds_every_step_and_the_reward(server, played):
     assert [step.action.tool for step in trace.steps] == ["run", "write_file", "submit"]
     assert "calc" in trace.steps[0].observation.output and trace.steps[0].duration_s > 0
     assert trace.reward_details.f2p_passed == 3 and trace.ended_at is not None
+
+
+def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(server, played):
+    with httpx.Client(base_url=server.http_url) as http:
+        trace = EpisodeTrace.model_validate(http.get(f"/episodes/{played[2]}").json())
+        listed = {e["episode_id"]: e for e in http.get("/episodes", params={"task_id": DEMO_TASK_ID}).json()}
+        text = http.get("/metrics").text
+    details = trace.reward_details
+    assert trace.reward == 0.0 and details.tampered and "sentinel_passed" in details.tamper_reasons
+    assert any("_pytest" in flag for flag in details.tamper_flags)
+    assert "forged" in trace.steps[-1].observation.feedback
+    assert listed[played[2]]["reward_details"]["tampered"] is True
+    assert listed[played[0]]["reward_details"]["tampered"] is False
+    assert 'regrow_reward_tampered_total{reason="sentinel_passed"}' in text
 
 
 def test_episode_list_filters_by_task_status_and_reward(server, played):
