@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proto.tasks import TaskRecord
+from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
 from task_synth.candidates import Unit, enumerate_units, rank_weight, sample_units
 from task_synth.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
@@ -37,6 +37,7 @@ class SynthReport:
     out_dir: Path | None = None
     candidates: int = 0
     records: list[TaskRecord] = field(default_factory=list)
+    io_checks: dict[str, list[IoCheck]] = field(default_factory=dict)
     rejections: Counter = field(default_factory=lambda: Counter({reason: 0 for reason in REJECTIONS}))
     baseline_tests: int = 0
     stable_tests: int = 0
@@ -122,7 +123,7 @@ def synthesize(
             candidates = ordered_candidates(context, enumerate_units(context.layout), list(settings.modes), settings.seed, settings.candidate_budget)
             _run_candidates(context, candidates, settings, report, created_images, progress)
             if report.records:
-                write_store(out_dir, report.records, context.checkout.root)
+                write_store(out_dir, report.records, context.checkout.root, report.io_checks)
     except BaseException:
         for image in created_images:
             remove_image(backend, image)
@@ -148,6 +149,7 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
                 keep = built.record is not None and report.valid < settings.max_tasks
                 if keep:
                     report.records.append(built.record)
+                    report.io_checks[built.record.instance_id] = built.io_checks
                 else:
                     if built.rejection:
                         report.rejections[built.rejection] += 1

@@ -15,3 +15,9 @@ def parse_python(text: str) -> ast.Module | None:
             return ast.parse(text)
         except (SyntaxError, ValueError):
             return None
+
+
+def literal_value(text: str) -> object:
+    """`ast.literal_eval(text)` behind the same lock; raises ValueError or SyntaxError when `text` is no literal."""
+    with _LOCK:
+        return ast.literal_eval(text)

@@ -6,14 +6,15 @@ import hashlib
 import logging
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from proto.tasks import DeletedUnit, TaskRecord, TaskStats
+from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
 from sandbox.base_image import regrow_version
 from task_synth.canary_scan import Hit, canaries_for, scan_image
 from task_synth.deletion import Deletion
+from task_synth.io_recording import pytest_plugin_modules, record_io_checks
 from task_synth.problem_rewrite import rewrite_problem_statement
 from task_synth.problem_statement import problem_statement
 from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
@@ -32,13 +33,27 @@ WORKSPACE_INVARIANTS = (
 
 @dataclass
 class BuiltTask:
-    """A task that passed every check, or the reason it did not; `image` is set when an image exists."""
+    """A task that passed every check, or the reason it did not; `image` is set when an image exists.
+
+    `io_checks` go to the task store's hidden files only, never into the record.
+    """
 
     record: TaskRecord | None
     rejection: str | None
     image: str | None
     test_executions: int
     detail: str = ""
+    io_checks: list[IoCheck] = field(default_factory=list)
+
+
+@dataclass
+class OracleRun:
+    """What the oracle sandbox found: a rejection or None, test executions, and what it recorded for the grader."""
+
+    rejection: str | None
+    test_executions: int
+    io_checks: list[IoCheck] = field(default_factory=list)
+    pytest_plugins: list[str] | None = None
 
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
@@ -63,25 +78,27 @@ def check_leaks(context: RepoContext, image: str, deletion: Deletion, workspace:
     return scan_image(context.backend, image, canaries, set(context.layout.test_files), context.baseline.packages)
 
 
-def oracle_check(context: RepoContext, image: str, patch: str, tests: list[str]) -> tuple[str | None, int]:
-    """Apply the solution in a fresh task sandbox and run F2P + P2P; (rejection or None, test executions)."""
+def oracle_check(context: RepoContext, image: str, deletion: Deletion, patch: str, verdict: Verdict) -> OracleRun:
+    """Apply the solution in a fresh task sandbox, run F2P + P2P, then record I/O checks and list the pytest plugins."""
+    tests = verdict.fail_to_pass + verdict.pass_to_pass
     with context.backend.create(image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "oracle"}, workdir="/workspace") as sb:
         invariants = sb.exec(WORKSPACE_INVARIANTS, timeout=60, cwd="/workspace")
         if invariants.exit_code != 0:
-            return "leak", 0
+            return OracleRun("leak", 0)
         sb.write_file(f"{SCRATCH}/solution.patch", patch)
         applied = sb.exec(f"git apply {SCRATCH}/solution.patch", timeout=60, cwd="/workspace")
         if applied.exit_code != 0:
             log.info("solution patch does not apply to %s: %s", image, applied.stderr.strip())
-            return "oracle_failed", 0
+            return OracleRun("oracle_failed", 0)
         run = run_tests(sb, context.settings.test_command, tests, context.settings.test_timeout_s)
         if run.timed_out:
-            return "timeout", run.executions
+            return OracleRun("timeout", run.executions)
         failed = run.failed(tests)
         if failed:
             log.info("oracle: %d tests fail with the solution in %s, e.g. %s", len(failed), image, sorted(failed)[0])
-            return "oracle_failed", run.executions
-        return None, run.executions
+            return OracleRun("oracle_failed", run.executions)
+        recording = record_io_checks(sb, deletion, context.layout, verdict.fail_to_pass, context.settings)
+        return OracleRun(None, run.executions + recording.test_executions, recording.checks, pytest_plugin_modules(sb))
 
 
 def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, created_images: list[str]) -> BuiltTask:
@@ -98,9 +115,9 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, creat
         detail = ", ".join(f"{hit.path}: {hit.canary}" for hit in hits[:3])
         log.info("%s leaks: %s", identifier, detail)
         return BuiltTask(None, "leak", tag, 0, detail)
-    rejection, executions = oracle_check(context, tag, patch, verdict.fail_to_pass + verdict.pass_to_pass)
-    if rejection:
-        return BuiltTask(None, rejection, tag, executions)
+    oracle = oracle_check(context, tag, deletion, patch, verdict)
+    if oracle.rejection:
+        return BuiltTask(None, oracle.rejection, tag, oracle.test_executions)
     unit = deletion.unit
     module_name = context.layout.modules[unit.path]
     record = TaskRecord(
@@ -119,6 +136,7 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, creat
         solution_patch=patch,
         test_files=list(context.layout.test_files),
         split=context.settings.split,
+        pytest_plugins=oracle.pytest_plugins,
         stats=TaskStats(
             lines_deleted=sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")),
             covering_tests=len(context.baseline.covering(unit)),
@@ -127,4 +145,4 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, creat
         created_at=datetime.now(UTC),
         synth_version=regrow_version(),
     )
-    return BuiltTask(record, None, tag, executions)
+    return BuiltTask(record, None, tag, oracle.test_executions, io_checks=oracle.io_checks)

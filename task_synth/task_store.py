@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from proto.tasks import TaskRecord
+from proto.tasks import IoCheck, TaskRecord
+
+IO_CHECKS_FILE = "io_checks.json"
 
 
 def read_records(store: Path) -> list[TaskRecord]:
@@ -19,14 +23,19 @@ def read_records(store: Path) -> list[TaskRecord]:
     return [TaskRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_store(store: Path, records: list[TaskRecord], checkout_root: Path) -> None:
-    """Add `records` (replacing same ids) with their hidden files; tasks.jsonl is replaced atomically."""
+def write_store(store: Path, records: list[TaskRecord], checkout_root: Path, io_checks: Mapping[str, list[IoCheck]]) -> None:
+    """Add `records` (replacing same ids) with their hidden files; tasks.jsonl is replaced atomically.
+
+    `io_checks` maps an instance id to its recorded checks; a task without any gets an empty io_checks.json.
+    """
     store.mkdir(parents=True, exist_ok=True)
     for record in records:
         hidden = store / "hidden" / record.instance_id
         shutil.rmtree(hidden, ignore_errors=True)
         (hidden / "tests").mkdir(parents=True)
         (hidden / "solution.patch").write_text(record.solution_patch)
+        checks = [check.model_dump() for check in io_checks.get(record.instance_id, [])]
+        (hidden / IO_CHECKS_FILE).write_text(json.dumps(checks, indent=1) + "\n")
         for test_file in record.test_files:
             target = hidden / "tests" / test_file
             target.parent.mkdir(parents=True, exist_ok=True)

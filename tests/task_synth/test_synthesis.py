@@ -1,14 +1,17 @@
 """Synthesis on the minilib fixture, end to end on the real Docker engine: tasks, store, images, leaks, determinism."""
 
+import ast
+import importlib
 import json
 import shlex
 import shutil
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from proto.tasks import TaskRecord
+from proto.tasks import IoCheck, TaskRecord
 from task_synth.candidates import enumerate_units
 from task_synth.canary_scan import canaries_for, image_tokens, scan_image
 from task_synth.deletion import delete_unit
@@ -121,6 +124,53 @@ def test_every_workspace_is_one_commit_without_caches_or_installed_copy(synthesi
         }, record.instance_id
 
 
+def _io_checks(store: Path, record: TaskRecord) -> list[IoCheck]:
+    return [IoCheck.model_validate(check) for check in json.loads((store / "hidden" / record.instance_id / "io_checks.json").read_text())]
+
+
+@pytest.fixture
+def original_minilib(monkeypatch):
+    """The fixture's own minilib, importable in this process for as long as the test runs."""
+    monkeypatch.syspath_prepend(str(MINILIB / "src"))
+    yield
+    for name in [name for name in sys.modules if name == "minilib" or name.startswith("minilib.")]:
+        del sys.modules[name]
+
+
+def _outcome_of_original(check: IoCheck) -> tuple[object, str | None]:
+    function = getattr(importlib.import_module(check.module), check.qualname)
+    try:
+        return function(*ast.literal_eval(check.args), **ast.literal_eval(check.kwargs)), None
+    except Exception as error:
+        return None, type(error).__name__
+
+
+def test_every_task_has_hidden_io_checks_and_names_its_pytest_plugins(synthesized):
+    report, store = synthesized
+    for record in report.records:
+        assert _io_checks(store, record) == report.io_checks[record.instance_id], record.instance_id
+        assert isinstance(record.pytest_plugins, list) and "regrow_io_recorder" not in record.pytest_plugins
+        assert "io_checks" not in record.model_dump_json()
+        if record.deleted[0].kind in ("class", "method"):
+            assert report.io_checks[record.instance_id] == [], record.instance_id
+
+
+def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesized, original_minilib):
+    report, store = synthesized
+    function_tasks = [record for record in report.records if record.deleted[0].kind in ("function", "feature", "module")]
+    assert function_tasks, "the fixture run has no function, feature or module task to record checks of"
+    for record in function_tasks:
+        checks = _io_checks(store, record)
+        assert 1 <= len(checks) <= 8, record.instance_id
+        deleted = record.deleted[0]
+        for check in checks:
+            assert check.module == read_layout(MINILIB).modules[deleted.path], check
+            assert check.qualname == deleted.qualname or deleted.kind == "module", check
+            result, raised = _outcome_of_original(check)
+            assert raised == check.raises, check
+            assert check.raises or result == ast.literal_eval(check.result), check
+
+
 def _deletion_of(record: TaskRecord):
     layout = read_layout(MINILIB)
     deleted = record.deleted[0]
@@ -190,3 +240,4 @@ def test_same_seed_gives_the_same_task_whatever_the_jobs(synthesized, docker_bac
     second = again.records[0]
     fields = ("instance_id", "image", "FAIL_TO_PASS", "PASS_TO_PASS", "solution_patch", "problem_statement", "deleted")
     assert {f: getattr(second, f) for f in fields} == {f: getattr(first, f) for f in fields}
+    assert again.io_checks[second.instance_id] == report.io_checks[first.instance_id]

@@ -1,0 +1,181 @@
+"""pytest plugin for a synthesis sandbox: records literal calls of the deleted functions while the F2P tests run.
+
+Loaded there as `-p regrow_io_recorder`. REGROW_IO_CONFIG names a JSON file
+`{"functions": {module: [name, ...]}, "library_files": [path, ...]}`; the calls go to REGROW_IO_OUT as a JSON list
+when pytest ends. A call is recorded only when a test made it (its caller is no library file, which leaves out
+recursion and the library's own calls), its arguments, keyword arguments and result are short literals, and it left
+its arguments as they were. Stdlib only: it runs in the repository's interpreter.
+"""
+
+import ast
+import functools
+import importlib.machinery
+import inspect
+import json
+import math
+import os
+import sys
+
+MAX_TEXT = 300
+MAX_RECORDS = 500
+_functions = {}
+_library_files = set()
+_records = []
+_seen = set()
+_current_test = [None]
+_FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader)
+
+
+def is_plain(value):
+    """Whether `value` holds only exact literal types, in few enough nodes that its repr can stay short."""
+    stack, nodes = [value], 0
+    while stack:
+        item = stack.pop()
+        nodes += 1
+        kind = type(item)
+        if nodes > MAX_TEXT:
+            return False
+        if kind is int:
+            if item.bit_length() > 1000:
+                return False
+        elif kind is float:
+            if not math.isfinite(item):
+                return False
+        elif kind in (str, bytes, tuple, list, set, frozenset, dict):
+            if len(item) > MAX_TEXT:
+                return False
+            if kind is dict:
+                stack.extend(item.keys())
+                stack.extend(item.values())
+            elif kind not in (str, bytes):
+                stack.extend(item)
+        elif item is not None and kind is not bool:
+            return False
+    return True
+
+
+def literal_text(value):
+    """`repr(value)` when it is short and `ast.literal_eval` reads it back equal; else None."""
+    if not is_plain(value):
+        return None
+    text = repr(value)
+    try:
+        return text if len(text) <= MAX_TEXT and ast.literal_eval(text) == value else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # frozenset(...) is no literal
+        return None
+
+
+def _record(module, name, args_text, kwargs_text, result_text, raises):
+    record = (module, name, args_text, kwargs_text, result_text, raises, _current_test[0])
+    if record in _seen or len(_records) >= MAX_RECORDS:
+        return
+    _seen.add(record)
+    _records.append(dict(zip(("module", "qualname", "args", "kwargs", "result", "raises", "test"), record)))
+
+
+def _recording(function, module, name):
+    @functools.wraps(function)
+    def recorded(*args, **kwargs):
+        if sys._getframe(1).f_code.co_filename in _library_files:
+            return function(*args, **kwargs)
+        args_text, kwargs_text = literal_text(args), literal_text(kwargs)
+        try:
+            result = function(*args, **kwargs)
+        except Exception as error:
+            if args_text is not None and kwargs_text is not None and _unchanged(args, kwargs, args_text, kwargs_text):
+                _record(module, name, args_text, kwargs_text, None, type(error).__name__)
+            raise
+        result_text = literal_text(result)
+        if None not in (args_text, kwargs_text, result_text) and _unchanged(args, kwargs, args_text, kwargs_text):
+            _record(module, name, args_text, kwargs_text, result_text, None)
+        return result
+
+    recorded.__regrow_recorded__ = True
+    return recorded
+
+
+def _unchanged(args, kwargs, args_text, kwargs_text):
+    return literal_text(args) == args_text and literal_text(kwargs) == kwargs_text
+
+
+def _wrap(module):
+    """Put recording wrappers in place of the module's target functions; returns {id(original): (original, wrapper)}."""
+    swapped = {}
+    for name in _functions.get(module.__name__, ()):
+        function = module.__dict__.get(name)
+        if not inspect.isfunction(function) or getattr(function, "__regrow_recorded__", False):
+            continue
+        if inspect.isgeneratorfunction(function) or inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+            continue
+        module.__dict__[name] = _recording(function, module.__name__, name)
+        swapped[id(function)] = (function, module.__dict__[name])
+    return swapped
+
+
+def _replace_references(swapped):
+    """Point every module-level name bound to an original (`from mod import fn` done before us) at its wrapper."""
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for key, value in list(namespace.items()):
+            pair = swapped.get(id(value))
+            if pair is not None and pair[0] is value:
+                namespace[key] = pair[1]
+
+
+class _WrapAfterImport:
+    """A meta path finder that lets the other finders find a target module, then wraps its functions once it ran."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name not in _functions:
+            return None
+        for finder in sys.meta_path:
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
+        else:
+            return None
+        if isinstance(spec.loader, _FILE_LOADERS):  # one loader per module, so patching it is local
+            execute = spec.loader.exec_module
+
+            def exec_module(module):
+                execute(module)
+                _wrap(module)
+
+            spec.loader.exec_module = exec_module
+        return spec
+
+
+def pytest_load_initial_conftests(early_config):
+    """Before conftests and test modules import anything: wrap what is imported already and hook later imports."""
+    with open(os.environ["REGROW_IO_CONFIG"]) as handle:
+        config = json.load(handle)
+    _functions.update(config["functions"])
+    _library_files.update(config["library_files"])
+    sys.meta_path.insert(0, _WrapAfterImport())
+    _wrap_imported()
+
+
+def pytest_collection_finish(session):
+    """A safety net for a target module that a loader other than a file loader imported (e.g. assertion rewriting)."""
+    _wrap_imported()
+
+
+def _wrap_imported():
+    swapped = {}
+    for name in _functions:
+        if name in sys.modules:
+            swapped.update(_wrap(sys.modules[name]))
+    if swapped:
+        _replace_references(swapped)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _current_test[0] = nodeid
+
+
+def pytest_unconfigure(config):
+    with open(os.environ["REGROW_IO_OUT"], "w") as handle:
+        json.dump(_records, handle)
