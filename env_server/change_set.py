@@ -56,10 +56,16 @@ class ChangeSet:
     deleted: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
 
-    def without(self, paths: set[str]) -> ChangeSet:
-        """The same change set with `paths` left as they are in the task (the counterfactual)."""
-        return ChangeSet({p: d for p, d in self.written.items() if p not in paths}, self.executable - paths,
-                         [p for p in self.deleted if p not in paths], dict(self.refused))
+    def without_modules(self, modules: set[str]) -> ChangeSet:
+        """The change set with the files of `modules` left as the task has them, and any package that would shadow
+        one of them (`calc/ops/` beside `calc/ops.py`) left out: the counterfactual."""
+        packages = tuple(f"{path.removesuffix('.py')}/" for path in modules)
+
+        def kept(path: str) -> bool:
+            return path not in modules and not path.startswith(packages)
+
+        return ChangeSet({p: d for p, d in self.written.items() if kept(p)}, {p for p in self.executable if kept(p)},
+                         [p for p in self.deleted if kept(p)], dict(self.refused))
 
 
 def skipped(path: str) -> bool:
@@ -174,10 +180,10 @@ def _shape_refusal(path: str, entry: Entry, before: Entry | None, pristine: Tree
     return None
 
 
-def archive_of(files: dict[str, bytes], executable: Collection[str] = ()) -> bytes:
-    """A tar of `files` and their folders, owned by the agent user, to unpack into a grading container."""
+def archive_of(files: dict[str, bytes], executable: Collection[str] = (), existing: Collection[str] = ()) -> bytes:
+    """A tar of `files` and their new folders (not the `existing` ones), owned by the agent user."""
     buffer, now = io.BytesIO(), int(time.time())
-    folders = {folder for path in files for folder in _parents(path)}
+    folders = {folder for path in files for folder in _parents(path)} - set(existing)
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for folder in sorted(folders):
             info = tarfile.TarInfo(folder)

@@ -89,8 +89,13 @@ def bench_grade(
 ) -> None:
     """Grading each task's own solution with every defence on, against a bare pytest run of the same tests."""
     from env_server.grade_bench import run_grade_bench
+    from sandbox import SandboxError
 
-    sys.stdout.write(json.dumps(run_grade_bench(tasks, repetitions, max_tasks), indent=2) + "\n")
+    try:
+        sys.stdout.write(json.dumps(run_grade_bench(tasks, repetitions, max_tasks), indent=2) + "\n")
+    except SandboxError as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
 
 
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:

@@ -40,6 +40,7 @@ class HiddenTest:
     name: str
     role: Role
     label: str
+    check: IoCheck | None = None  # the recorded call a check replays
 
 
 @dataclass(frozen=True)
@@ -120,31 +121,33 @@ def _builtin_question(rng: random.Random) -> tuple[str, str, str, object]:
 def build_hidden_suite(checks: list[IoCheck], test_dir: str, rng: random.Random | None = None) -> HiddenSuite:
     """Recorded checks, controls and sentinels in one module of `test_dir`, shuffled, under fresh random names."""
     rng = rng or random.SystemRandom()
-    bodies: list[tuple[Role, str, str]] = []
+    bodies: list[tuple[Role, str, str, IoCheck | None]] = []
     for number, check in enumerate(checks, 1):
         label = f"{check.module}.{check.qualname} #{number}"
-        bodies.append(("check", label, _check_body(check)))
+        bodies.append(("check", label, _check_body(check), check))
     for check in rng.sample(checks, len(checks)):
-        if sum(role == "sentinel" for role, _, _ in bodies) >= SENTINELS:
+        if sum(body[0] == "sentinel" for body in bodies) >= SENTINELS:
             break
         wrong = None if check.raises else _wrong(ast.literal_eval(check.result or "None"), rng)
         if check.raises:
             wrong = rng.randrange(1000, 100000)  # the recorded call raises; a returned number is wrong
         if wrong is not None:
             call = _call(check.module, check.qualname, check.args, check.kwargs)
-            bodies.append(("sentinel", f"{check.module}.{check.qualname}", f"    assert {call} == {_expectation(wrong)}\n"))
-    while sum(role == "sentinel" for role, _, _ in bodies) < SENTINELS:
+            bodies.append(("sentinel", f"{check.module}.{check.qualname}", f"    assert {call} == {_expectation(wrong)}\n",
+                           None))
+    while sum(body[0] == "sentinel" for body in bodies) < SENTINELS:
         function, args, kwargs, answer = _builtin_question(rng)
         bodies.append(("sentinel", f"builtins.{function}",
-                       f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(_wrong(answer, rng))}\n"))
+                       f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(_wrong(answer, rng))}\n",
+                       None))
     for _ in range(CONTROLS):
         function, args, kwargs, answer = _builtin_question(rng)
         bodies.append(("control", f"builtins.{function}",
-                       f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(answer)}\n"))
+                       f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(answer)}\n", None))
     rng.shuffle(bodies)
     tests, parts = [], [_HEADER]
-    for role, label, body in bodies:
-        test = HiddenTest(_name(rng), role, label)
+    for role, label, body, recorded in bodies:
+        test = HiddenTest(_name(rng), role, label, recorded)
         tests.append(test)
         parts.append(f"\n\ndef {test.name}():\n{body}")
     return HiddenSuite(posixpath.join(test_dir, f"{_name(rng)}.py"), "".join(parts), tuple(tests))

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 WORKSPACE = "/workspace"
 AGENT_HOME = "/home/agent"
+_ROOT_FOLDERS = ("workspace", "home", "home/agent")
 # Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).
 _PLUGIN_PROBE = ("import importlib.metadata as m\n"
                  "print('\\n'.join(sorted({e.module for e in m.entry_points(group='pytest11')})))")
@@ -85,15 +86,17 @@ def run_graded(sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, 
     """Write `changes`, the pristine tests and the hidden suite into `sb`, run the hardened pytest, read its report."""
     for start in range(0, len(changes.deleted), 500):
         sb.exec(["rm", "-f", "--", *changes.deleted[start : start + 500]], timeout=60, cwd=WORKSPACE)
-    files = {**changes.written, **task.pristine_tests(), suite.path: suite.source.encode()}
-    sb.import_tree(WORKSPACE, archive_of(files, changes.executable))
     # A fresh name outside the workspace; the report is written after pytest returns and read once the container is dead.
-    private = f".{secrets.token_hex(8)}"
+    private = f"{AGENT_HOME}/.{secrets.token_hex(8)}"
     paths = {nodeid.split("::")[0] for nodeid in wanted}
     arguments = pytest_arguments(task.record.test_command, pristine.config, pristine.plugins, sorted(paths))
-    report = f"{AGENT_HOME}/{private}/report.json"
-    sb.import_tree(AGENT_HOME, archive_of({f"{private}/run.py": launcher_source(arguments, wanted, report).encode()}))
-    ran = sb.exec(["python", "-P", f"{AGENT_HOME}/{private}/run.py"], timeout=timeout_s, cwd=WORKSPACE,
+    report = f"{private}/report.json"
+    files = {**changes.written, **task.pristine_tests(), suite.path: suite.source.encode()}
+    files = {f"{WORKSPACE[1:]}/{path}": data for path, data in files.items()}
+    files[f"{private[1:]}/run.py"] = launcher_source(arguments, wanted, report).encode()
+    # One archive at / for the workspace and the launcher; the folders above them stay as the image has them.
+    sb.import_tree("/", archive_of(files, {f"{WORKSPACE[1:]}/{p}" for p in changes.executable}, _ROOT_FOLDERS))
+    ran = sb.exec(["python", "-P", f"{private}/run.py"], timeout=timeout_s, cwd=WORKSPACE,
                   env={**GRADING_ENV, "HOME": AGENT_HOME})
     sb.freeze()
     if ran.timed_out:
@@ -134,11 +137,20 @@ def score(task: Task, suite: HiddenSuite, main: RunResult, counter: RunResult, m
     from_unit = [n for n in passed_f2p if _outcome(counter, n) != "passed"]
     if passed_f2p and not from_unit:
         reasons.append("counterfactual_passed")
+    # A visible test whose own calls, replayed where it cannot see them, come out otherwise is not credited.
+    disagreeing = {t.check.test for t in checks if t.check and _outcome(main, suite.nodeid(t)) != "passed"}
+    from_unit = [n for n in from_unit if n not in disagreeing]
     p2p_passed = sum(t.outcome == "passed" for t in tests if t.group == "PASS_TO_PASS")
     hidden_passed = sum(t.outcome == "passed" for t in tests if t.group == "HIDDEN")
-    earned, total = len(from_unit) + hidden_passed, len(task.record.FAIL_TO_PASS) + len(checks)
+    # Calls no visible test makes measure whether the unit generalises: their pass rate scales the F2P fraction.
+    unseen = [t for t in checks if t.check and t.check.test is None]
+    general = sum(_outcome(main, suite.nodeid(t)) == "passed" for t in unseen) / len(unseen) if unseen else 1.0
+    f2p_total = len(task.record.FAIL_TO_PASS)
     intact = p2p_passed == len(task.record.PASS_TO_PASS)
-    reward = float(intact and earned == total) if mode == "binary" else (earned / total if intact and total else 0.0)
+    if mode == "binary":
+        reward = float(intact and len(from_unit) == f2p_total and hidden_passed == len(checks))
+    else:
+        reward = len(from_unit) / f2p_total * general if intact and f2p_total else 0.0
     return RewardDetails(reward=0.0 if reasons else reward, mode=mode, f2p_passed=len(from_unit),
                          f2p_total=len(task.record.FAIL_TO_PASS), p2p_passed=p2p_passed,
                          p2p_total=len(task.record.PASS_TO_PASS), tests=tests, hidden_passed=hidden_passed,
@@ -190,7 +202,7 @@ def grade(task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pris
         main = pool.submit(run_graded, main_sb, task, pristine, changes, suite,
                            [*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS, *map(suite.nodeid, suite.tests)],
                            limits.timeout_s)
-        counter = pool.submit(run_graded, counter_sb, task, pristine, changes.without(unit_paths), suite,
+        counter = pool.submit(run_graded, counter_sb, task, pristine, changes.without_modules(unit_paths), suite,
                               [*task.record.FAIL_TO_PASS, *watched], limits.timeout_s)
         details = score(task, suite, main.result(), counter.result(), limits.mode)
     update: dict[str, object] = {"refused": refused, "ignored_paths": [r.path for r in refused],

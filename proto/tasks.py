@@ -31,6 +31,8 @@ class IoCheck(BaseModel):
     kwargs: str = Field(default="{}", description="Keyword arguments as a dict literal.")
     result: str | None = Field(default=None, description="The return value as a literal; None when the call raised.")
     raises: str | None = Field(default=None, description="The exception's class name when the call raised.")
+    test: str | None = Field(default=None, description="The FAIL_TO_PASS node id that made the call; None for a call "
+                             "no visible test makes. A visible test is credited only if the replays of its calls pass.")
 
 
 class TaskStats(BaseModel):

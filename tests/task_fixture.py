@@ -125,9 +125,12 @@ P2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_sub", "tests/test
 TEST_FILES = ["tests/test_ops.py", "tests/conftest.py"]
 # The calls of clamp the F2P tests make, as synthesis records them for the grader's hidden checks.
 IO_CHECKS = [
-    IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0"),
-    IoCheck(module="calc.ops", qualname="clamp", args="(50, 0, 10)", result="10"),
-    IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0", test=F2P[0]),
+    IoCheck(module="calc.ops", qualname="clamp", args="(50, 0, 10)", result="10", test=F2P[1]),
+    IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError", test=F2P[2]),
+    # Calls no visible test makes: an answer table for the visible inputs fails them.
+    IoCheck(module="calc.ops", qualname="clamp", args="(7, 0, 10)", result="7"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(-2.5, -1.0, 1.0)", result="-1.0"),
 ]
 
 
