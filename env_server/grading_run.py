@@ -2,7 +2,7 @@
 
 pytest starts from a launcher script outside /workspace, with a safe sys.path, plugin autoload off and no cache. The
 node ids and the report's location live in the launcher, not in sys.argv, and the report is written after pytest
-returns; the container is killed before the report is read, so nothing the run started can rewrite it.
+returns and after every process the tests started has been killed, so nothing the run started can rewrite it.
 """
 
 from __future__ import annotations
