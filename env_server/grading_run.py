@@ -12,6 +12,8 @@ import shlex
 from collections.abc import Sequence
 from typing import Literal
 
+from proto.tasks import HASH_SEED
+
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 PYTEST_PREFIXES = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
 # Options a task's test command may not carry into a graded run: they choose where results go or what is collected.
@@ -30,7 +32,7 @@ GRADING_ENV = {
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONNOUSERSITE": "1",
-    "PYTHONHASHSEED": "0",
+    "PYTHONHASHSEED": str(HASH_SEED),  # a task's own record.hash_seed overrides it
 }
 
 _LAUNCHER = '''import json

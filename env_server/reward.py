@@ -97,7 +97,7 @@ def run_graded(sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, 
     # One archive at / for the workspace and the launcher; the folders above them stay as the image has them.
     sb.import_tree("/", archive_of(files, {f"{WORKSPACE[1:]}/{p}" for p in changes.executable}, _ROOT_FOLDERS))
     ran = sb.exec(["python", "-P", f"{private}/run.py"], timeout=timeout_s, cwd=WORKSPACE,
-                  env={**GRADING_ENV, "HOME": AGENT_HOME})
+                  env={**GRADING_ENV, "PYTHONHASHSEED": str(task.record.hash_seed), "HOME": AGENT_HOME})
     # No freeze before the read: the launcher killed what the tests started before it wrote the report, and a
     # report written by anything else (the launcher died early) is a blanket lie the sentinels and controls see.
     if ran.timed_out:

@@ -10,9 +10,12 @@ from pydantic import BaseModel
 
 from env_server.settings import ServerSettings
 from proto.actions import EditFileArgs, ListDirArgs, ReadFileArgs, RunArgs, SearchArgs, WriteFileArgs
+from proto.tasks import HASH_SEED
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 
 WORKSPACE = "/workspace"
+# The agent's commands hash strings as the task's test runs did, so that its pytest sees the same ids and orders.
+RUN_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
 
 
 @dataclass
@@ -138,7 +141,7 @@ def run(sb: Sandbox, args: RunArgs, settings: ServerSettings) -> ToolResult:
     timeout = args.timeout if args.timeout is not None else settings.run_timeout_default_s
     if timeout > settings.run_timeout_cap_s:
         raise ToolRejected(f"timeout {timeout:g}s is over the server cap of {settings.run_timeout_cap_s:g}s; ask for less")
-    result = sb.exec(args.command, timeout=timeout, cwd=WORKSPACE)
+    result = sb.exec(args.command, timeout=timeout, cwd=WORKSPACE, env=RUN_ENV)
     output = result.stdout + result.stderr
     feedback = error = None
     if result.timed_out:

@@ -7,6 +7,8 @@ from pydantic import BaseModel, Field
 
 DeletionKind = Literal["function", "method", "class", "module", "feature"]
 DeletionMode = Literal["stub", "remove", "file"]
+# PYTHONHASHSEED of every run of a task's tests: baseline, validation, the agent's `run` and grading.
+HASH_SEED = 0
 
 
 class DeletedUnit(BaseModel):
@@ -60,6 +62,8 @@ class TaskRecord(BaseModel):
     pytest_plugins: list[str] | None = Field(
         default=None, description="Modules of the pytest11 plugins the repository image installs; the grader names them "
         "with -p since it turns plugin autoload off. None: the grader reads them from the image.")
+    hash_seed: int = Field(default=HASH_SEED, description="PYTHONHASHSEED every run of the tests used, from the baseline to "
+                           "grading, so that ids and orders built from sets and dicts of strings match from run to run.")
     stats: TaskStats
     created_at: datetime
     synth_version: str

@@ -19,8 +19,12 @@ from sandbox.errors import SandboxError
 
 log = logging.getLogger(__name__)
 
-BASE_PACKAGES = ("python3", "python3-venv", "git", "coreutils", "ca-certificates")
+# tzdata and locales: what test suites commonly assume a developer's machine has (minbase of trixie drops tzdata).
+BASE_PACKAGES = ("python3", "python3-venv", "git", "coreutils", "ca-certificates", "tzdata", "locales")
+LOCALES = ("C.UTF-8", "en_US.UTF-8")
 AGENT_UID = 1000
+# Bump when the recipe below changes: the tag changes, so every machine builds the new image (and repo images on it).
+BASE_REVISION = 2
 
 
 def regrow_version() -> str:
@@ -30,7 +34,7 @@ def regrow_version() -> str:
         return "0.0.0"
 
 
-BASE_IMAGE = f"regrow/base:{regrow_version()}"
+BASE_IMAGE = f"regrow/base:{regrow_version()}-r{BASE_REVISION}"
 
 
 class ImageSettings(BaseSettings):
@@ -144,6 +148,9 @@ def build_base_image(backend: DockerBackend, tag: str = BASE_IMAGE, force: bool 
                 ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", source.suite, str(rootfs), source.uri],
                 "debootstrap",
             )
+            for name in LOCALES:
+                language, _, charmap = name.partition(".")
+                _run(["chroot", str(rootfs), "localedef", "-i", language, "-f", charmap, name], f"localedef {name}")
             _run(["chroot", str(rootfs), "useradd", "--create-home", "--uid", str(AGENT_UID), "--shell", "/bin/bash", "agent"], "useradd")
             _run(["chroot", str(rootfs), "install", "-d", "-o", "agent", "-g", "agent", "/workspace"], "mkdir /workspace")
             _run(["sh", "-c", f"rm -rf {rootfs}/var/cache/apt/archives/*.deb {rootfs}/var/lib/apt/lists/*"], "clean-up")

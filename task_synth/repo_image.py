@@ -13,6 +13,7 @@ import docker.errors
 from sandbox import DockerBackend
 from sandbox.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
+from task_synth.test_runs import pip_error_lines
 
 log = logging.getLogger(__name__)
 # Beside the modules, so that the package-data pattern "*.Dockerfile" ships them in the wheel.
@@ -25,8 +26,8 @@ def slug(name: str) -> str:
 
 
 def repo_image_tag(repo_name: str, wheelhouse_key: str) -> str:
-    """Keyed by the dependency set, not the commit: the image holds no source, so commits with the same deps share it."""
-    return f"regrow/repo-{slug(repo_name)}:{wheelhouse_key}"
+    """Keyed by the dependency set and the base, not the commit: the image holds no source, so commits with the same deps share it."""
+    return f"regrow/repo-{slug(repo_name)}:{wheelhouse_key}-{BASE_IMAGE.partition(':')[2]}"
 
 
 def _build(backend: DockerBackend, context: Path, dockerfile: str, tag: str, buildargs: dict[str, str], labels: dict[str, str]) -> None:
@@ -36,8 +37,9 @@ def _build(backend: DockerBackend, context: Path, dockerfile: str, tag: str, bui
             path=str(context), tag=tag, buildargs=buildargs, labels=labels, network_mode="none", rm=True, forcerm=True
         )
     except docker.errors.BuildError as error:
-        tail = " | ".join(str(step.get("stream", step.get("error", ""))).strip() for step in list(error.build_log)[-4:])
-        raise SynthError(f"building image {tag} failed ({tail.strip()}): check that the wheelhouse holds every dependency") from error
+        output = "".join(str(step.get("stream", "")) for step in error.build_log) + "\n" + str(error.msg)
+        detail = " | ".join(pip_error_lines(output))
+        raise SynthError(f"building image {tag} failed ({detail}): check that the wheelhouse holds every dependency") from error
 
 
 def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool:

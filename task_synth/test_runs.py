@@ -5,11 +5,13 @@ from __future__ import annotations
 import io
 import json
 import logging
+import re
 import tarfile
 import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from proto.tasks import HASH_SEED
 from sandbox import Sandbox
 
 log = logging.getLogger(__name__)
@@ -19,6 +21,10 @@ JUNIT_PATH = f"{SCRATCH}/junit.xml"
 PLUGIN_DIR = f"{SCRATCH}/plugins"
 COVERAGE_RC = f"{SCRATCH}/coverage.rc"
 COVERAGE_JSON = f"{SCRATCH}/coverage.json"
+# Every test run hashes strings the same way, so that ids and orders built from sets match from run to run.
+TEST_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
+# A line that names an exception, as the last line of a traceback does: "ModuleNotFoundError: No module named 'x'".
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)(: |$)")
 # Measures coverage inside pytest and switches its dynamic context to each test's node id, for any pytest command.
 CONTEXT_PLUGIN = '''
 import os
@@ -84,8 +90,25 @@ def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
     if result.exit_code != 0:
         from task_synth.errors import SynthError
 
-        tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise SynthError(f"the repository does not install editable in its image ({tail[0]}): check its build configuration")
+        detail = " | ".join(pip_error_lines(result.stdout + "\n" + result.stderr))
+        raise SynthError(f"the repository does not install editable in its image ({detail}): check its build configuration")
+
+
+def pip_error_lines(output: str) -> list[str]:
+    """The lines of a failed pip run's output that name its error; the last line when none does.
+
+    Those are pip's own `ERROR:` and `error:` lines, its `×` summaries, and the last exception of the backend's traceback.
+    """
+    named: list[tuple[int, str]] = []
+    exception: tuple[int, str] | None = None
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    for index, line in enumerate(lines):
+        if EXCEPTION_LINE.match(line):
+            exception = (index, line)
+        elif line.startswith(("ERROR:", "error:", "× ")) and line != "error: subprocess-exited-with-error":
+            named.append((index, line))
+    found = sorted(named + ([exception] if exception else []))
+    return [line for _, line in found] or lines[-1:] or ["no output"]
 
 
 def node_id(testcase: ElementTree.Element) -> str | None:
@@ -112,10 +135,10 @@ def parse_junit(xml_text: str) -> dict[str, bool]:
 def run_tests(
     sb: Sandbox, test_command: str, node_ids: list[str] | None, timeout: float, env: dict[str, str] | None = None
 ) -> TestRun:
-    """Run the suite (node_ids None) or the given tests; a timeout yields a run with `timed_out` set."""
+    """Run the suite (node_ids None) or the given tests, with TEST_ENV; a timeout yields a run with `timed_out` set."""
     sb.exec(f"rm -f {JUNIT_PATH}", timeout=30)
     script = f'{test_command} -q -p no:cacheprovider -o junit_family=xunit1 --junitxml={JUNIT_PATH} "$@"'
-    result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env=env)
+    result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env={**TEST_ENV, **(env or {})})
     run = TestRun(timed_out=result.timed_out, exit_code=result.exit_code, output_tail=(result.stdout + result.stderr)[-2000:])
     if result.timed_out:
         return run

@@ -8,14 +8,22 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
+
+from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 
 from task_synth.errors import SynthError
 
 log = logging.getLogger(__name__)
 
 TEST_TOOLS = ("pytest", "coverage", "setuptools>=68", "wheel")
+# Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements).
+WHEELHOUSE_FORMAT = 2
+# PEP 517's fallback for a project without a [build-system] table.
+LEGACY_BUILD_SYSTEM = (["setuptools", "wheel"], "setuptools.build_meta:__legacy__")
 TEST_EXTRAS = ("test", "tests", "testing")
 REQUIREMENT_FILES = (
     "requirements.txt",
@@ -41,11 +49,58 @@ def project_name(root: Path) -> str | None:
     return re.sub(r"[-_.]+", "_", name).lower() if name else None
 
 
-def build_requirements(root: Path) -> list[str]:
-    if (root / "pyproject.toml").exists():
-        system = tomllib.loads((root / "pyproject.toml").read_text()).get("build-system", {})
-        return list(system.get("requires", ["setuptools", "wheel"]))
-    return ["setuptools", "wheel"]
+@dataclass(frozen=True)
+class BuildSystem:
+    """The project's [build-system] table: what the backend needs, and the backend itself."""
+
+    requires: list[str]
+    backend: str
+    backend_path: list[str] | None = None
+
+
+def build_system(root: Path) -> BuildSystem:
+    table = tomllib.loads((root / "pyproject.toml").read_text()).get("build-system", {}) if (root / "pyproject.toml").exists() else {}
+    requires, backend = LEGACY_BUILD_SYSTEM
+    return BuildSystem(list(table.get("requires", requires)), table.get("build-backend", backend), table.get("backend-path"))
+
+
+def editable_requirements(root: Path, wheels: Path) -> list[str]:
+    """What the backend asks for to build `root` editable (hatchling: `editables`), asked in a venv of only its build requirements.
+
+    The build requirements come from `wheels`, where `pip wheel` has already put them.
+    """
+    system = build_system(root)
+    with tempfile.TemporaryDirectory(prefix="regrow-build-env-") as env:
+        python = str(Path(env) / "bin" / "python")
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True, capture_output=True)
+        install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check",
+                   "--no-index", f"--find-links={wheels}", *system.requires]
+        installed = subprocess.run(install, capture_output=True, text=True) if system.requires else None
+        if installed and installed.returncode != 0:
+            raise SynthError(f"cannot install the build requirements of {root.name} ({_pip_error(installed.stderr)}): "
+                             "check [build-system] requires in its pyproject.toml")
+        caller = BuildBackendHookCaller(str(root), system.backend, system.backend_path, quiet_subprocess_runner, python)
+        try:
+            return list(caller.get_requires_for_build_editable())
+        except subprocess.CalledProcessError as error:
+            lines = [line for line in error.output.decode(errors="replace").splitlines() if line.strip()] or ["no output"]
+            raise SynthError(f"the build backend {system.backend} of {root.name} fails to say what an editable build needs "
+                             f"({lines[-1].strip()}): check its build configuration") from None
+
+
+def _pip_error(stderr: str) -> str:
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    return next((line for line in lines if "ERROR" in line), lines[-1] if lines else "pip failed").strip()
+
+
+def _pip_wheel(root: Path, target: Path, arguments: list[str], find_links: tuple[Path, ...], offline: bool) -> None:
+    command = [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(target), *arguments]
+    command += [f"--find-links={path}" for path in find_links] + (["--no-index"] if offline else [])
+    log.info("building the wheelhouse: %s", " ".join(command[3:]))
+    result = subprocess.run(command, capture_output=True, text=True, cwd=root)
+    if result.returncode != 0:
+        shutil.rmtree(target, ignore_errors=True)
+        raise SynthError(f"cannot resolve the dependencies of {root.name} ({_pip_error(result.stderr)}): fix the requirement or its index")
 
 
 def _extras(root: Path) -> list[str]:
@@ -60,7 +115,7 @@ def _extras(root: Path) -> list[str]:
 
 
 def wheelhouse_key(root: Path) -> str:
-    digest = hashlib.sha256(f"{sys.version_info[:2]} {TEST_TOOLS}".encode())
+    digest = hashlib.sha256(f"{sys.version_info[:2]} {TEST_TOOLS} {WHEELHOUSE_FORMAT}".encode())
     for name in METADATA_FILES:
         if (root / name).exists():
             digest.update(name.encode() + (root / name).read_bytes())
@@ -80,18 +135,18 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
     shutil.rmtree(partial, ignore_errors=True)
     extras = _extras(root)
     spec = f"{root}[{','.join(extras)}]" if extras else str(root)
-    command = [sys.executable, "-m", "pip", "wheel", "-q", "-w", str(partial), spec, *TEST_TOOLS, *build_requirements(root)]
-    command += [f"--find-links={path}" for path in find_links] + (["--no-index"] if offline else [])
+    arguments = [spec, *TEST_TOOLS, *build_system(root).requires]
     for name in REQUIREMENT_FILES:
         if (root / name).exists():
-            command += ["-r", str(root / name)]
-    log.info("building the wheelhouse: %s", " ".join(command[3:]))
-    result = subprocess.run(command, capture_output=True, text=True, cwd=root)
-    if result.returncode != 0:
+            arguments += ["-r", str(root / name)]
+    _pip_wheel(root, partial, arguments, find_links, offline)
+    try:
+        editable = editable_requirements(root, partial)
+    except SynthError:
         shutil.rmtree(partial, ignore_errors=True)
-        lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
-        detail = next((line for line in lines if "ERROR" in line), lines[-1] if lines else "pip failed")
-        raise SynthError(f"cannot resolve the dependencies of {root.name} ({detail.strip()}): fix the requirement or its index")
+        raise
+    if editable:
+        _pip_wheel(root, partial, editable, (partial, *find_links), offline)
     own = project_name(root)
     for wheel in partial.glob("*.whl"):
         if own and wheel.name.split("-")[0].lower() == own:

@@ -1,0 +1,105 @@
+"""What a repository needs to install editable: the backend's editable requirements, and pip's real error when it fails."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from task_synth.errors import SynthError
+from task_synth.test_runs import pip_error_lines
+from task_synth.wheelhouse import build_system, build_wheelhouse, editable_requirements
+
+# An in-tree backend that asks for an extra package only to build editable, as hatchling asks for `editables`.
+IN_TREE_BACKEND = '''
+def get_requires_for_build_editable(config_settings=None):
+    return ["editables>=0.3"]
+'''
+
+# pip 26's stderr for `pip install --no-build-isolation -e` of a hatchling project whose image lacks `editables`.
+HATCHLING_WITHOUT_EDITABLES = """\
+  error: subprocess-exited-with-error
+  
+  × Preparing editable metadata (pyproject.toml) did not run successfully.
+  │ exit code: 1
+  ╰─> [29 lines of output]
+      Traceback (most recent call last):
+        File "/opt/venv/lib/python3.11/site-packages/pip/_vendor/pyproject_hooks/_in_process/_in_process.py", line 167, in prepare_metadata_for_build_editable
+          hook = backend.prepare_metadata_for_build_editable
+                 ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+      AttributeError: module 'hatchling.build' has no attribute 'prepare_metadata_for_build_editable'
+      
+      During handling of the above exception, another exception occurred:
+      
+      Traceback (most recent call last):
+        File "/opt/venv/lib/python3.11/site-packages/hatchling/builders/wheel.py", line 550, in build_editable_detection
+          from editables import EditableProject
+      ModuleNotFoundError: No module named 'editables'
+      [end of output]
+  
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+error: metadata-generation-failed
+
+× Encountered error while generating package metadata.
+╰─> See above for output.
+
+note: This is an issue with the package mentioned above, not pip.
+hint: See above for details.
+"""
+
+
+def _project(root: Path, build_system_table: str) -> Path:
+    (root / "src" / "tiny").mkdir(parents=True)
+    (root / "src" / "tiny" / "__init__.py").write_text("")
+    (root / "pyproject.toml").write_text(f'{build_system_table}\n[project]\nname = "tiny"\nversion = "0.1"\n')
+    return root
+
+
+def test_the_backend_is_asked_what_an_editable_build_needs(tmp_path):
+    root = _project(tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (root / "backend.py").write_text(IN_TREE_BACKEND)
+    assert editable_requirements(root, tmp_path / "no-wheels") == ["editables>=0.3"]
+
+
+def test_a_project_without_a_build_system_uses_setuptools_legacy_backend(tmp_path):
+    (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='tiny')\n")
+    system = build_system(tmp_path)
+    assert (system.backend, system.requires) == ("setuptools.build_meta:__legacy__", ["setuptools", "wheel"])
+
+
+def test_a_backend_that_fails_names_itself_and_its_error(tmp_path):
+    root = _project(tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    (root / "backend.py").write_text("def get_requires_for_build_editable(config_settings=None):\n    raise LookupError('no version')\n")
+    with pytest.raises(SynthError, match=r"backend backend of tiny .*LookupError: no version.*check its build configuration"):
+        editable_requirements(root, tmp_path / "no-wheels")
+
+
+def test_pip_error_shows_the_lines_that_name_the_error():
+    assert pip_error_lines(HATCHLING_WITHOUT_EDITABLES) == [
+        "× Preparing editable metadata (pyproject.toml) did not run successfully.",
+        "ModuleNotFoundError: No module named 'editables'",
+        "error: metadata-generation-failed",
+        "× Encountered error while generating package metadata.",
+    ]
+
+
+def test_pip_error_keeps_pips_own_errors_and_falls_back_to_the_last_line():
+    no_project = "ERROR: file:///workspace does not appear to be a Python project: neither 'setup.py' nor 'pyproject.toml' found.\n"
+    assert pip_error_lines(no_project) == [no_project.strip()]
+    assert pip_error_lines("something odd\nKilled\n") == ["Killed"]
+    assert pip_error_lines("") == ["no output"]
+
+
+@pytest.mark.network
+@pytest.mark.skipif(os.environ.get("REGROW_TEST_NETWORK") != "1", reason="fetches hatchling from PyPI; set REGROW_TEST_NETWORK=1")
+def test_a_hatchling_wheelhouse_holds_editables_and_installs_editable_offline(tmp_path):
+    root = _project(tmp_path / "tiny", '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n')
+    wheelhouse = build_wheelhouse(root, tmp_path / "cache")
+    assert any(wheel.name.startswith("editables-") for wheel in wheelhouse.glob("*.whl"))
+    # As the repo image does it: everything from the wheelhouse, then the editable install with no network.
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    pip = [str(tmp_path / "venv" / "bin" / "pip"), "install", "-q", "--no-index", f"--find-links={wheelhouse}"]
+    subprocess.run([*pip, *map(str, wheelhouse.glob("*.whl"))], check=True)
+    installed = subprocess.run([*pip, "--no-deps", "--no-build-isolation", "-e", str(root)], capture_output=True, text=True)
+    assert installed.returncode == 0, pip_error_lines(installed.stderr)
