@@ -19,12 +19,38 @@ from task_synth.errors import SynthError
 from task_synth.repo_context import RepoContext, prepare_repo
 from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
-from task_synth.task_builder import BuiltTask, build_task
+from task_synth.task_builder import BuiltTask, build_task, instance_id, task_image_tag
 from task_synth.task_store import write_store
 from task_synth.validation import REJECTIONS, validate
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
+# When this many first candidates fail the same way for a reason outside them, the rest would too: stop the run.
+EARLY_STOP_CANDIDATES = 3
+TASK_IMAGE_FAILED = "task image does not build: "
+# Per cause: what went wrong, in a line, and what to do about it.
+SETUP_FAILURES = {
+    "task_image": (
+        "their task images do not build",
+        "Remedy: the repository must install editable from a single-commit copy without ignored files; "
+        "run `pip install -e .` in such a copy and fix its build configuration.",
+    ),
+    "import_broken": (
+        "the package fails to import the same way after every deletion",
+        "Remedy: check that the package imports in the repository image (`python -c 'import <package>'`) "
+        "with only the wheelhouse's dependencies installed.",
+    ),
+    "timeout": (
+        "their tests time out",
+        "Remedy: raise REGROW_SYNTH_TEST_TIMEOUT_S, or pass a --test-cmd that leaves out tests that hang in the sandbox "
+        "(no network, no stdin).",
+    ),
+    "oracle_failed": (
+        "the solution fails its own tests in the task image",
+        "Remedy: keep the images (REGROW_SYNTH_KEEP_REJECTED_IMAGES=1) and run the FAIL_TO_PASS tests in one to see how "
+        "the task image differs from the validation sandbox.",
+    ),
+}
 
 
 @dataclass
@@ -73,6 +99,32 @@ def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str]
     return interleaved[:budget]
 
 
+def _setup_cause(rejection: str | None, detail: str) -> str | None:
+    if rejection == "import_broken" and detail.startswith(TASK_IMAGE_FAILED):
+        return "task_image"
+    return rejection if rejection in SETUP_FAILURES else None
+
+
+def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = EARLY_STOP_CANDIDATES) -> str | None:
+    """The error that stops the run when the first `first` candidates' (rejection, detail) show the same setup failure.
+
+    Timeouts count whatever their detail; the other causes only with the same detail. Rejections that belong to a
+    candidate (no_f2p, flaky, leak, ...) never stop a run. None: go on.
+    """
+    head = outcomes[:first]
+    if len(head) < first:
+        return None
+    rejection, detail = head[0]
+    cause = _setup_cause(rejection, detail)
+    if cause is None or any(other != rejection for other, _ in head):
+        return None
+    if cause != "timeout" and any(other != detail for _, other in head):
+        return None
+    summary, remedy = SETUP_FAILURES[cause]
+    shown = detail.removeprefix(TASK_IMAGE_FAILED) or "(no error output was recorded)"
+    return f"synthesis stopped: the first {first} candidates all failed because {summary}:\n  {shown}\n{remedy}"
+
+
 def _candidate(context: RepoContext, pool, unit: Unit, mode: str, created_images: list[str]) -> tuple[BuiltTask | None, int]:
     """Validate one candidate in a pooled sandbox and, when valid, build its task; (task or None, test executions)."""
     try:
@@ -93,7 +145,9 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str, created_images
         built = build_task(context, deletion, verdict, created_images)
     except SynthError as error:  # the deleted workspace does not install in its image
         log.info("%s (%s): task image failed: %s", unit.key, mode, error)
-        return BuiltTask(None, "import_broken", None, verdict.test_executions, str(error)), verdict.test_executions
+        # Without its tag, the error reads the same for every candidate that fails this way.
+        detail = TASK_IMAGE_FAILED + str(error).replace(task_image_tag(instance_id(context, deletion)), "the task image")
+        return BuiltTask(None, "import_broken", None, verdict.test_executions, detail), verdict.test_executions
     return built, verdict.test_executions + built.test_executions
 
 
@@ -133,8 +187,12 @@ def synthesize(
 
 
 def _run_candidates(context, candidates, settings: SynthSettings, report: SynthReport, created_images: list[str], progress: Progress) -> None:
-    """Process candidates in order, `jobs` at a time, until max_tasks are valid: the same seed gives the same tasks."""
+    """Process candidates in order, `jobs` at a time, until max_tasks are valid: the same seed gives the same tasks.
+
+    Raises SynthError when the first candidates all fail the same way for a reason outside them.
+    """
     progress("candidates", 0, len(candidates))
+    outcomes: list[tuple[str | None, str]] = []
     with context.sandbox_pool(min(settings.jobs, max(1, len(candidates)))) as pool, ThreadPoolExecutor(settings.jobs) as executor:
         index = 0
         while index < len(candidates) and report.valid < settings.max_tasks:
@@ -145,6 +203,7 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
                 report.test_executions += executions
                 if built is None:
                     continue
+                outcomes.append((built.rejection, built.detail))
                 report.candidates += 1
                 keep = built.record is not None and report.valid < settings.max_tasks
                 if keep:
@@ -157,3 +216,6 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
                         remove_image(context.backend, built.image)
                         created_images.remove(built.image)
             progress("candidates", index, len(candidates))
+            failure = repeated_setup_failure(outcomes)
+            if failure:
+                raise SynthError(failure)

@@ -1,25 +1,36 @@
-"""Validating one deletion in a sandbox: predicted tests plus a random check sample, F2P/P2P, flakiness."""
+"""Validating one deletion in a sandbox: F2P/P2P from predicted tests plus a sample, flakiness, trivial stand-ins."""
 
 from __future__ import annotations
 
 import ast
+import logging
 import random
 import shlex
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 
 from sandbox import Sandbox
 from task_synth.baseline import Baseline
 from task_synth.deletion import Deletion
 from task_synth.python_ast import parse_python
 from task_synth.settings import SynthSettings
-from task_synth.test_runs import run_tests
+from task_synth.stand_ins import stand_ins
+from task_synth.test_runs import TestRun, run_tests
 
-REJECTIONS = ("no_f2p", "no_p2p", "flaky", "import_broken", "leak", "oracle_failed", "timeout")
+log = logging.getLogger(__name__)
+REJECTIONS = ("no_f2p", "no_p2p", "flaky", "trivially_solvable", "import_broken", "leak", "oracle_failed", "timeout")
+# A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
+STAND_IN_TIMEOUT_FACTOR = 3
+STAND_IN_MIN_TIMEOUT_S = 30.0
 
 
 @dataclass
 class Verdict:
-    """What validating one deletion found; `rejection` is None for a valid task."""
+    """What validating one deletion found; `rejection` is None for a valid task.
+
+    `trivially_passed` are tests a trivial stand-in passes, kept out of both F2P and P2P; `test_executions` includes
+    the `stand_in_executions` spent finding them.
+    """
 
     rejection: str | None
     fail_to_pass: list[str] = field(default_factory=list)
@@ -27,6 +38,8 @@ class Verdict:
     predicted: list[str] = field(default_factory=list)
     test_executions: int = 0
     detail: str = ""
+    trivially_passed: list[str] = field(default_factory=list)
+    stand_in_executions: int = 0
 
 
 def importing_test_files(test_texts: dict[str, str], names: set[str], modules: set[str]) -> set[str]:
@@ -114,8 +127,36 @@ def import_check(sb: Sandbox, packages: list[str], timeout: float) -> str | None
     return lines[-1] if lines else f"exit {result.exit_code}"
 
 
+def _timeout_detail(run: TestRun, timeout: float) -> str:
+    lines = run.output_tail.strip().splitlines()
+    return f"the tests ran past {timeout:.0f}s" + (f"; last output: {lines[-1]}" if lines else "")
+
+
+def drop_trivially_passed(sb: Sandbox, deletion: Deletion, verdict: Verdict, test_command: str, timeout: float) -> Verdict:
+    """Run the F2P tests once per trivial stand-in and drop those any stand-in passes; a task left with none is
+    `trivially_solvable`. Leaves the last stand-in in /workspace: the caller restores it.
+    """
+    for stand_in in stand_ins(deletion):
+        apply_deletion(sb, replace(deletion, changed=stand_in.changed))
+        run = run_tests(sb, test_command, verdict.fail_to_pass, timeout)
+        verdict.stand_in_executions += run.executions
+        verdict.test_executions += run.executions
+        passed = sorted(set(verdict.fail_to_pass) - run.failed(verdict.fail_to_pass))
+        if not passed:
+            continue
+        log.info("%s: `%s` passes %s", deletion.unit.key, stand_in.name, ", ".join(passed))
+        verdict.trivially_passed += passed
+        verdict.fail_to_pass = [test for test in verdict.fail_to_pass if test not in passed]
+        if not verdict.fail_to_pass:
+            verdict.rejection = "trivially_solvable"
+            verdict.detail = f"`{stand_in.name}` passes every remaining FAIL_TO_PASS test ({', '.join(passed)})"
+            break
+    return verdict
+
+
 def validate(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool = False) -> Verdict:
-    """Apply the deletion, find F2P/P2P, check flakiness, and always restore the workspace.
+    """Apply the deletion, find F2P/P2P, check flakiness, drop the F2P tests a trivial stand-in passes, and always
+    restore the workspace.
 
     `naive` runs the whole suite instead of the predicted tests (the benchmark's reference).
     """
@@ -140,6 +181,7 @@ def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str
         rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
         selected = predicted + sorted(rng.sample(others, min(settings.sample_others, len(others))))
     whole_files = broken_test_files(deletion, baseline.test_texts, module_name)
+    started = time.monotonic()
     if selected is None:
         run = run_tests(sb, test_command, None, timeout)
     else:
@@ -148,9 +190,10 @@ def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str
             # Some node id did not collect after all: run the selected tests' whole files instead.
             files = {test.split("::")[0] for test in selected}
             run = run_tests(sb, test_command, pytest_arguments(selected, files), timeout)
+    elapsed = time.monotonic() - started
     executions = run.executions
     if run.timed_out:
-        return Verdict("timeout", predicted=predicted, test_executions=executions)
+        return Verdict("timeout", predicted=predicted, test_executions=executions, detail=_timeout_detail(run, timeout))
     considered = sorted(baseline.stable) if selected is None else [t for t in selected if t in baseline.stable]
     fail_to_pass = sorted(run.failed(considered))
     verdict = Verdict(None, fail_to_pass, sorted(baseline.stable - set(fail_to_pass)), predicted, executions)
@@ -165,8 +208,10 @@ def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str
         verdict.test_executions += rerun.executions
         if rerun.timed_out:
             verdict.rejection = "timeout"
+            verdict.detail = _timeout_detail(rerun, timeout)
             return verdict
         if rerun.failed(fail_to_pass) != set(fail_to_pass):
             verdict.rejection = "flaky"
             return verdict
-    return verdict
+    stand_in_timeout = min(timeout, max(STAND_IN_MIN_TIMEOUT_S, STAND_IN_TIMEOUT_FACTOR * elapsed))
+    return drop_trivially_passed(sb, deletion, verdict, test_command, stand_in_timeout)

@@ -1,0 +1,144 @@
+"""Trivial stand-ins for a deleted unit: answers so cheap that a test they pass says nothing about a real solution."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from task_synth.deletion import Deletion, _stubbed
+
+# Equal to everything, truthy, empty, and itself under any attribute or call: it passes any test that only compares.
+_ALWAYS_EQUAL = '''
+def _():
+    class _AlwaysEqual:
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+        def __bool__(self):
+            return True
+
+        def __hash__(self):
+            return 0
+
+        def __iter__(self):
+            return iter(())
+
+        def __len__(self):
+            return 0
+
+        def __getattr__(self, name):
+            return self
+
+        def __call__(self, *args, **kwargs):
+            return self
+
+    return _AlwaysEqual()
+'''
+
+
+_RETURN_NONE = "def _():\n    return None\n"
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """One trivial answer: its name (as a reviewer would write it) and the files as it leaves them."""
+
+    name: str
+    changed: dict[str, str]
+
+
+def _statements(source: str) -> list[cst.BaseStatement]:
+    """The body of the one function that `source` defines."""
+    function = cst.parse_module(source).body[0]
+    assert isinstance(function, cst.FunctionDef)
+    return list(function.body.body)
+
+
+def _with_body(function: cst.FunctionDef, statements: list[cst.BaseStatement]) -> cst.FunctionDef:
+    """`function` with its body replaced by `statements`, keeping its docstring as a stub does."""
+    docstring = list(_stubbed(function).body.body[:-1])
+    return function.with_changes(body=cst.IndentedBlock(body=[*docstring, *statements]))
+
+
+def _first_argument(function: cst.FunctionDef, is_method: bool) -> str | None:
+    """The first positional parameter, after self or cls for a method that is not static."""
+    parameters = [*function.params.posonly_params, *function.params.params]
+    static = any(isinstance(d.decorator, cst.Name) and d.decorator.value == "staticmethod" for d in function.decorators)
+    if is_method and not static:
+        parameters = parameters[1:]
+    return parameters[0].name.value if parameters else None
+
+
+def _empty_class(klass: cst.ClassDef) -> cst.ClassDef:
+    return klass.with_changes(
+        bases=(),
+        keywords=(),
+        decorators=(),
+        lpar=cst.MaybeSentinel.DEFAULT,
+        rpar=cst.MaybeSentinel.DEFAULT,
+        body=cst.IndentedBlock(body=[cst.SimpleStatementLine([cst.Pass()])]),
+    )
+
+
+def _definitions(module: cst.Module, qualname: str, kind: str) -> list:
+    """Every definition of the unit, classes for a class and functions otherwise (a property and its setter share a name)."""
+    owner, _, member = qualname.partition(".")
+    wanted = cst.ClassDef if kind == "class" else cst.FunctionDef
+    found = []
+    for statement in module.body:
+        if not isinstance(statement, (cst.FunctionDef, cst.ClassDef)) or statement.name.value != owner:
+            continue
+        if kind != "method":
+            found += [statement] if isinstance(statement, wanted) else []
+        elif isinstance(statement, cst.ClassDef):
+            found += [m for m in statement.body.body if isinstance(m, cst.FunctionDef) and m.name.value == member]
+    return found
+
+
+class _Replacer(cst.CSTTransformer):
+    """Swaps given nodes of a tree (libcst nodes compare by identity) for their replacements."""
+
+    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
+        self.replacements = replacements
+
+    def on_leave(self, original_node, updated_node):
+        return self.replacements.get(original_node, updated_node)
+
+
+def stand_ins(deletion: Deletion) -> list[StandIn]:
+    """The trivial answers for the deleted unit, each written over the original files; none for a deleted module.
+
+    A function or method gets the always-equal object, `return None` and `return <first argument>`; a class gets an empty
+    class of its name. Every other file the deletion changed is put back as it was, so the stand-in's name imports.
+    """
+    unit = deletion.unit
+    if deletion.mode == "file" or unit.kind == "module":
+        return []
+    module = cst.parse_module(deletion.original[unit.path])
+    definitions = _definitions(module, unit.qualname, unit.kind)
+    if not definitions:
+        return []
+    answers: dict[str, dict[cst.CSTNode, cst.CSTNode]] = {}
+    if unit.kind == "class":
+        answers[f"class {unit.qualname}: pass"] = {d: _empty_class(d) for d in definitions}
+    elif unit.qualname.endswith(".__init__"):  # __init__ may return nothing but None
+        answers["return None"] = {f: _with_body(f, _statements(_RETURN_NONE)) for f in definitions}
+    else:
+        # The always-equal object first: it passes the most tests, so the later runs have the fewest left to run.
+        answers["return an always-equal object"] = {f: _with_body(f, _statements(_ALWAYS_EQUAL)) for f in definitions}
+        answers["return None"] = {f: _with_body(f, _statements(_RETURN_NONE)) for f in definitions}
+        arguments = [_first_argument(f, unit.kind == "method") for f in definitions]
+        if all(arguments):
+            answers["return the first argument"] = {
+                f: _with_body(f, _statements(f"def _():\n    return {argument}\n")) for f, argument in zip(definitions, arguments, strict=True)
+            }
+    return [_stand_in(deletion, module, name, nodes) for name, nodes in answers.items()]
+
+
+def _stand_in(deletion: Deletion, module: cst.Module, name: str, replacements: dict[cst.CSTNode, cst.CSTNode]) -> StandIn:
+    originals = {path: deletion.original[path] for path in deletion.changed}
+    return StandIn(name, {**originals, deletion.unit.path: module.visit(_Replacer(replacements)).code})

@@ -1,0 +1,90 @@
+"""A FAIL_TO_PASS test that a trivial answer passes is dropped, and a task left with none is rejected (real Docker)."""
+
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from task_synth.candidates import enumerate_units
+from task_synth.deletion import delete_unit
+from task_synth.repo_context import prepare_repo
+from task_synth.settings import SynthSettings
+from task_synth.validation import validate
+
+pytestmark = pytest.mark.docker
+MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
+WORDS = '''
+"""Word helpers."""
+
+_SEEN = []
+
+
+def normalize(text):
+    """`text` stripped and lower-cased."""
+    stripped = text.strip()
+    lowered = stripped.lower()
+    return lowered
+
+
+def remember(word):
+    """Note `word` as seen; returns nothing."""
+    _SEEN.append(word)
+    _SEEN.sort()
+    return None
+'''
+TESTS = '''
+from minilib.words import normalize, remember
+
+
+def test_normalize_is_deterministic():
+    assert normalize(" Word ") == normalize(" Word ")
+
+
+def test_normalize_strips_and_lowers():
+    assert isinstance(normalize(" Word "), str) and normalize(" Word ") == "word"
+
+
+def test_remember_returns_nothing():
+    assert remember("x") is None
+
+
+def test_package_has_a_docstring():
+    import minilib
+
+    assert minilib.__doc__
+'''
+
+
+@pytest.fixture
+def words_repo(tmp_path) -> Path:
+    """A tiny repository with minilib's metadata, so that it shares minilib's wheelhouse."""
+    root = tmp_path / "words"
+    (root / "src" / "minilib").mkdir(parents=True)
+    (root / "tests").mkdir()
+    shutil.copy(MINILIB / "pyproject.toml", root / "pyproject.toml")
+    (root / "src" / "minilib" / "__init__.py").write_text('"""Words, for the trivial-answer test."""\n')
+    (root / "src" / "minilib" / "words.py").write_text(textwrap.dedent(WORDS).lstrip())
+    (root / "tests" / "test_words.py").write_text(textwrap.dedent(TESTS).lstrip())
+    return root
+
+
+def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_rejected(docker_backend, base_image, words_repo, tmp_path):
+    settings = SynthSettings(modes=["stub"], baseline_runs=1, flaky_reruns=0)
+    (tmp_path / "scratch").mkdir()
+    context = prepare_repo(str(words_repo), settings, docker_backend, tmp_path / "scratch", [])
+    units = {unit.qualname: unit for unit in enumerate_units(context.layout) if unit.kind == "function"}
+    with context.sandbox() as sb:
+        normalize, remember = (
+            validate(sb, context.baseline, delete_unit(context.layout, units[name], "stub"), "minilib.words", settings)
+            for name in ("normalize", "remember")
+        )
+    # The always-equal object passes `normalize(x) == normalize(x)`, but no stand-in makes `normalize(" Word ")` the string "word".
+    assert normalize.rejection is None
+    assert normalize.fail_to_pass == ["tests/test_words.py::test_normalize_strips_and_lowers"]
+    assert normalize.trivially_passed == ["tests/test_words.py::test_normalize_is_deterministic"]
+    assert "tests/test_words.py::test_normalize_is_deterministic" not in normalize.pass_to_pass
+    assert normalize.stand_in_executions == 2 + 1 + 1  # the later stand-ins run only the test still standing
+    # `return None` passes `remember(x) is None`, the only test remember's deletion fails.
+    assert remember.rejection == "trivially_solvable" and not remember.fail_to_pass
+    assert "return None" in remember.detail and remember.stand_in_executions == 1 + 1
