@@ -2,19 +2,28 @@
 
 Loaded there as `-p regrow_io_recorder`. REGROW_IO_CONFIG names a JSON file
 `{"functions": {module: [name, ...]}, "library_files": [path, ...]}`; the calls go to REGROW_IO_OUT as a JSON list
-when pytest ends. A call is recorded only when a test made it (its caller is no library file, which leaves out
-recursion and the library's own calls), its arguments, keyword arguments and result are short literals, and it left
-its arguments as they were. Stdlib only: it runs in the repository's interpreter.
+when pytest ends, each with the node id of the test that made it (None outside a test: at collection, say). A call is
+recorded only when test code made it (its caller is no library file, which leaves out recursion and the library's own
+calls), its arguments, keyword arguments and result are short literals, and it left its arguments as they were.
+Stdlib only: it runs in the repository's interpreter.
+
+Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
+and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, and the replay that
+every check must pass.
 """
 
 import ast
 import functools
+import importlib
 import importlib.machinery
 import inspect
+import io
 import json
 import math
 import os
+import signal
 import sys
+import time
 
 MAX_TEXT = 300
 MAX_RECORDS = 500
@@ -173,9 +182,63 @@ def _wrap_imported():
 
 
 def pytest_runtest_logstart(nodeid, location):
+    """From here to the test's logfinish, a recorded call is the test's (`item.nodeid`, as FAIL_TO_PASS spells it)."""
     _current_test[0] = nodeid
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _current_test[0] = None
 
 
 def pytest_unconfigure(config):
     with open(os.environ["REGROW_IO_OUT"], "w") as handle:
         json.dump(_records, handle)
+
+
+class Overtime(BaseException):
+    """Raised into a call that ran past its time limit."""
+
+
+def _overtime(signum, frame):
+    raise Overtime
+
+
+def call_outcome(module, qualname, args_text, kwargs_text, limit):
+    """(result, raises) of one call run under a time limit; None unless it returned a literal or raised an Exception
+    and left its arguments as they were."""
+    function = getattr(importlib.import_module(module), qualname)
+    args, kwargs = ast.literal_eval(args_text), ast.literal_eval(kwargs_text)
+    before, result, raises = (literal_text(args), literal_text(kwargs)), None, None
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        result = literal_text(function(*args, **kwargs))
+    except Exception as error:
+        raises = type(error).__name__
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    unchanged = (literal_text(args), literal_text(kwargs)) == before
+    return (result, raises) if unchanged and (result, raises) != (None, None) else None
+
+
+def print_call_outcomes(calls, limit, budget):
+    """Run `calls` ([module, qualname, args, kwargs] lists) in turn, each under `limit` seconds, while `budget` seconds
+    last; print a JSON line [index, result, raises] per call with an outcome, as soon as it has one."""
+    signal.signal(signal.SIGALRM, _overtime)
+    stdout, deadline = sys.stdout, time.monotonic() + budget
+    for index, call in enumerate(calls):
+        if time.monotonic() > deadline:
+            break
+        sys.stdout = io.StringIO()  # what the functions print is not the outcome
+        try:
+            found = call_outcome(*call, limit)
+        except BaseException:  # past its time, exiting, or no such function
+            found = None
+        finally:
+            sys.stdout = stdout
+        if found is not None:
+            print(json.dumps([index, *found]), flush=True)
+
+
+if __name__ == "__main__":
+    with open(sys.argv[1]) as handle:
+        print_call_outcomes(json.load(handle), float(sys.argv[2]), float(sys.argv[3]))

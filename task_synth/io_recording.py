@@ -1,18 +1,23 @@
 """Input/output checks of the deleted functions, recorded in the oracle sandbox for the grader to replay as hidden tests.
 
 The F2P tests run with the solution applied and the recorder plugin loaded (task_synth/io_recorder_plugin.py), twice,
-under two hash seeds; the second time only the tests that made candidate calls run. A call becomes a check when both
-runs agree on its outcome and a fresh interpreter reproduces it, so that a check depends neither on hash order nor on
-state a test set up.
+under two hash seeds; the second time only the tests that made candidate calls run. Each recorded call is linked to the
+first F2P test, by node id, that made it. Unseen calls, which no visible test makes, change one argument of a recorded
+call a little and take their expected outcome from running them where the solution is applied. A call becomes a check
+when a fresh interpreter under another hash seed reproduces its outcome, so that a check depends neither on hash order
+nor on state a test set up.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import logging
+import random
 import time
-from dataclasses import dataclass
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -20,7 +25,7 @@ from pydantic import ValidationError
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from task_synth.deletion import Deletion
-from task_synth.io_recorder_plugin import MAX_RECORDS, MAX_TEXT
+from task_synth.io_recorder_plugin import MAX_RECORDS, MAX_TEXT, literal_text
 from task_synth.python_ast import literal_value, parse_python
 from task_synth.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
@@ -32,48 +37,29 @@ RECORDER_SOURCE = Path(__file__).with_name("io_recorder_plugin.py")
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
-REPLAY_TIMEOUT_S = 120
-MAX_CHECKS = 8
+MAX_CHECKS = 8  # checks linked to the visible test that made their call
+MAX_UNSEEN = 4  # checks of calls no visible test makes
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
+MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
+PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
+REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 # What a call raises once the unit is deleted (a stub, a removed name, a missing module): a check expecting one of
 # these would pass without the solution.
 DELETION_EXCEPTIONS = {"NotImplementedError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError"}
-# Replays each check (JSON in argv[1]) as the grader will, in a fresh interpreter; prints one verdict per check.
-REPLAY_SCRIPT = '''
-import ast, importlib, io, json, sys
-
-
-def reproduces(check):
-    try:
-        function = getattr(importlib.import_module(check["module"]), check["qualname"])
-    except Exception:
-        return False
-    try:
-        result = function(*ast.literal_eval(check["args"]), **ast.literal_eval(check["kwargs"]))
-    except Exception as error:
-        return type(error).__name__ == check["raises"]
-    try:
-        return check["raises"] is None and bool(result == ast.literal_eval(check["result"]))
-    except Exception:
-        return False
-
-
-stdout, sys.stdout = sys.stdout, io.StringIO()  # what the functions print is not the verdict
-verdicts = [reproduces(check) for check in json.loads(sys.argv[1])]
-sys.stdout = stdout
-print(json.dumps(verdicts))
-'''
+# What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
+NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
 PLUGIN_MODULES_SCRIPT = (
     "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in m.entry_points(group='pytest11')})))"
 )
+Arguments = dict[tuple[str, str], list[tuple[object, object]]]  # (args, kwargs) of recorded calls, by (module, qualname)
 
 
 @dataclass(frozen=True)
 class Call:
-    """One recorded call: the check it makes, the test that made it, and hash-order-free texts to compare calls by."""
+    """One call: the check it makes (its `test` the F2P test that made it, None for an unseen call), and
+    hash-order-free texts to compare calls by."""
 
     check: IoCheck
-    test: str | None
     key: tuple[str, str, str, str]
     outcome: tuple[str | None, str | None]
 
@@ -129,7 +115,7 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
     if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
         return None
     key = (check.module, check.qualname, canonical(args), canonical(kwargs))
-    return Call(check, raw.get("test"), key, (None if check.raises else canonical(result), check.raises))
+    return Call(check, key, (None if check.raises else canonical(result), check.raises))
 
 
 def unique_calls(calls: list[Call]) -> list[Call]:
@@ -142,20 +128,133 @@ def unique_calls(calls: list[Call]) -> list[Call]:
     return [call for key, call in first.items() if key not in conflicting]
 
 
+def linked_calls(calls: list[Call], fail_to_pass: list[str]) -> list[Call]:
+    """The unique calls, each linked to the first F2P test (by sorted node id) that made it.
+
+    A call that no F2P test made (one at collection, say) is dropped: it is visible, so it is no unseen call either.
+    """
+    visible = set(fail_to_pass)
+    tests: dict[tuple[str, str, str, str], str] = {}
+    for call in calls:
+        if call.check.test in visible:
+            tests[call.key] = min(tests.get(call.key, call.check.test), call.check.test)
+    return [
+        replace(call, check=call.check.model_copy(update={"test": tests[call.key]}))
+        for call in unique_calls(calls)
+        if call.key in tests
+    ]
+
+
 def calls_in_both(first: list[Call], second: list[Call]) -> list[Call]:
     """The distinct calls of `first` that `second` made with the same outcome, in `first`'s order."""
     outcomes = {call.key: call.outcome for call in unique_calls(second)}
     return [call for call in unique_calls(first) if outcomes.get(call.key) == call.outcome]
 
 
-def selected_checks(calls: list[Call], limit: int = MAX_CHECKS) -> list[IoCheck]:
-    """Up to `limit` checks, taking each function's calls in turn (round robin), each in the order first seen."""
-    turns: dict[tuple[str, str], int] = {}
+def _in_turn(calls: list[Call], group: Callable[[Call], Hashable]) -> list[Call]:
+    """`calls` reordered so that every group gives its first call, then every group its second, and so on."""
+    turns: dict[Hashable, int] = {}
     ranked = []
     for order, call in enumerate(calls):
-        turns[call.key[:2]] = turns.get(call.key[:2], -1) + 1
-        ranked.append((turns[call.key[:2]], order, call.check))
-    return [check for _, _, check in sorted(ranked, key=lambda item: item[:2])[:limit]]
+        turns[group(call)] = turns.get(group(call), -1) + 1
+        ranked.append((turns[group(call)], order, call))
+    return [call for _, _, call in sorted(ranked, key=lambda item: item[:2])]
+
+
+def selected_checks(calls: list[Call], limit: int = MAX_CHECKS) -> list[IoCheck]:
+    """Up to `limit` checks, taking each function's calls in turn and, within a function, each test's calls in turn."""
+    spread = _in_turn(calls, lambda call: call.check.test)
+    return [call.check for call in _in_turn(spread, lambda call: call.key[:2])[:limit]]
+
+
+def recorded_arguments(raw: list[object]) -> Arguments:
+    """The arguments of every call in a recorder's output, whatever its outcome, by (module, qualname)."""
+    found: Arguments = {}
+    for item in raw:
+        try:
+            arguments = literal_value(item["args"]), literal_value(item["kwargs"])
+            found.setdefault((item["module"], item["qualname"]), []).append(arguments)
+        except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError):
+            continue
+    return found
+
+
+def perturbed_values(value: object, depth: int = 2) -> list[object]:
+    """Values of `value`'s type a small step away from it, for calls that no test makes.
+
+    Integers move by one or two, flip sign or become 0; floats are scaled or negated; strings and bytes lose a
+    character at either end, change case or gain a character; lists and tuples lose, repeat or change an element or
+    are reversed; sets lose an element; dicts lose a key or change a value.
+    """
+    kind = type(value)
+    if kind is bool:
+        found: list[object] = [not value]
+    elif kind is int:
+        found = [value + 1, value - 1, value + 2, -value, 0]
+    elif kind is float:
+        found = [value * 2, value / 2, -value]
+    elif kind is str:
+        found = [value[1:], value[:-1], value.upper(), value.lower(), value[:1] + value, value + "a"]
+    elif kind is bytes:
+        found = [value[1:], value[:-1], value + b"a"]
+    elif kind in (list, tuple):
+        items = list(value)
+        found = [items[1:], items[:-1], items[::-1], items[:1] + items]
+        if depth > 1:
+            ends = sorted({0, len(items) - 1}) if items else []
+            found += [[*items[:at], new, *items[at + 1 :]] for at in ends for new in perturbed_values(items[at], depth - 1)]
+        found = [kind(items) for items in found]
+    elif kind is set:
+        found = [value - {item} for item in sorted(value, key=canonical)[:3]]
+    elif kind is dict:
+        keys = list(value)
+        found = [{k: v for k, v in value.items() if k != key} for key in keys[:1] + keys[-1:]]
+        if keys and depth > 1:
+            found += [{**value, keys[0]: changed} for changed in perturbed_values(value[keys[0]], depth - 1)]
+    else:
+        return []
+    own = canonical(value)
+    return list({canonical(item): item for item in found if canonical(item) != own}.values())
+
+
+def perturbed_calls(calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES) -> list[IoCheck]:
+    """Up to `limit` calls that change one argument of one of `calls` and equal none of the `recorded` calls.
+
+    Each call's variants are drawn in an order from `rng` and the calls give one in turn, so that the unseen calls
+    spread over the recorded ones.
+    """
+    variants = []
+    for call in calls:
+        args, kwargs = literal_value(call.check.args), literal_value(call.check.kwargs)
+        mine = [(args[:at] + (new,) + args[at + 1 :], kwargs) for at, arg in enumerate(args) for new in perturbed_values(arg)]
+        mine += [(args, {**kwargs, name: new}) for name, value in kwargs.items() for new in perturbed_values(value)]
+        rng.shuffle(mine)
+        variants.append([(call.key[:2], arguments) for arguments in mine])
+    chosen: dict[tuple[str, str, str, str], IoCheck] = {}
+    for (module, qualname), (args, kwargs) in (item for turn in itertools.zip_longest(*variants) for item in turn if item):
+        key = (module, qualname, canonical(args), canonical(kwargs))
+        if len(chosen) >= limit or key in chosen or (args, kwargs) in recorded.get((module, qualname), ()):
+            continue
+        args_text, kwargs_text = literal_text(args), literal_text(kwargs)
+        if args_text is not None and kwargs_text is not None:
+            chosen[key] = IoCheck(module=module, qualname=qualname, args=args_text, kwargs=kwargs_text)
+    return list(chosen.values())
+
+
+def unseen_checks(calls: list[Call], linked: list[Call], limit: int = MAX_UNSEEN) -> list[IoCheck]:
+    """Up to `limit` checks of unseen calls, each function's in turn.
+
+    Calls whose outcome no linked call of the function has come first (a table of the visible answers with a fallback
+    fails them), and returning calls before raising ones. At most half raise, and only an exception class that a
+    linked call of the function raised: the visible tests then show that the unit raises it, and an honest rewrite
+    that raises another class on some edge case loses nothing.
+    """
+    shown = {(call.key[:2], call.outcome) for call in linked}
+    documented = {(call.key[:2], call.check.raises) for call in linked if call.check.raises}
+    ranked = sorted(calls, key=lambda call: ((call.key[:2], call.outcome) in shown, call.check.raises is not None))
+    raising = [call for call in ranked if (call.key[:2], call.check.raises) in documented][: limit // 2]
+    kept = [call for call in ranked if call.check.raises is None or any(call is other for other in raising)]
+    return selected_checks(kept, limit)
 
 
 def record_io_checks(sb: Sandbox, deletion: Deletion, layout: RepoLayout, fail_to_pass: list[str], settings: SynthSettings) -> Recording:
@@ -167,26 +266,33 @@ def record_io_checks(sb: Sandbox, deletion: Deletion, layout: RepoLayout, fail_t
     sb.write_file(f"{PLUGIN_DIR}/{RECORDER}.py", RECORDER_SOURCE.read_text())
     library_files = sorted(f"/workspace/{path}" for path in layout.modules)
     sb.write_file(IO_CONFIG, json.dumps({"functions": functions, "library_files": library_files}))
-    first, executions = _recorded_calls(sb, HASH_SEEDS[0], fail_to_pass, functions, settings)
-    candidates = unique_calls(first)[:MAX_CANDIDATES]
+    first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings)
+    candidates = linked_calls(_parsed_calls(first, functions), fail_to_pass)[:MAX_CANDIDATES]
     if not candidates:
         return Recording([], executions)
-    tests = list(dict.fromkeys(call.test for call in candidates))
-    if not set(tests) <= set(fail_to_pass):  # a call during collection, or a node id pytest spells differently
-        tests = fail_to_pass
-    second, more = _recorded_calls(sb, HASH_SEEDS[1], tests, functions, settings)
-    agreed = calls_in_both(candidates, second)
-    reproduced = _reproduced(sb, agreed)
-    checks = selected_checks(reproduced)
+    tests = list(dict.fromkeys(call.check.test for call in candidates))
+    second, more = _recorder_output(sb, HASH_SEEDS[1], tests, settings)
+    agreed = calls_in_both(candidates, _parsed_calls(second, functions))
+    probes: list[IoCheck] = []
+    if len(first) < MAX_RECORDS:  # past the cap a call the tests make may be missing from `first`, and seem unseen
+        rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
+        probes = perturbed_calls(agreed, recorded_arguments(first), rng)
+    probed = _probed(sb, probes)
+    reproduced = _reproduced(sb, agreed + probed)
+    linked = [call for call in reproduced if call.check.test is not None]
+    checks = selected_checks(linked) + unseen_checks([call for call in reproduced if call.check.test is None], linked)
     log.info(
-        "%s: %d distinct calls recorded, %d agree under two hash seeds, %d reproduce alone, %d kept (%.1fs)",
-        deletion.unit.key, len(candidates), len(agreed), len(reproduced), len(checks), time.monotonic() - started,
+        "%s: %d distinct calls recorded, %d agree under two hash seeds, %d reproduce alone; %d perturbed calls run, "
+        "%d give an outcome, %d reproduce; %d checks kept, %d of them unseen (%.1fs)",
+        deletion.unit.key, len(candidates), len(agreed), len(linked), len(probes), len(probed), len(reproduced) - len(linked),
+        len(checks), sum(check.test is None for check in checks), time.monotonic() - started,
     )
     return Recording(checks, executions + more)
 
 
-def _recorded_calls(sb: Sandbox, seed: str, tests: list[str], functions: dict[str, list[str]], settings: SynthSettings) -> tuple[list[Call], int]:
-    """The calls one recording run of `tests` made, and how many test cases it ran."""
+def _recorder_output(sb: Sandbox, seed: str, tests: list[str], settings: SynthSettings) -> tuple[list[object], int]:
+    """What one recording run of `tests` wrote (the recorder's JSON list, empty when it left none), and how many test
+    cases it ran."""
     out = f"{SCRATCH}/io_calls_{seed}.json"
     env = {"PYTHONPATH": PLUGIN_DIR, "PYTHONHASHSEED": seed, "REGROW_IO_CONFIG": IO_CONFIG, "REGROW_IO_OUT": out}
     script = f'{settings.test_command} -q -p {RECORDER} "$@"'
@@ -199,27 +305,50 @@ def _recorded_calls(sb: Sandbox, seed: str, tests: list[str], functions: dict[st
     except (SandboxFileNotFound, FileTooLarge, ValueError) as error:
         log.info("the recording run left no calls (%s): %s", error, (result.stdout + result.stderr)[-500:])
         return [], len(tests)
-    if not isinstance(raw, list):
-        return [], len(tests)
-    return [call for item in raw[:MAX_RECORDS] if (call := parsed_call(item, functions)) is not None], len(tests)
+    return (raw[:MAX_RECORDS] if isinstance(raw, list) else []), len(tests)
+
+
+def _parsed_calls(raw: list[object], functions: dict[str, list[str]]) -> list[Call]:
+    return [call for item in raw if (call := parsed_call(item, functions)) is not None]
+
+
+def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float, budget_s: float) -> list[Call | None]:
+    """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
+    no literal outcome, changed its arguments, or did not run before the budget was spent."""
+    calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
+    sb.write_file(calls, json.dumps([[check.module, check.qualname, check.args, check.kwargs] for check in checks]))
+    result = sb.exec(
+        ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
+        timeout=budget_s + 30, cwd="/workspace", env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR},
+    )
+    found: list[Call | None] = [None] * len(checks)
+    for line in result.stdout.splitlines():
+        try:
+            index, text, raises = json.loads(line)
+        except (ValueError, TypeError):  # a line the functions wrote to the real stdout
+            continue
+        if type(index) is int and 0 <= index < len(checks):
+            raw = {**checks[index].model_dump(), "result": text, "raises": raises}
+            found[index] = parsed_call(raw, {checks[index].module: [checks[index].qualname]})
+    if checks and not any(found):
+        log.info("running %d calls gave no outcome (exit %d): %s", len(checks), result.exit_code, result.stderr[-500:])
+    return found
+
+
+def _probed(sb: Sandbox, probes: list[IoCheck]) -> list[Call]:
+    """The perturbed calls with an outcome a check can expect, which the solution in the sandbox gives them."""
+    if not probes:
+        return []
+    found = _call_outcomes(sb, probes, HASH_SEEDS[0], PROBE_CALL_S, PROBE_BUDGET_S)
+    return [call for call in found if call is not None and call.check.raises not in NOISE_EXCEPTIONS]
 
 
 def _reproduced(sb: Sandbox, calls: list[Call]) -> list[Call]:
     """The calls whose outcome a fresh interpreter reproduces, under a third hash seed and with no test around them."""
     if not calls:
         return []
-    checks = json.dumps([call.check.model_dump() for call in calls])
-    result = sb.exec(
-        ["python", "-c", REPLAY_SCRIPT, checks], timeout=REPLAY_TIMEOUT_S, cwd="/workspace", env={"PYTHONHASHSEED": REPLAY_HASH_SEED}
-    )
-    try:
-        verdicts = json.loads(result.stdout.strip().splitlines()[-1])
-    except (IndexError, ValueError):
-        verdicts = None
-    if not isinstance(verdicts, list) or len(verdicts) != len(calls):
-        log.info("replaying %d calls gave no verdicts (exit %d): %s", len(calls), result.exit_code, result.stderr[-500:])
-        return []
-    return [call for call, verdict in zip(calls, verdicts) if verdict is True]
+    found = _call_outcomes(sb, [call.check for call in calls], REPLAY_HASH_SEED, REPLAY_CALL_S, REPLAY_BUDGET_S)
+    return [call for call, again in zip(calls, found) if again is not None and again.outcome == call.outcome]
 
 
 def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:

@@ -4,11 +4,14 @@ import ast
 import enum
 import json
 import os
+import random
 import subprocess
 import sys
+import time
 from collections import OrderedDict
 from datetime import UTC, datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -18,14 +21,23 @@ from task_synth.deletion import delete_unit
 from task_synth.io_recorder_plugin import literal_text
 from task_synth.io_recording import (
     MAX_CHECKS,
+    MAX_UNSEEN,
+    PROBE_CALL_S,
     RECORDER,
     RECORDER_SOURCE,
+    _probed,
+    _reproduced,
     calls_in_both,
     canonical,
+    linked_calls,
     parsed_call,
+    perturbed_calls,
+    perturbed_values,
+    recorded_arguments,
     recorded_functions,
     selected_checks,
     unique_calls,
+    unseen_checks,
 )
 from task_synth.repo_layout import read_layout
 from task_synth.task_store import write_store
@@ -129,12 +141,116 @@ def test_only_calls_with_the_same_outcome_under_both_hash_seeds_are_kept():
     assert [(call.check.qualname, call.check.result) for call in kept] == [("letters", "{'a', 'b'}")]
 
 
+A, B, C = (f"tests/test_core.py::test_{name}" for name in "abc")
+
+
+def test_a_call_several_tests_make_is_kept_once_and_linked_to_the_first_of_them_by_node_id():
+    calls = [_call(args="(1,)", test=B), _call(args="(1,)", test=A), _call(args="(2,)", result="4", test=C), _call(args="(2,)", result="4", test=B)]
+    assert [(call.check.args, call.check.test) for call in linked_calls(calls, [A, B, C])] == [("(1,)", A), ("(2,)", B)]
+
+
+def test_a_call_no_fail_to_pass_test_made_is_linked_to_none_and_dropped():
+    """At collection, or in a test spelled otherwise than FAIL_TO_PASS: visible, so neither linked nor unseen."""
+    calls = [_call(args="(1,)", test=None), _call(args="(2,)", result="4", test="tests/other.py::test_x"), _call(args="(3,)", result="6", test=A)]
+    assert [call.check.args for call in linked_calls(calls, [A, B])] == ["(3,)"]
+
+
+def test_checks_spread_over_the_tests_that_made_the_calls():
+    calls = [_call(args=f"({n},)", result=str(2 * n), test=A) for n in range(10)] + [_call(args="(20,)", result="40", test=B)]
+    assert [check.test for check in selected_checks(calls, 3)] == [A, B, A]
+
+
 def test_checks_are_capped_and_taken_in_turn_from_each_function():
     calls = [_call(args=f"({n},)", result=str(2 * n)) for n in range(10)] + [_call("letters", f"('{c}',)", result=f"{{'{c}'}}") for c in "xyz"]
     chosen = selected_checks(calls)
     assert len(chosen) == MAX_CHECKS
     assert [check.qualname for check in chosen[:6]] == ["double", "letters"] * 3
     assert [check.args for check in chosen if check.qualname == "double"] == ["(0,)", "(1,)", "(2,)", "(3,)", "(4,)"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, [False]),
+        (5, [6, 4, 7, -5, 0]),
+        (0, [1, -1, 2]),  # never the value itself
+        (1.5, [3.0, 0.75, -1.5]),
+        ("Ab", ["b", "A", "AB", "ab", "AAb", "Aba"]),
+        ("", ["a"]),
+        (b"xy", [b"y", b"x", b"xya"]),
+        ({3, 1, 2}, [{2, 3}, {1, 3}, {1, 2}]),
+        (None, []),
+    ],
+)
+def test_scalars_strings_and_sets_step_to_nearby_values_of_their_type(value, expected):
+    assert perturbed_values(value) == expected
+
+
+def test_sequences_lose_repeat_or_change_an_element_or_are_reversed():
+    found = perturbed_values([3, 1])
+    assert {type(value) for value in found} == {list} and [3, 1] not in found
+    for expected in ([1], [3], [1, 3], [3, 3, 1], [4, 1], [3, 2]):
+        assert expected in found
+    assert {type(value) for value in perturbed_values(("a", (1,)))} == {tuple}
+    assert ("a", ()) in perturbed_values(("a", (1,)))  # an element changes, one level down
+    assert perturbed_values([]) == []
+
+
+def test_dicts_lose_a_key_or_change_the_first_value():
+    found = perturbed_values({"a": 1, "b": 2})
+    assert found[:2] == [{"b": 2}, {"a": 1}]
+    assert {"a": 2, "b": 2} in found and {"a": 0, "b": 2} in found
+
+
+def test_perturbed_calls_change_one_argument_and_repeat_no_recorded_call():
+    calls = [_call(args="(1, 'x')", result="2", test=A), _call(args="(5, 'y')", kwargs="{'flag': True}", result="10", test=A)]
+    recorded = recorded_arguments([
+        {"module": "pkg.core", "qualname": "double", "args": "(1, 'x')", "kwargs": "{}"},
+        {"module": "pkg.core", "qualname": "double", "args": "(5, 'y')", "kwargs": "{'flag': True}"},
+        {"module": "pkg.core", "qualname": "double", "args": "(2.0, 'x')", "kwargs": "{}", "raises": "NotImplementedError"},
+    ])
+    probes = perturbed_calls(calls, recorded, random.Random(0), limit=100)
+    assert probes and all(probe.test is None and probe.result is None for probe in probes)
+    arguments = [(ast.literal_eval(probe.args), ast.literal_eval(probe.kwargs)) for probe in probes]
+    assert ((2, "x"), {}) not in arguments  # equal to a recorded call, whatever that call's outcome
+    assert len(set(map(repr, arguments))) == len(arguments)
+    for args, kwargs in arguments:
+        assert any(_changed_arguments((args, kwargs), source) == 1 for source in [((1, "x"), {}), ((5, "y"), {"flag": True})])
+
+
+def _changed_arguments(call, source):
+    """How many arguments of `call` differ from those of `source`; None when they do not line up."""
+    (args, kwargs), (source_args, source_kwargs) = call, source
+    if len(args) != len(source_args) or kwargs.keys() != source_kwargs.keys():
+        return None
+    return sum(a != b for a, b in zip(args, source_args)) + sum(kwargs[name] != source_kwargs[name] for name in kwargs)
+
+
+def test_perturbed_calls_take_the_recorded_calls_in_turn_in_an_order_the_seed_fixes():
+    calls = [_call(args="(1,)", test=A), _call(args="(100,)", result="200", test=A)]
+    first = perturbed_calls(calls, {}, random.Random("task"), limit=4)
+    assert first == perturbed_calls(calls, {}, random.Random("task"), limit=4)
+    sources = [abs(ast.literal_eval(probe.args)[0]) < 50 for probe in first]
+    assert sources == [True, False, True, False]
+
+
+def _unseen(args, result=None, raises=None, qualname="double"):
+    return _call(qualname, args, result=result, raises=raises, test=None)
+
+
+def test_unseen_checks_prefer_new_answers_and_returned_values_and_raise_only_what_a_visible_test_shows():
+    linked = [_call(args="(1,)", result="2", test=A), _call(args="('',)", result=None, raises="ValueError", test=A)]
+    unseen = [
+        _unseen("(3,)", result="2"),  # a visible answer: a table with that fallback passes it
+        _unseen("(-1,)", raises="ValueError"),
+        _unseen("(-2,)", raises="ValueError"),
+        _unseen("(-4,)", raises="ValueError"),  # one raising check too many
+        _unseen("(-3,)", raises="KeyError"),  # no visible test shows a KeyError
+        _unseen("(4,)", result="8"),
+    ]
+    chosen = unseen_checks(unseen, linked)
+    assert [check.args for check in chosen] == ["(4,)", "(3,)", "(-1,)", "(-2,)"]
+    assert len(unseen_checks([_unseen(f"({n},)", result=str(2 * n)) for n in range(10, 20)], linked)) == MAX_UNSEEN
 
 
 @pytest.fixture(scope="module")
@@ -188,6 +304,9 @@ from pkg.core import factorial, letters, pop_last, quadruple
 from pkg import core
 
 
+TEN = core.double(5)  # at collection: made by no test
+
+
 def test_calls():
     assert pkg.double(3) == 6
     assert factorial(4) == 24
@@ -228,13 +347,96 @@ def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tm
     assert run.returncode == 0, run.stdout + run.stderr
     calls = [parsed_call(raw, functions) for raw in json.loads((tmp_path / "calls.json").read_text())]
     assert [(c.check.qualname, c.check.args, c.outcome) for c in calls] == [
+        ("double", "(5,)", ("10", None)),
         ("double", "(3,)", ("6", None)),  # through the package's re-export
         ("factorial", "(4,)", ("24", None)),  # once, not per recursion step
         ("quadruple", "(1,)", ("4", None)),  # its calls of double are the library's own
         ("letters", "('aba',)", (canonical({"a", "b"}), None)),
         ("fail", "('k',)", (None, "KeyError")),
     ]
-    assert calls[0].test == "tests/test_core.py::test_calls"
+    assert [call.check.test for call in calls] == [None, *["tests/test_core.py::test_calls"] * 4, "tests/test_core.py::test_raises"]
+
+
+PROBED = '''
+def double(x):
+    return 2 * x
+
+
+def spin(x):
+    while True:
+        pass
+
+
+def push(items):
+    items.append(0)
+    return len(items)
+
+
+def shout(text):
+    print("loud", text)
+    return text.upper()
+
+
+def increment(x):
+    return x + 1
+
+
+def opaque(x):
+    return object()
+
+
+def lookup(key):
+    return {"a": 1}[key]
+
+
+def hashed(text):
+    return hash(text)
+'''
+
+
+class LocalSandbox:
+    """Runs a sandbox's `python` commands here: `root` stands for /workspace and holds the files written to the sandbox."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.write_file(f"/plugins/{RECORDER}.py", RECORDER_SOURCE.read_text())
+
+    def _here(self, path: str) -> str:
+        return str(self.root / "sandbox" / path.lstrip("/")) if path.startswith("/") else path
+
+    def write_file(self, path, data):
+        Path(self._here(path)).parent.mkdir(parents=True, exist_ok=True)
+        Path(self._here(path)).write_text(data)
+
+    def exec(self, command, timeout, cwd, env):
+        env = {**os.environ, **env, "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
+        argv = [sys.executable, *map(self._here, command[1:])]
+        run = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
+        return SimpleNamespace(stdout=run.stdout, stderr=run.stderr, exit_code=run.returncode, timed_out=False)
+
+
+def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible_outcomes(tmp_path):
+    """A call that loops is stopped after its time limit; one that mutates, returns no literal or raises TypeError
+    gives nothing; one whose outcome depends on the hash seed does not reproduce."""
+    (tmp_path / "probed.py").write_text(PROBED)
+    sb = LocalSandbox(tmp_path)
+    calls = [("double", "(2,)"), ("spin", "(1,)"), ("push", "([1],)"), ("shout", "('a',)"), ("increment", "('a',)"),
+             ("opaque", "(1,)"), ("lookup", "('b',)"), ("missing", "(1,)"), ("hashed", "('regrow',)"), ("double", "(3,)")]
+    probes = [IoCheck(module="probed", qualname=name, args=args) for name, args in calls]
+    started = time.monotonic()
+    probed = _probed(sb, probes)
+    assert time.monotonic() - started < PROBE_CALL_S + 5
+    assert [(call.check.qualname, call.outcome) for call in probed] == [
+        ("double", ("4", None)), ("shout", ("'A'", None)), ("lookup", (None, "KeyError")), ("hashed", (repr(_hash_under("1")), None)),
+        ("double", ("6", None)),
+    ]
+    assert all(call.check.test is None for call in probed)
+    assert [call.check.qualname for call in _reproduced(sb, probed)] == ["double", "shout", "lookup", "double"]
+
+
+def _hash_under(seed):
+    run = subprocess.run([sys.executable, "-c", "print(hash('regrow'))"], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True)
+    return int(run.stdout)
 
 
 def test_store_writes_io_checks_for_every_task_and_keeps_them_out_of_the_record(tmp_path):

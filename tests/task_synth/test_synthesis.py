@@ -15,6 +15,7 @@ from proto.tasks import IoCheck, TaskRecord
 from task_synth.candidates import enumerate_units
 from task_synth.canary_scan import canaries_for, image_tokens, scan_image
 from task_synth.deletion import delete_unit
+from task_synth.io_recording import MAX_CHECKS, MAX_UNSEEN
 from task_synth.pipeline import synthesize
 from task_synth.repo_layout import read_layout
 from task_synth.settings import SynthSettings
@@ -161,7 +162,9 @@ def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesi
     assert function_tasks, "the fixture run has no function, feature or module task to record checks of"
     for record in function_tasks:
         checks = _io_checks(store, record)
-        assert 1 <= len(checks) <= 8, record.instance_id
+        linked = [check for check in checks if check.test is not None]
+        assert 1 <= len(linked) <= MAX_CHECKS and len(checks) - len(linked) <= MAX_UNSEEN, record.instance_id
+        assert {check.test for check in linked} <= set(record.FAIL_TO_PASS), record.instance_id
         deleted = record.deleted[0]
         for check in checks:
             assert check.module == read_layout(MINILIB).modules[deleted.path], check
@@ -169,6 +172,16 @@ def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesi
             result, raised = _outcome_of_original(check)
             assert raised == check.raises, check
             assert check.raises or result == ast.literal_eval(check.result), check
+
+
+def test_some_function_task_gets_checks_of_calls_no_visible_test_makes(synthesized):
+    """Unseen checks: perturbed arguments of recorded calls, none of them a call a visible test made."""
+    report, store = synthesized
+    unseen = {record.instance_id: [check for check in _io_checks(store, record) if check.test is None] for record in report.records}
+    assert any(unseen.values()), unseen
+    for record in report.records:
+        linked = {(check.qualname, check.args, check.kwargs) for check in _io_checks(store, record) if check.test is not None}
+        assert not linked & {(check.qualname, check.args, check.kwargs) for check in unseen[record.instance_id]}, record.instance_id
 
 
 def _deletion_of(record: TaskRecord):
