@@ -214,6 +214,7 @@ def test_the_pristine_config_is_chosen_in_pytests_order():
 def test_node_ids_and_the_report_path_stay_out_of_argv():
     arguments = pytest_arguments("python -m pytest", "pyproject.toml", ["xdist.plugin"], ["tests/test_ops.py"])
     assert arguments[-1] == "tests/test_ops.py" and ["-p", "xdist.plugin"] == arguments[-3:-1]
+    assert "--continue-on-collection-errors" in arguments
     source = launcher_source(arguments, ["tests/test_ops.py::test_a"], "/home/agent/.x/report.json")
     compile(source, "run.py", "exec")
     assert "tests/test_ops.py::test_a" in source and "/home/agent/.x/report.json" in source

@@ -95,3 +95,10 @@ def test_a_large_and_non_utf8_submission_is_graded_whole(runtime):
         ("run", {"command": "printf 'caf\\351\\n' > calc/latin1.txt"}),
     )
     assert final.reward == 1.0 and final.metadata["reward_details"]["error"] is None
+
+
+def test_a_submission_that_breaks_a_test_files_imports_scores_zero_without_a_false_alarm(runtime):
+    broken = ORIGINAL_OPS.replace("def mul(", "def multiply(")  # tests/test_ops.py imports mul: it no longer collects
+    final = play(runtime, ("write_file", {"path": "calc/ops.py", "content": broken}))
+    details = final.metadata["reward_details"]
+    assert final.reward == 0.0 and details["tampered"] is False, details
