@@ -9,8 +9,10 @@ Honest solutions written in unusual but fair ways must still earn 1 with no tamp
 
 from __future__ import annotations
 
+import concurrent.futures
 import shlex
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -800,10 +802,20 @@ def thousands_of_files():
     return [wrong(), run(f"python -c {shlex.quote(make)}")]
 
 
+@pytest.fixture(scope="module")
+def episodes(server):
+    """Every technique's and honest solution's episode, played three at a time; a failed episode raises in its test."""
+    plays = {**{name: cheat.steps for name, cheat in TECHNIQUES.items()}, **{f"honest:{n}": s for n, s in HONEST.items()}}
+    with ThreadPoolExecutor(3) as pool:
+        futures = {name: pool.submit(play, server, steps) for name, steps in plays.items()}
+        concurrent.futures.wait(futures.values())
+    return futures
+
+
 @pytest.mark.parametrize("name", list(TECHNIQUES))
-def test_cheat_with_the_wrong_solution_earns_nothing(server, name):
+def test_cheat_with_the_wrong_solution_earns_nothing(episodes, name):
     cheat = TECHNIQUES[name]
-    reward, details = play(server, cheat.steps)
+    reward, details = episodes[name].result()
     print(f"REWARD {name} {reward} tampered={details.get('tampered')} reasons={details.get('tamper_reasons')} "
           f"ignored={details.get('ignored_paths')} error={details.get('error')}")
     assert reward <= cheat.ceiling, details
@@ -876,8 +888,8 @@ def module_turned_into_a_package():
 
 
 @pytest.mark.parametrize("name", list(HONEST))
-def test_honest_solution_earns_one_without_a_tamper_flag(server, name):
-    reward, details = play(server, HONEST[name])
+def test_honest_solution_earns_one_without_a_tamper_flag(episodes, name):
+    reward, details = episodes[f"honest:{name}"].result()
     print(f"REWARD honest:{name} {reward} tampered={details.get('tampered')} flags={details.get('tamper_flags')} "
           f"reasons={details.get('tamper_reasons')} error={details.get('error')}")
     assert reward == 1.0, details
