@@ -14,12 +14,12 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from env_server.path_policy import PathPolicy
+from sandbox.file_transfer import AGENT_UID
 
 # Never graded and never compared: version control and the caches tools leave behind.
 SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox"})
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 SKIPPED_FILES = frozenset({".coverage"})
-AGENT_UID = 1000
 
 
 class SubmissionTooLarge(Exception):

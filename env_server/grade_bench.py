@@ -7,13 +7,11 @@ import statistics
 import time
 from pathlib import Path
 
-from env_server.reward import PristineCache, grade
+from env_server.reward import WORKSPACE, PristineCache, grade
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
 from sandbox import DockerBackend, Sandbox
 from sandbox.settings import SandboxSettings
-
-WORKSPACE = "/workspace"
 
 
 def _bare_run(backend: DockerBackend, task: Task, timeout_s: float) -> float:

@@ -25,13 +25,13 @@ from env_server.hidden_checks import HiddenSuite, build_hidden_suite
 from env_server.path_policy import PathPolicy
 from env_server.settings import GradeLimits
 from env_server.tamper_scan import scan_change_set
+from env_server.tools import WORKSPACE
 from env_server.task_store import Task
 from proto.observations import RefusedPath, RewardDetails, TestOutcome
 from sandbox import Sandbox, SandboxError
 
 log = logging.getLogger(__name__)
 
-WORKSPACE = "/workspace"
 AGENT_HOME = "/home/agent"
 _ROOT_FOLDERS = ("workspace", "home", "home/agent")
 # Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).
