@@ -285,7 +285,8 @@ class DockerBackend:
         log.debug("sandbox %s started from %s", container_id[:12], image)
         return Sandbox(self, container_id, limits, hardening.user)
 
-    def remove(self, container_id: str) -> None:
+    def remove(self, container_id: str) -> bool:
+        """Force-remove a container; False when the engine refused (for example while it was still starting it)."""
         with self._lock:
             self._live.discard(container_id)
         try:
@@ -295,6 +296,8 @@ class DockerBackend:
         except docker.errors.APIError as error:
             if "already in progress" not in str(error):
                 log.warning("could not remove sandbox %s: %s", container_id[:12], error)
+                return False
+        return True
 
     def live_ids(self) -> set[str]:
         with self._lock:

@@ -15,6 +15,10 @@ log = logging.getLogger(__name__)
 CREATION_GRACE_S = 30.0
 
 
+REMOVE_RETRIES = 10
+REMOVE_RETRY_DELAY_S = 1.0
+
+
 class Reaper:
     """Reaps orphans: our own untracked containers, and those of dead owners.
 
@@ -57,8 +61,13 @@ class Reaper:
         """Remove every orphan now; returns their ids."""
         now = time.time()
         reaped = [c["Id"] for c in self.backend.managed_containers() if self.is_orphan(c, now)]
-        for container_id in reaped:
-            self.backend.remove(container_id)
+        refused = [container_id for container_id in reaped if not self.backend.remove(container_id)]
+        # The engine refuses to remove a container it is still starting (a dead owner's last request): try again soon.
+        for _ in range(REMOVE_RETRIES):
+            if not refused:
+                break
+            time.sleep(REMOVE_RETRY_DELAY_S)
+            refused = [container_id for container_id in refused if not self.backend.remove(container_id)]
         if reaped:
             self.reaped_total += len(reaped)
             log.info("reaped %d orphaned sandbox containers", len(reaped))

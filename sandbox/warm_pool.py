@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from sandbox.docker_backend import DockerBackend, Sandbox
 from sandbox.limits import Hardening, Limits
@@ -16,7 +16,11 @@ POOL_LABEL = "regrow.pool"
 
 
 class WarmPool:
-    """Keeps `size` containers of one image started; `acquire` never hands one out twice."""
+    """Keeps `size` containers of one image started; `acquire` never hands one out twice.
+
+    `prepare`, when given, runs on every container before it is handed out (in the background for pooled ones), for
+    work every user of the pool would otherwise repeat; a container it fails on is destroyed.
+    """
 
     def __init__(
         self,
@@ -27,10 +31,13 @@ class WarmPool:
         labels: Mapping[str, str] | None = None,
         hardening: Hardening | None = None,
         workdir: str | None = None,
+        prepare: Callable[[Sandbox], object] | None = None,
+        name: str | None = None,
     ):
         if size < 0:
             raise ValueError(f"pool size must be >= 0, got {size}")
-        self.backend, self.image, self.size = backend, image, size
+        self.backend, self.image, self.size, self._prepare = backend, image, size, prepare
+        self.name = name or image
         self._create_args = {
             "limits": limits,
             "labels": {**(labels or {}), POOL_LABEL: image},
@@ -41,7 +48,7 @@ class WarmPool:
         self._wanted = threading.Event()
         self._closed = threading.Event()
         self.failures = 0
-        self._filler = threading.Thread(target=self._fill_forever, name=f"warm-pool:{image}", daemon=True)
+        self._filler = threading.Thread(target=self._fill_forever, name=f"warm-pool:{self.name}", daemon=True)
         self._filler.start()
         self._wanted.set()
 
@@ -79,7 +86,14 @@ class WarmPool:
             deadline.cancel()
 
     def _create(self) -> Sandbox:
-        return self.backend.create(self.image, **self._create_args)
+        sandbox = self.backend.create(self.image, **self._create_args)
+        if self._prepare is not None:
+            try:
+                self._prepare(sandbox)
+            except BaseException:
+                sandbox.destroy()
+                raise
+        return sandbox
 
     def _fill_forever(self) -> None:
         backoff = 0.5
@@ -91,7 +105,7 @@ class WarmPool:
                     sandbox = self._create()
                 except Exception as error:  # keep the filler alive; the next acquire creates directly
                     self.failures += 1
-                    log.warning("warm pool for %s could not start a container: %s", self.image, error)
+                    log.warning("warm pool %s could not start a container: %s", self.name, error)
                     self._closed.wait(backoff)
                     backoff = min(backoff * 2, 30.0)
                     continue

@@ -43,3 +43,19 @@ def test_base_image_has_python_git_timeout_and_the_agent_user(docker_backend, ba
         assert result.exit_code == 0, result.stderr
         assert "uid=1000(agent)" in result.stdout
         assert result.stdout.strip().endswith("agent")
+
+
+def test_every_default_base_image_is_the_one_regrow_images_build_makes():
+    """compose, the service image and the README name the tag `regrow images build` builds (a fresh engine has no other)."""
+    import re
+    from pathlib import Path
+
+    from sandbox.base_image import BASE_IMAGE
+
+    root = Path(__file__).parents[2]
+    named = {
+        "compose.yaml": re.findall(r"regrow/base:[\w.-]+", (root / "compose.yaml").read_text()),
+        "docker/app.Dockerfile": re.findall(r"regrow/base:[\w.-]+", (root / "docker" / "app.Dockerfile").read_text()),
+        "README.md": re.findall(r"\"(regrow/base:[\w.-]+)\"", (root / "README.md").read_text()),
+    }
+    assert {place: set(tags) for place, tags in named.items()} == {place: {BASE_IMAGE} for place in named}

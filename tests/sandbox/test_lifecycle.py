@@ -60,6 +60,24 @@ def test_warm_pool_hands_out_distinct_containers_under_concurrency(docker_backen
             sandbox.destroy()
 
 
+def test_warm_pool_prepares_every_container_and_destroys_one_it_cannot_prepare(docker_backend, base_image):
+    with WarmPool(docker_backend, base_image, size=2, prepare=lambda sb: sb.write_file("/workspace/ready", "yes")) as pool:
+        assert pool.wait_ready()
+        first, second, third = pool.acquire(), pool.acquire(), pool.acquire()  # the third is made on the spot
+        for sandbox in (first, second, third):
+            assert sandbox.read_file("/workspace/ready") == b"yes"
+            sandbox.destroy()
+    made = []
+
+    def broken(sandbox):
+        made.append(sandbox.id)
+        raise OSError("the install archive is missing")
+
+    with WarmPool(docker_backend, base_image, size=0, prepare=broken) as pool, pytest.raises(OSError, match="missing"):
+        pool.acquire()
+    assert made and made[0] not in docker_backend.live_ids()
+
+
 def test_reaper_removes_orphans_and_keeps_live_containers(docker_backend, base_image):
     dead_owner = f"{socket.gethostname()}:999999999:1"
     orphan = docker_backend.api.create_container(
