@@ -38,9 +38,13 @@ class IoCheck(BaseModel):
 
 
 class TaskStats(BaseModel):
+    """Difficulty signals of one task."""
+
     lines_deleted: int
     covering_tests: int
-    complexity: int
+    complexity: int = Field(description="Cyclomatic complexity of the deleted unit.")
+    fail_to_pass: int = Field(default=0, description="How many FAIL_TO_PASS tests the task has.")
+    statement_chars: int = Field(default=0, description="Length of the problem statement in characters.")
 
 
 class TaskRecord(BaseModel):
@@ -49,7 +53,15 @@ class TaskRecord(BaseModel):
     instance_id: str
     repo: str
     source_commit: str
-    image: str = Field(description="Docker image holding the deleted workspace at /workspace.")
+    image: str = Field(description="Docker image an episode starts from: the repository image when the task is stored as "
+                       "files (`workspace_archive` set), else an image that holds the deleted workspace at /workspace.")
+    workspace_archive: str | None = Field(
+        default=None, description="The task's /workspace (scrubbed, one commit) as a gzipped tar, relative to the task store; "
+        "a reset writes it into a container of `image`. None: the image holds the workspace.")
+    repo_dir: str | None = Field(
+        default=None, description="The repository's folder in the task store: `install.tar.gz`, what the editable install "
+        "adds to the image's venv (written with the workspace), and `wheels/`, from which `regrow images build --tasks` "
+        "rebuilds `image` on another host.")
     mode: DeletionMode
     deleted: list[DeletedUnit]
     problem_statement: str

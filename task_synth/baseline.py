@@ -9,10 +9,12 @@ from sandbox import Sandbox
 from task_synth.candidates import Unit
 from task_synth.errors import SynthError
 from task_synth.repo_layout import RepoLayout
-from task_synth.test_runs import coverage_map, run_tests
+from task_synth.test_runs import EXCEPTION_LINE, TestRun, coverage_map, run_tests
 from task_synth.mention_index import mention_index
 
 log = logging.getLogger(__name__)
+# A SIGKILL that was not the sandbox's OOM killer (seen on an engine shared with other test runs): worth one retry.
+KILLED = 137
 
 
 @dataclass
@@ -38,6 +40,33 @@ class Baseline:
         return tests & self.stable
 
 
+def suite_error(run: TestRun) -> str:
+    """pytest's own error lines of a run that reported no test, with its exit code; a kill says so."""
+    lines = [line.strip() for line in run.output_tail.splitlines() if line.strip()]
+    named = [line for line in lines if line.startswith(("ERROR", "E ", "INTERNALERROR")) or EXCEPTION_LINE.match(line)]
+    shown = " | ".join(dict.fromkeys(named[-3:])) or (lines[-1] if lines else "no output")
+    killed = ""
+    if run.exit_code in (137, -9):
+        killed = " (killed: out of memory in the sandbox)" if run.oom_killed else " (killed by SIGKILL from outside pytest, not out of memory)"
+    return f"exit {run.exit_code}{killed}: {shown}"
+
+
+def unmeasured_package_error(lines: dict[str, dict[int, set[str]]], layout: RepoLayout, output: str) -> str | None:
+    """Why no candidate can be ranked when the coverage run measured no package line under a test, or None.
+
+    Without covering tests every unit weighs 0, so the run would make nothing and say nothing.
+    """
+    if any(tests for path in layout.modules for tests in lines.get(path, {}).values()):
+        return None
+    said = [line.strip() for line in output.splitlines() if "Coverage" in line or "never imported" in line or "not measured" in line]
+    measured = f"measured only {', '.join(sorted(lines)[:3])}" if lines else "measured no file"
+    return (
+        f"the tests never ran the package's code under coverage ({measured}; coverage.py: {said[-1] if said else 'no warning'}): "
+        f"check that the tests import {', '.join(layout.top_packages)} from /workspace, not from an installed copy or another "
+        "name, or pass a --test-cmd that runs the tests that do"
+    )
+
+
 def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, timeout: float, max_failure_fraction: float) -> Baseline:
     """Run the suite `runs` times plus once under coverage; raises SynthError when the suite is unusable."""
     passes: list[set[str]] = []
@@ -45,14 +74,16 @@ def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, 
     executions = 0
     for index in range(runs):
         run = run_tests(sb, test_command, None, timeout)
+        if run.exit_code == KILLED and not run.outcomes and not run.oom_killed:
+            log.warning("baseline run %d was killed from outside (exit %d); running it again", index + 1, run.exit_code)
+            run = run_tests(sb, test_command, None, timeout)
         executions += run.executions
         if run.timed_out:
             raise SynthError(f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or pass a narrower --test-cmd")
         if run.exit_code == 5 or (index == 0 and not run.outcomes and run.exit_code == 0):
             raise SynthError(f"`{test_command}` collected no tests in {layout.root.name}: point --test-cmd at the tests, or pick a repository that has some")
         if not run.outcomes:
-            tail = run.output_tail.strip().splitlines()[-1:] or [f"exit {run.exit_code}"]
-            raise SynthError(f"the test suite does not run at baseline ({tail[0]}): fix the suite or pass a working --test-cmd")
+            raise SynthError(f"the test suite does not run at baseline ({suite_error(run)}): fix the suite or pass a working --test-cmd")
         collected |= set(run.outcomes)
         passes.append({test for test, passed in run.outcomes.items() if passed})
     stable = set.intersection(*passes)
@@ -64,6 +95,9 @@ def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, 
         )
     run, lines = coverage_map(sb, test_command, layout.top_packages, timeout)
     executions += run.executions
+    unmeasured = unmeasured_package_error(lines, layout, run.output_tail)
+    if unmeasured:
+        raise SynthError(unmeasured)
     test_texts = {path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files}
     log.info("baseline: %d tests, %d stable, %d files with coverage", len(collected), len(stable), len(lines))
     flaky = set.union(*passes) - stable

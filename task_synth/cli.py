@@ -16,57 +16,56 @@ def _settings(**overrides):
 
 
 def _progress_bars(console):
+    """One display: a bar for the repositories (batches only) and one for the current stage, re-described per stage."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
-    bars: dict[str, int] = {}
+    state = {"repo": "", "stage": None, "repos": None}
 
     def update(stage: str, done: int, total: int) -> None:
-        if stage not in bars:
-            for bar in bars.values():  # a new stage means the earlier ones are done
-                progress.update(bar, completed=progress.tasks[bar].total)
-            bars[stage] = progress.add_task(stage, total=total)
-        progress.update(bars[stage], completed=done, total=total)
+        label = f"{state['repo']}: {stage}" if state["repo"] else stage
+        if state["stage"] is None:
+            state["stage"] = progress.add_task(label, total=total)
+        progress.update(state["stage"], description=label, completed=done, total=total)
 
-    return progress, update
+    def on_repo(index: int, total: int, source: str) -> None:
+        if state["repos"] is None:
+            state["repos"] = progress.add_task("repositories", total=total)
+        progress.update(state["repos"], completed=index, total=total)
+        state["repo"] = source
+
+    return progress, update, on_repo
 
 
-def synth(
-    source: str = typer.Argument(..., help="Local path or git URL of the repository."),
-    out: Path = typer.Option(..., "--out", help="Task store directory (tasks.jsonl, hidden/, tasks.parquet)."),
-    ref: str = typer.Option(None, help="Git ref to check out."),
-    mode: list[str] = typer.Option(["stub"], "--mode", help=MODES_HELP),
-    seed: int = typer.Option(0, help="Seed for candidate sampling; the same seed gives the same tasks."),
-    max_tasks: int = typer.Option(10, "--max-tasks", min=1),
-    max_candidates: int = typer.Option(None, "--max-candidates", min=1, help="Candidates to try at most."),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="Candidates validated in parallel."),
-    test_cmd: str = typer.Option(None, "--test-cmd", help="Base pytest command run in /workspace."),
-    rewrite_url: str = typer.Option(None, "--rewrite-url", help="OpenAI-compatible endpoint (…/v1) that rewrites problem statements."),
-    rewrite_model: str = typer.Option(None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."),
-) -> None:
-    """Turn a test-heavy Python repository into validated feature-deletion tasks."""
+def _print_summary(console, title: str, report_rows: list[tuple[str, object]]) -> None:
     from rich.table import Table
 
-    from regrow.cli import console, fail
-    from sandbox import SandboxError
-    from task_synth.errors import SynthError
-    from task_synth.pipeline import synthesize
-
-    try:
-        settings = _settings(ref=ref, modes=mode, seed=seed, max_tasks=max_tasks, max_candidates=max_candidates, jobs=jobs, test_command=test_cmd,
-                             rewrite_base_url=rewrite_url, rewrite_model=rewrite_model)
-    except ValueError as error:
-        fail(f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file)")
-    progress, update = _progress_bars(console)
-    try:
-        with progress:
-            report = synthesize(source, out, settings, on_progress=update)
-    except (SynthError, SandboxError) as error:
-        fail(str(error))
-    table = Table(title=f"regrow synth {report.repo}@{report.commit[:12]}")
+    table = Table(title=title)
     table.add_column("metric")
     table.add_column("value", justify="right")
-    rows = [("candidates", report.candidates), ("valid tasks", report.valid)]
+    for name, value in report_rows:
+        table.add_row(name, str(value))
+    console.print(table)
+
+
+def _print_difficulty(console, records) -> None:
+    from rich.table import Table
+
+    from task_synth.difficulty import spread
+
+    signals = spread(records)
+    if not signals:
+        return
+    table = Table(title=f"difficulty of {len(records)} tasks")
+    for column in ("signal", "min", "median", "max"):
+        table.add_column(column, justify="left" if column == "signal" else "right")
+    for name, values in signals.items():
+        table.add_row(name, *(f"{values[key]:g}" for key in ("min", "median", "max")))
+    console.print(table)
+
+
+def _report_rows(report, out: Path) -> list[tuple[str, object]]:
+    rows: list[tuple[str, object]] = [("candidates", report.candidates), ("valid tasks", report.valid)]
     rows += [(f"rejected: {reason.replace('_', ' ')}", count) for reason, count in report.rejections.items()]
     rows += [
         ("baseline tests (stable)", f"{report.baseline_tests} ({report.stable_tests})"),
@@ -76,32 +75,129 @@ def synth(
         ("wall time", f"{report.wall_s:.0f} s"),
         ("task store", str(out)),
     ]
-    for name, value in rows:
-        table.add_row(name, str(value))
+    return rows
+
+
+def synth(
+    source: str = typer.Argument(None, help="Local path or git URL of the repository (or use --repos)."),
+    out: Path = typer.Option(..., "--out", help="Task store directory (tasks.jsonl, workspaces/, hidden/, repos/)."),
+    repos: Path = typer.Option(None, "--repos", help="A file with one repository per line (`source [ref]`); resumable."),
+    ref: str = typer.Option(None, help="Git ref to check out."),
+    mode: list[str] = typer.Option(["stub"], "--mode", help=MODES_HELP),
+    seed: int = typer.Option(0, help="Seed for candidate sampling; the same seed gives the same tasks."),
+    max_tasks: int = typer.Option(10, "--max-tasks", "--max-tasks-per-repo", min=1, help="Valid tasks per repository."),
+    max_candidates: int = typer.Option(None, "--max-candidates", min=1, help="Candidates to try at most per repository."),
+    jobs: int = typer.Option(1, "--jobs", min=1, help="Candidates validated in parallel."),
+    test_cmd: str = typer.Option(None, "--test-cmd", help="Base pytest command run in /workspace."),
+    split: str = typer.Option(None, "--split", help="Split of every task (default: drawn per repository, see --test-fraction)."),
+    split_by: str = typer.Option(None, "--split-by", help="repo (default) or file: what one split draw covers."),
+    test_fraction: float = typer.Option(None, "--test-fraction", min=0, max=1, help="Share of repositories drawn into test."),
+    rewrite_url: str = typer.Option(None, "--rewrite-url", help="OpenAI-compatible endpoint (…/v1) that rewrites problem statements."),
+    rewrite_model: str = typer.Option(None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."),
+) -> None:
+    """Turn test-heavy Python repositories into validated feature-deletion tasks."""
+    from regrow.cli import console, fail
+    from sandbox import SandboxError
+    from task_synth.errors import SynthError
+
+    if (source is None) == (repos is None):
+        fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
+    try:
+        settings = _settings(ref=ref, modes=mode, seed=seed, max_tasks=max_tasks, max_candidates=max_candidates, jobs=jobs,
+                             test_command=test_cmd, split=split, split_by=split_by, test_fraction=test_fraction,
+                             rewrite_base_url=rewrite_url, rewrite_model=rewrite_model)
+    except ValueError as error:
+        fail(f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file; --split-by is repo or file)")
+    progress, update, on_repo = _progress_bars(console)
+    try:
+        if repos is not None:
+            _synth_many(console, repos, out, settings, progress, update, on_repo)
+            return
+        from task_synth.pipeline import synthesize
+
+        with progress:
+            report = synthesize(source, out, settings, on_progress=update)
+    except (SynthError, SandboxError) as error:
+        fail(str(error))
+    _print_summary(console, f"regrow synth {report.repo}@{report.commit[:12]}", _report_rows(report, out))
+    _print_difficulty(console, report.records)
+
+
+def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_repo) -> None:
+    from rich.table import Table
+
+    from task_synth.batch import read_sources, synthesize_many
+    from task_synth.task_store import read_records
+
+    sources = read_sources(repos)
+    with progress:
+        state, _ = synthesize_many(sources, out, settings, on_repo=on_repo, on_progress=update)
+    table = Table(title=f"regrow synth --repos {repos} ({len(sources)} repositories)")
+    for column in ("repository", "status", "valid", "candidates", "wall s", "error"):
+        table.add_column(column)
+    for source, ref in sources:
+        outcome = state.get(f"{source}@{ref}" if ref else source)
+        if outcome is not None:
+            table.add_row(outcome.source, outcome.status, str(outcome.valid), str(outcome.candidates),
+                          f"{outcome.wall_s:.0f}", outcome.error.splitlines()[0][:100] if outcome.error else "")
     console.print(table)
+    _print_difficulty(console, read_records(out))
 
 
 def bench_synth(
     source: str = typer.Argument(..., help="Local path or git URL of the repository."),
-    candidates: int = typer.Option(20, min=1, help="Candidates validated each way."),
+    max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks the measured run makes."),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="Candidates validated in parallel."),
+    compare_naive: int = typer.Option(0, "--compare-naive", min=0, help="Also validate this many candidates both "
+                                      "coverage-guided and naively (whole suite) and compare."),
     mode: list[str] = typer.Option(["stub", "remove", "file"], "--mode", help=MODES_HELP),
     seed: int = typer.Option(0),
     ref: str = typer.Option(None),
     test_cmd: str = typer.Option(None, "--test-cmd"),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
-    """Coverage-guided vs naive validation of the same candidates: test executions, time, F2P agreement."""
+    """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
     from regrow.cli import console, fail, print_json
     from sandbox import SandboxError
-    from task_synth.bench import run_synth_bench
+    from task_synth.bench import run_synth_bench, run_throughput_bench
     from task_synth.errors import SynthError
 
-    settings = _settings(ref=ref, modes=mode, seed=seed, test_command=test_cmd)
-    progress, update = _progress_bars(console)
+    settings = _settings(ref=ref, modes=mode, seed=seed, test_command=test_cmd, max_tasks=max_tasks, jobs=jobs)
+    progress, update, _ = _progress_bars(console)
     try:
         with progress:
-            result = run_synth_bench(source, settings, candidates, on_progress=update)
+            result = run_throughput_bench(source, settings, on_progress=update)
+            if compare_naive:
+                result["guided_vs_naive"] = run_synth_bench(source, settings, compare_naive, on_progress=update)
     except (SynthError, SandboxError) as error:
+        fail(str(error))
+    print_json(result)
+
+
+def bench_corpus(
+    only: list[str] = typer.Option(None, "--only", help="Corpus repository to run (its PyPI name); repeat for several. Default: all."),
+    max_tasks: int = typer.Option(2, "--max-tasks", min=1, help="Tasks to make per repository."),
+    max_candidates: int = typer.Option(8, "--max-candidates", min=1, help="Candidates to try per repository at most."),
+    cache_dir: Path = typer.Option(None, "--cache-dir", help="Where sdists and wheelhouses are cached (default REGROW_SYNTH_CACHE_DIR)."),
+    seed: int = typer.Option(0),
+    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
+) -> None:
+    """Synthesis on the pinned corpus of real projects from PyPI sdists: per repo baseline, candidates, yield, errors."""
+    from regrow.cli import console, fail, print_json
+    from sandbox import SandboxError
+    from task_synth.corpus import run_corpus_bench, select
+    from task_synth.errors import SynthError
+
+    settings = _settings(max_tasks=max_tasks, max_candidates=max_candidates, cache_dir=cache_dir, seed=seed, jobs=1)
+    try:
+        repos = select(only)
+    except SynthError as error:
+        fail(str(error))
+    progress, _, repositories = _progress_bars(console)
+    try:
+        with progress:
+            result = run_corpus_bench(settings, repos, on_repo=lambda name, done, total: repositories(done, total, name))
+    except SandboxError as error:
         fail(str(error))
     print_json(result)
 
@@ -109,3 +205,4 @@ def bench_synth(
 def register(app: typer.Typer, bench_app: typer.Typer) -> None:
     app.command("synth")(synth)
     bench_app.command("synth")(bench_synth)
+    bench_app.command("corpus")(bench_corpus)

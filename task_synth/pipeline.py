@@ -1,4 +1,5 @@
-"""`synthesize`: a repository in, validated leak-free tasks out (records, hidden files, task images)."""
+"""`synthesize`: a repository in, validated leak-free tasks out (records, workspace archives, hidden files), all on one
+repository image."""
 
 from __future__ import annotations
 
@@ -19,22 +20,16 @@ from task_synth.errors import SynthError
 from task_synth.repo_context import RepoContext, prepare_repo
 from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
-from task_synth.task_builder import BuiltTask, build_task, instance_id, task_image_tag
-from task_synth.task_store import write_store
+from task_synth.task_builder import BuiltTask, build_task, repo_dir
+from task_synth.task_store import RepoFiles, write_store
 from task_synth.validation import REJECTIONS, validate
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 # When this many first candidates fail the same way for a reason outside them, the rest would too: stop the run.
 EARLY_STOP_CANDIDATES = 3
-TASK_IMAGE_FAILED = "task image does not build: "
 # Per cause: what went wrong, in a line, and what to do about it.
 SETUP_FAILURES = {
-    "task_image": (
-        "their task images do not build",
-        "Remedy: the repository must install editable from a single-commit copy without ignored files; "
-        "run `pip install -e .` in such a copy and fix its build configuration.",
-    ),
     "import_broken": (
         "the package fails to import the same way after every deletion",
         "Remedy: check that the package imports in the repository image (`python -c 'import <package>'`) "
@@ -46,9 +41,9 @@ SETUP_FAILURES = {
         "(no network, no stdin).",
     ),
     "oracle_failed": (
-        "the solution fails its own tests in the task image",
-        "Remedy: keep the images (REGROW_SYNTH_KEEP_REJECTED_IMAGES=1) and run the FAIL_TO_PASS tests in one to see how "
-        "the task image differs from the validation sandbox.",
+        "the solution fails its own tests in a fresh task container",
+        "Remedy: the tests depend on something the checkout has and a clean single-commit copy does not (ignored or "
+        "generated files, git history); run them in `git clone --depth 1` of the repository to see which.",
     ),
 }
 
@@ -64,11 +59,13 @@ class SynthReport:
     candidates: int = 0
     records: list[TaskRecord] = field(default_factory=list)
     io_checks: dict[str, list[IoCheck]] = field(default_factory=dict)
+    workspaces: dict[str, bytes] = field(default_factory=dict)
     rejections: Counter = field(default_factory=lambda: Counter({reason: 0 for reason in REJECTIONS}))
     baseline_tests: int = 0
     stable_tests: int = 0
     test_executions: int = 0
     wall_s: float = 0.0
+    stages: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def valid(self) -> int:
@@ -99,9 +96,7 @@ def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str]
     return interleaved[:budget]
 
 
-def _setup_cause(rejection: str | None, detail: str) -> str | None:
-    if rejection == "import_broken" and detail.startswith(TASK_IMAGE_FAILED):
-        return "task_image"
+def _setup_cause(rejection: str | None) -> str | None:
     return rejection if rejection in SETUP_FAILURES else None
 
 
@@ -115,17 +110,17 @@ def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = 
     if len(head) < first:
         return None
     rejection, detail = head[0]
-    cause = _setup_cause(rejection, detail)
+    cause = _setup_cause(rejection)
     if cause is None or any(other != rejection for other, _ in head):
         return None
     if cause != "timeout" and any(other != detail for _, other in head):
         return None
     summary, remedy = SETUP_FAILURES[cause]
-    shown = detail.removeprefix(TASK_IMAGE_FAILED) or "(no error output was recorded)"
+    shown = detail or "(no error output was recorded)"
     return f"synthesis stopped: the first {first} candidates all failed because {summary}:\n  {shown}\n{remedy}"
 
 
-def _candidate(context: RepoContext, pool, unit: Unit, mode: str, created_images: list[str]) -> tuple[BuiltTask | None, int]:
+def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[BuiltTask | None, int]:
     """Validate one candidate in a pooled sandbox and, when valid, build its task; (task or None, test executions)."""
     try:
         deletion: Deletion = delete_unit(context.layout, unit, mode)
@@ -135,19 +130,15 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str, created_images
     settings = context.settings
     sb = pool.get()
     try:
-        verdict = validate(sb, context.baseline, deletion, context.layout.modules[unit.path], settings)
+        verdict = validate(sb, context.baseline, deletion, context.layout.modules[unit.path], settings, clock=context.clock)
     finally:
         pool.put(sb)
     if verdict.rejection:
         log.info("%s (%s): %s %s", unit.key, mode, verdict.rejection, verdict.detail)
         return BuiltTask(None, verdict.rejection, None, verdict.test_executions, verdict.detail), verdict.test_executions
-    try:
-        built = build_task(context, deletion, verdict, created_images)
-    except SynthError as error:  # the deleted workspace does not install in its image
-        log.info("%s (%s): task image failed: %s", unit.key, mode, error)
-        # Without its tag, the error reads the same for every candidate that fails this way.
-        detail = TASK_IMAGE_FAILED + str(error).replace(task_image_tag(instance_id(context, deletion)), "the task image")
-        return BuiltTask(None, "import_broken", None, verdict.test_executions, detail), verdict.test_executions
+    built = build_task(context, deletion, verdict)
+    if built.rejection:
+        log.info("%s (%s): %s %s", unit.key, mode, built.rejection, built.detail)
     return built, verdict.test_executions + built.test_executions
 
 
@@ -175,18 +166,21 @@ def synthesize(
             report.baseline_tests, report.stable_tests = len(context.baseline.collected), len(context.baseline.stable)
             report.test_executions = context.baseline.test_executions
             candidates = ordered_candidates(context, enumerate_units(context.layout), list(settings.modes), settings.seed, settings.candidate_budget)
-            _run_candidates(context, candidates, settings, report, created_images, progress)
+            _run_candidates(context, candidates, settings, report, progress)
             if report.records:
-                write_store(out_dir, report.records, context.checkout.root, report.io_checks)
+                repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)
+                write_store(out_dir, report.records, context.checkout.root, report.io_checks, report.workspaces, repo,
+                            mixed_splits=settings.split_by == "file")
     except BaseException:
         for image in created_images:
             remove_image(backend, image)
         raise
     report.wall_s = time.monotonic() - started
+    report.stages = context.clock.report()
     return report
 
 
-def _run_candidates(context, candidates, settings: SynthSettings, report: SynthReport, created_images: list[str], progress: Progress) -> None:
+def _run_candidates(context, candidates, settings: SynthSettings, report: SynthReport, progress: Progress) -> None:
     """Process candidates in order, `jobs` at a time, until max_tasks are valid: the same seed gives the same tasks.
 
     Raises SynthError when the first candidates all fail the same way for a reason outside them.
@@ -198,7 +192,7 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
         while index < len(candidates) and report.valid < settings.max_tasks:
             batch = candidates[index : index + settings.jobs]
             index += len(batch)
-            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1], created_images), batch))
+            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1]), batch))
             for built, executions in results:
                 report.test_executions += executions
                 if built is None:
@@ -209,12 +203,9 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
                 if keep:
                     report.records.append(built.record)
                     report.io_checks[built.record.instance_id] = built.io_checks
-                else:
-                    if built.rejection:
-                        report.rejections[built.rejection] += 1
-                    if built.image and not (settings.keep_rejected_images and built.rejection):
-                        remove_image(context.backend, built.image)
-                        created_images.remove(built.image)
+                    report.workspaces[built.record.instance_id] = built.workspace
+                elif built.rejection:
+                    report.rejections[built.rejection] += 1
             progress("candidates", index, len(candidates))
             failure = repeated_setup_failure(outcomes)
             if failure:

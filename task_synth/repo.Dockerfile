@@ -4,8 +4,13 @@ ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 USER root
 COPY wheels /tmp/wheels
+# The project's own wheel (wheels/own) is there only for a dependency that requires the project; uninstalled after,
+# so that the image holds no copy of the source: each workspace installs it editable.
 RUN python3 -m venv /opt/venv \
- && /opt/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q --find-links /tmp/wheels /tmp/wheels/*.whl \
+ && /opt/venv/bin/pip install --no-index --no-cache-dir --disable-pip-version-check -q --find-links /tmp/wheels \
+    --find-links /tmp/wheels/own /tmp/wheels/*.whl \
+ && for wheel in /tmp/wheels/own/*.whl; do [ -e "$wheel" ] || continue; \
+      /opt/venv/bin/pip uninstall -y -q --disable-pip-version-check "$(basename "$wheel" | cut -d- -f1)" || exit 1; done \
  && rm -rf /tmp/wheels /root/.cache \
  && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && chown -R agent:agent /opt/venv

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import queue
 import shutil
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -12,13 +11,14 @@ from pathlib import Path
 
 from sandbox import DockerBackend, Limits, Sandbox
 from task_synth.baseline import Baseline, run_baseline
-from task_synth.canary_scan import image_tokens
+from task_synth.canary_scan import ImageIndex, index_image
 from task_synth.errors import SynthError
 from task_synth.repo_image import SYNTH_LABEL, build_repo_image, repo_image_tag
 from task_synth.repo_layout import RepoLayout, read_layout
 from task_synth.settings import SynthSettings
+from task_synth.stage_clock import StageClock
 from task_synth.source import Checkout, checkout
-from task_synth.test_runs import install_workspace
+from task_synth.test_runs import capture_install, install_workspace
 from task_synth.wheelhouse import build_wheelhouse
 
 SANDBOX_LIMITS = Limits(memory_bytes=2048 << 20, pids=512, file_size_bytes=512 << 20)
@@ -34,16 +34,11 @@ class RepoContext:
     repo_image: str
     baseline: Baseline
     settings: SynthSettings
-    _tokens: set[bytes] | None = None
-    _tokens_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def repo_image_tokens(self) -> set[bytes]:
-        """Every token of the repo image, read once (about 10 s) and shared by the jobs."""
-        with self._tokens_lock:
-            if self._tokens is None:
-                self._tokens = image_tokens(self.backend, self.repo_image)
-            return self._tokens
+    wheelhouse: Path | None = None
+    clock: StageClock = field(default_factory=StageClock)
+    # What `pip install -e` of the checkout adds to the venv (gzipped tar at /): every task's reset writes it.
+    install_archive: bytes = b""
+    image_index: ImageIndex = field(default_factory=ImageIndex)
 
     def sandbox(self) -> Sandbox:
         """A sandbox from the repo image with the original workspace installed editable."""
@@ -77,7 +72,8 @@ def prepare_repo(
 
     The repo image goes into `created_images` only when this call built it, so that the caller can remove it on failure.
     """
-    stage = on_stage or (lambda name: None)
+    clock = StageClock()
+    stage = clock.sequence(on_stage)
     stage("checkout")
     checked = checkout(source, settings.ref, scratch)
     layout = read_layout(checked.root)
@@ -93,10 +89,21 @@ def prepare_repo(
     stage("repo image")
     if build_repo_image(backend, tag, wheelhouse):
         created_images.append(tag)
-    context = RepoContext(backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings)
+    context = RepoContext(backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock)
     stage("baseline")
     with context.sandbox() as sb:
+        context.install_archive = capture_install(sb)
         context.baseline = run_baseline(
             sb, layout, settings.test_command, settings.baseline_runs, settings.test_timeout_s, settings.max_baseline_failure_fraction
         )
+    stage("image scan")
+    context.image_index, hits = index_image(backend, tag, context.baseline.packages)
+    context.image_index.sorted_tokens  # noqa: B018 -- sorted here, once, rather than by the first jobs at once
+    if hits:
+        shown = ", ".join(f"/{hit.path} ({hit.canary})" for hit in hits[:3])
+        raise SynthError(
+            f"the repository image {tag} already holds the code every task would delete: {shown}. Remedy: make sure no "
+            "dependency in the wheelhouse pulls in the project itself, and rebuild with `regrow synth` after removing the image"
+        )
+    stage(None)
     return context

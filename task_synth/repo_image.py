@@ -53,11 +53,19 @@ def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool
     return True
 
 
-def build_task_image(backend: DockerBackend, tag: str, repo_image: str, workspace: Path) -> None:
-    """Build a thin task image whose /workspace is `workspace` (already a single-commit git repository)."""
-    with tempfile.TemporaryDirectory(prefix="regrow-task-image-") as context:
-        shutil.copytree(workspace, Path(context) / "workspace", symlinks=True)
-        _build(backend, Path(context), "task.Dockerfile", tag, {"REPO_IMAGE": repo_image}, {SYNTH_LABEL: "task"})
+def build_store_images(backend: DockerBackend, records: list, store: Path) -> dict[str, bool]:
+    """Build each repository image a task store needs from the wheels it carries; tag -> whether this call built it.
+
+    Raises SynthError when a store's wheels are missing (a store written before tasks were files needs re-synthesis).
+    """
+    wanted = {record.image: record.repo_dir for record in records if record.repo_dir}
+    built = {}
+    for tag, folder in sorted(wanted.items()):
+        wheels = store / folder / "wheels"
+        if not wheels.is_dir() and not backend.image_exists(tag):
+            raise SynthError(f"{wheels} is missing, so {tag} cannot be rebuilt: copy the whole task store")
+        built[tag] = build_repo_image(backend, tag, wheels)
+    return built
 
 
 def remove_image(backend: DockerBackend, tag: str) -> None:

@@ -34,15 +34,21 @@ def python_files(root: Path) -> list[str]:
 
 @dataclass(frozen=True)
 class RepoLayout:
-    """The package modules (path -> dotted name) and the test files of one checkout."""
+    """The package modules (path -> dotted name), the test files, and the importable roots of one checkout."""
 
     root: Path
     modules: dict[str, str]
     test_files: list[str]
+    # The first regular package of each tree (`jaraco.functools` inside the namespace `jaraco`), or a single module.
+    roots: tuple[str, ...] = ()
 
     @property
     def top_packages(self) -> list[str]:
-        return sorted({name.split(".")[0] for name in self.modules.values()})
+        return sorted(set(self.roots) or {name.split(".")[0] for name in self.modules.values()})
+
+
+# Top-level scripts of a flat layout that are never the project's single module.
+NOT_MODULES = {"setup.py", "conftest.py", "noxfile.py", "fabfile.py", "tasks.py", "versioneer.py", "__main__.py"}
 
 
 def module_name(path: str, source_root: str) -> str:
@@ -53,11 +59,32 @@ def module_name(path: str, source_root: str) -> str:
     return ".".join(parts)
 
 
+def _is_namespace_dir(root: Path, directory: Path) -> bool:
+    """A directory that only holds packages (PEP 420 namespace, like `jaraco/`), not a source root like `src/`."""
+    if directory == Path(".") or directory.name in ("src", "lib") or not directory.name.isidentifier():
+        return False
+    return not (root / directory / "__init__.py").exists() and not any((root / directory).glob("*.py"))
+
+
+def _single_modules(root: Path, files: list[str], tests: list[str]) -> dict[str, str]:
+    """Top-level modules (six.py), at the root or under src/, for a project that has no package."""
+    found = {}
+    for path in files:
+        parent = Path(path).parent
+        if path not in tests and parent in (Path("."), Path("src")) and Path(path).name not in NOT_MODULES:
+            found[path] = Path(path).stem
+    return found
+
+
 def read_layout(root: Path) -> RepoLayout:
-    """Find the top-level packages (directories with __init__.py whose parent has none) and the tests."""
+    """Find the top-level packages (directories with __init__.py whose parent has none) and the tests.
+
+    A namespace directory above a package is part of its name; with no package at all, top-level modules count.
+    """
     files = python_files(root)
     tests = [path for path in files if is_test_path(path)]
     modules: dict[str, str] = {}
+    roots: set[str] = set()
     for path in files:
         if path in tests or Path(path).name in ("setup.py", "conftest.py", "noxfile.py"):
             continue
@@ -67,6 +94,13 @@ def read_layout(root: Path) -> RepoLayout:
         top = parent
         while top.parent != Path(".") and (root / top.parent / "__init__.py").exists():
             top = top.parent
-        source_root = top.parent.as_posix() if top.parent != Path(".") else ""
+        base = top.parent
+        while _is_namespace_dir(root, base):
+            base = base.parent
+        source_root = base.as_posix() if base != Path(".") else ""
         modules[path] = module_name(path, source_root)
-    return RepoLayout(root=root, modules=modules, test_files=tests)
+        roots.add(module_name((top / "__init__.py").as_posix(), source_root))
+    if not modules:
+        modules = _single_modules(root, files, tests)
+        roots = set(modules.values())
+    return RepoLayout(root=root, modules=modules, test_files=tests, roots=tuple(sorted(roots)))

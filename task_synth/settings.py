@@ -38,8 +38,10 @@ class SynthSettings(BaseSettings):
     rewrite_timeout_s: float = Field(60, gt=0)
     rewrite_max_tokens: int = Field(800, ge=16)
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "regrow" / "synth")
-    split: str = "train"
-    keep_rejected_images: bool = False
+    split: str | None = Field(None, description="Split of every task; unset: drawn per repository (see split_by).")
+    split_by: Literal["repo", "file"] = Field("repo", description="What one split draw covers: a repository, or the file "
+                                              "of the deleted unit (train workspaces then show test tasks' code).")
+    test_fraction: float = Field(0.0, ge=0, le=1, description="Share of repositories (or files) drawn into `test`.")
 
     @property
     def candidate_budget(self) -> int:

@@ -109,34 +109,74 @@ class _Replacer(cst.CSTTransformer):
         return self.replacements.get(original_node, updated_node)
 
 
+# The round a repeated pytest run is in (test_runs.REPEAT_PLUGIN sets it): the combined stand-in answers as that one.
+ROUND_VARIABLE = "REGROW_ROUND"
+
+
+def _bodies(unit, definitions: list) -> dict[str, list[str]]:
+    """Per trivial answer, the body source of each definition (a property and its setter are two definitions)."""
+    if unit.qualname.endswith(".__init__"):  # __init__ may return nothing but None
+        return {"return None": [_RETURN_NONE] * len(definitions)}
+    # The always-equal object first: it passes the most tests, so the later runs have the fewest left to run.
+    bodies = {"return an always-equal object": [_ALWAYS_EQUAL] * len(definitions),
+              "return None": [_RETURN_NONE] * len(definitions)}
+    arguments = [_first_argument(f, unit.kind == "method") for f in definitions]
+    if all(arguments):
+        bodies["return the first argument"] = [f"def _():\n    return {argument}\n" for argument in arguments]
+    return bodies
+
+
+def _dispatch(sources: list[str]) -> str:
+    """One function body that runs the `n`th source's body in round `n`."""
+    lines = ["def _():", "    import os as _regrow_os", f"    _regrow_round = _regrow_os.environ.get({ROUND_VARIABLE!r}, '0')"]
+    for index, source in enumerate(sources):
+        body = cst.Module(body=_statements(source)).code
+        lines.append(f"    if _regrow_round == {str(index)!r}:")
+        lines += ["        " + line if line.strip() else line for line in body.splitlines()]
+    return "\n".join(lines) + "\n"
+
+
 def stand_ins(deletion: Deletion) -> list[StandIn]:
     """The trivial answers for the deleted unit, each written over the original files; none for a deleted module.
 
     A function or method gets the always-equal object, `return None` and `return <first argument>`; a class gets an empty
     class of its name. Every other file the deletion changed is put back as it was, so the stand-in's name imports.
     """
+    found = _located(deletion)
+    if found is None:
+        return []
+    module, definitions = found
+    if deletion.unit.kind == "class":
+        return [_stand_in(deletion, module, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d in definitions})]
+    return [
+        _stand_in(deletion, module, name, {f: _with_body(f, _statements(body)) for f, body in zip(definitions, sources, strict=True)})
+        for name, sources in _bodies(deletion.unit, definitions).items()
+    ]
+
+
+def combined_stand_in(deletion: Deletion) -> tuple[StandIn, list[str]] | None:
+    """Every trivial answer of a function or method in one file state, answering as the `n`th in round `n` of a
+    repeated run, so that one pytest process tries them all; with the answers' names in round order. None when there
+    is at most one answer (a class, `__init__`, a deleted module)."""
+    found = _located(deletion)
+    if found is None or deletion.unit.kind == "class":
+        return None
+    module, definitions = found
+    bodies = _bodies(deletion.unit, definitions)
+    if len(bodies) < 2:
+        return None
+    per_definition = zip(*bodies.values(), strict=True)  # each definition's bodies, in answer order
+    replacements = {f: _with_body(f, _statements(_dispatch(list(sources)))) for f, sources in zip(definitions, per_definition, strict=True)}
+    return _stand_in(deletion, module, "every trivial answer", replacements), list(bodies)
+
+
+def _located(deletion: Deletion) -> tuple[cst.Module, list] | None:
     unit = deletion.unit
     if deletion.mode == "file" or unit.kind == "module":
-        return []
+        return None
     module = cst.parse_module(deletion.original[unit.path])
     definitions = _definitions(module, unit.qualname, unit.kind)
-    if not definitions:
-        return []
-    answers: dict[str, dict[cst.CSTNode, cst.CSTNode]] = {}
-    if unit.kind == "class":
-        answers[f"class {unit.qualname}: pass"] = {d: _empty_class(d) for d in definitions}
-    elif unit.qualname.endswith(".__init__"):  # __init__ may return nothing but None
-        answers["return None"] = {f: _with_body(f, _statements(_RETURN_NONE)) for f in definitions}
-    else:
-        # The always-equal object first: it passes the most tests, so the later runs have the fewest left to run.
-        answers["return an always-equal object"] = {f: _with_body(f, _statements(_ALWAYS_EQUAL)) for f in definitions}
-        answers["return None"] = {f: _with_body(f, _statements(_RETURN_NONE)) for f in definitions}
-        arguments = [_first_argument(f, unit.kind == "method") for f in definitions]
-        if all(arguments):
-            answers["return the first argument"] = {
-                f: _with_body(f, _statements(f"def _():\n    return {argument}\n")) for f, argument in zip(definitions, arguments, strict=True)
-            }
-    return [_stand_in(deletion, module, name, nodes) for name, nodes in answers.items()]
+    return (module, definitions) if definitions else None
 
 
 def _stand_in(deletion: Deletion, module: cst.Module, name: str, replacements: dict[cst.CSTNode, cst.CSTNode]) -> StandIn:

@@ -1,8 +1,14 @@
-"""From a validated deletion to a finished task: workspace, thin image, canary scan, oracle check, record."""
+"""From a validated deletion to a finished task: workspace archive, canary scan, oracle check, record.
+
+A task is files on top of its repository's image: the scrubbed single-commit workspace as a gzipped tar, written into
+a container of the repository image together with the editable install's files, exactly as the env server resets.
+"""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import itertools
 import logging
 import re
 import tempfile
@@ -12,14 +18,15 @@ from pathlib import Path
 
 from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
 from sandbox.base_image import regrow_version
-from task_synth.canary_scan import Hit, canaries_for, scan_image
+from task_synth.canary_scan import Canaries, Hit, archive_files, canaries_for, is_vendored, scan_files, vendored_copy
 from task_synth.deletion import Deletion
 from task_synth.io_recording import pytest_plugin_modules, record_io_checks
 from task_synth.problem_rewrite import rewrite_problem_statement
 from task_synth.problem_statement import problem_statement
 from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
-from task_synth.repo_image import SYNTH_LABEL, build_task_image, slug
-from task_synth.test_runs import SCRATCH, run_tests
+from task_synth.repo_image import SYNTH_LABEL, slug
+from task_synth.splits import split_of
+from task_synth.test_runs import SCRATCH, run_tests, tree_archive
 from task_synth.validation import Verdict
 from task_synth.workspace import build_workspace, solution_patch
 
@@ -31,16 +38,20 @@ WORKSPACE_INVARIANTS = (
 )
 
 
+# One time for every member (the workspace commit's date), so that the same deletion gives the same files and times.
+ARCHIVE_MTIME = 946684800
+
+
 @dataclass
 class BuiltTask:
-    """A task that passed every check, or the reason it did not; `image` is set when an image exists.
+    """A task that passed every check with its workspace archive, or the reason it did not.
 
     `io_checks` go to the task store's hidden files only, never into the record.
     """
 
     record: TaskRecord | None
     rejection: str | None
-    image: str | None
+    workspace: bytes | None
     test_executions: int
     detail: str = ""
     io_checks: list[IoCheck] = field(default_factory=list)
@@ -54,6 +65,7 @@ class OracleRun:
     test_executions: int
     io_checks: list[IoCheck] = field(default_factory=list)
     pytest_plugins: list[str] | None = None
+    detail: str = ""
 
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
@@ -62,87 +74,131 @@ def instance_id(context: RepoContext, deletion: Deletion) -> str:
     return f"{slug(context.checkout.repo_name)}__{deletion.mode}__{name}__{digest}"
 
 
-def task_image_tag(identifier: str) -> str:
-    repo, _, rest = identifier.partition("__")
-    return f"regrow/task-{repo}:{rest.replace('__', '-')}"[:128]
+def repo_dir(context: RepoContext) -> str:
+    """The repository's folder in the task store (install archive and wheels), one per commit."""
+    return f"repos/{slug(context.checkout.repo_name)}-{context.checkout.commit[:12]}"
 
 
-def workspace_text(workspace: Path) -> bytes:
-    return b"\n".join(path.read_bytes() for path in sorted(workspace.rglob("*")) if path.is_file() and ".git" not in path.parts)
+def workspace_archive(workspace: Path) -> bytes:
+    """The workspace folder as a reproducible gzipped tar under `workspace/`, owned by agent, for put_archive at /."""
+    return gzip.compress(tree_archive(workspace, "workspace/", ARCHIVE_MTIME), mtime=0)
 
 
-def check_leaks(context: RepoContext, image: str, deletion: Deletion, workspace: Path) -> list[Hit]:
-    """Canary hits, caches or installed copies in the task image; empty means leak-free."""
-    canaries = canaries_for(deletion, workspace_text(workspace), context.repo_image_tokens)
-    log.debug("%s canaries: %s %s", image, sorted(canaries.identifiers), sorted(canaries.literals))
-    return scan_image(context.backend, image, canaries, set(context.layout.test_files), context.baseline.packages)
+def workspace_text(archive: bytes) -> bytes:
+    return b"\n".join(data for path, data in archive_files(archive) if "/.git/" not in f"/{path}")
 
 
-def oracle_check(context: RepoContext, image: str, deletion: Deletion, patch: str, verdict: Verdict) -> OracleRun:
+def removed_source(deletion: Deletion) -> str:
+    """The lines of the original files that the deleted state no longer has."""
+    kept = {line for text in deletion.changed.values() if text for line in text.splitlines()}
+    return "\n".join(line for text in deletion.original.values() for line in text.splitlines() if line not in kept)
+
+
+def check_leaks(context: RepoContext, deletion: Deletion, archive: bytes) -> tuple[Canaries, list[Hit]]:
+    """The canaries, and their hits (or caches, installed copies) in the task's workspace and the install's files.
+
+    The repository image itself was read once: no canary is a token of it, and a deletion whose lines it mostly
+    holds (a vendored copy, a wheel) is a leak here.
+    """
+    found, total = vendored_copy(removed_source(deletion), context.image_index)
+    if is_vendored(found, total):
+        return Canaries(frozenset(), frozenset()), [Hit(context.repo_image, f"copy of {found} of {total} deleted lines")]
+    index = context.image_index
+    canaries = canaries_for(deletion, workspace_text(archive), index.tokens, index.lines, index.sorted_tokens)
+    log.debug("%s canaries: %s %s %s", deletion.unit.key, sorted(canaries.identifiers), sorted(canaries.literals),
+              sorted(canaries.lines))
+    files = itertools.chain(archive_files(archive), archive_files(context.install_archive))
+    return canaries, scan_files(files, canaries, set(context.layout.test_files), context.baseline.packages)
+
+
+def seed_workspace(sb, install_archive: bytes, archive: bytes) -> None:
+    """Make a container of the repository image into the task's: the editable install's files, then the workspace."""
+    sb.import_tree("/", install_archive)
+    sb.import_tree("/", archive)
+
+
+def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch: str, verdict: Verdict) -> OracleRun:
     """Apply the solution in a fresh task sandbox, run F2P + P2P, then record I/O checks and list the pytest plugins."""
     tests = verdict.fail_to_pass + verdict.pass_to_pass
-    with context.backend.create(image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "oracle"}, workdir="/workspace") as sb:
+    image, clock = context.repo_image, context.clock
+    with clock.stage("task: oracle container"):
+        sb = context.backend.create(image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "oracle"}, workdir="/workspace")
+    with sb:
+        seed_workspace(sb, context.install_archive, archive)
         invariants = sb.exec(WORKSPACE_INVARIANTS, timeout=60, cwd="/workspace")
         if invariants.exit_code != 0:
-            return OracleRun("leak", 0)
+            return OracleRun("leak", 0, detail="the workspace is not one clean commit: " + invariants.stderr.strip()[-200:])
         sb.write_file(f"{SCRATCH}/solution.patch", patch)
         applied = sb.exec(f"git apply {SCRATCH}/solution.patch", timeout=60, cwd="/workspace")
         if applied.exit_code != 0:
             log.info("solution patch does not apply to %s: %s", image, applied.stderr.strip())
-            return OracleRun("oracle_failed", 0)
-        run = run_tests(sb, context.settings.test_command, tests, context.settings.test_timeout_s)
+            return OracleRun("oracle_failed", 0, detail=f"the solution patch does not apply: {applied.stderr.strip()[-200:]}")
+        with clock.stage("task: oracle tests"):
+            run = run_tests(sb, context.settings.test_command, tests, context.settings.test_timeout_s)
         if run.timed_out:
-            return OracleRun("timeout", run.executions)
+            return OracleRun("timeout", run.executions, detail=f"the tests ran past {context.settings.test_timeout_s:g}s")
         failed = run.failed(tests)
         if failed:
-            log.info("oracle: %d tests fail with the solution in %s, e.g. %s", len(failed), image, sorted(failed)[0])
-            return OracleRun("oracle_failed", run.executions)
-        recording = record_io_checks(sb, deletion, context.layout, verdict.fail_to_pass, context.settings)
-        return OracleRun(None, run.executions + recording.test_executions, recording.checks, pytest_plugin_modules(sb))
+            last = (run.output_tail.strip().splitlines() or ["no output"])[-1]
+            detail = f"{len(failed)} tests fail with the solution, e.g. {sorted(failed)[0]} ({last})"
+            log.info("oracle: %s", detail)
+            return OracleRun("oracle_failed", run.executions, detail=detail)
+        with clock.stage("task: I/O recording"):
+            recording = record_io_checks(sb, deletion, context.layout, verdict.fail_to_pass, context.settings)
+            plugins = pytest_plugin_modules(sb)
+        return OracleRun(None, run.executions + recording.test_executions, recording.checks, plugins)
 
 
-def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict, created_images: list[str]) -> BuiltTask:
-    """Build, scan and oracle-check one task; its tag goes into `created_images` before the build starts."""
+def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> BuiltTask:
+    """Archive, scan and oracle-check one task."""
     identifier = instance_id(context, deletion)
-    tag = task_image_tag(identifier)
-    created_images.append(tag)  # first, so that a run failing in another job still removes this image
-    patch = solution_patch(deletion)
-    with tempfile.TemporaryDirectory(prefix="regrow-workspace-") as scratch:
-        workspace = build_workspace(context.checkout.root, deletion, Path(scratch) / "workspace")
-        build_task_image(context.backend, tag, context.repo_image, workspace)
-        hits = check_leaks(context, tag, deletion, workspace)
+    clock = context.clock
+    with clock.stage("task: workspace archive"), tempfile.TemporaryDirectory(prefix="regrow-workspace-") as scratch:
+        patch = solution_patch(deletion)
+        archive = workspace_archive(build_workspace(context.checkout.root, deletion, Path(scratch) / "workspace"))
+    with clock.stage("task: leak scan"):
+        canaries, hits = check_leaks(context, deletion, archive)
     if hits:
         detail = ", ".join(f"{hit.path}: {hit.canary}" for hit in hits[:3])
         log.info("%s leaks: %s", identifier, detail)
-        return BuiltTask(None, "leak", tag, 0, detail)
-    oracle = oracle_check(context, tag, deletion, patch, verdict)
+        return BuiltTask(None, "leak", None, 0, detail)
+    if not canaries:
+        # Nothing marks the deleted code apart from the rest of the image, so no scan could see it leak.
+        return BuiltTask(None, "unscannable", None, 0, "every name and literal of the deleted code is found elsewhere")
+    oracle = oracle_check(context, archive, deletion, patch, verdict)
     if oracle.rejection:
-        return BuiltTask(None, oracle.rejection, tag, oracle.test_executions)
+        return BuiltTask(None, oracle.rejection, None, oracle.test_executions, oracle.detail)
     unit = deletion.unit
     module_name = context.layout.modules[unit.path]
+    statement = rewrite_problem_statement(
+        problem_statement(deletion, module_name, verdict.fail_to_pass, context.baseline.test_texts), context.settings
+    )
     record = TaskRecord(
         instance_id=identifier,
         repo=context.checkout.repo_name,
         source_commit=context.checkout.commit,
-        image=tag,
+        image=context.repo_image,
+        workspace_archive=f"workspaces/{identifier}.tar.gz",
+        repo_dir=repo_dir(context),
         mode=deletion.mode,
         deleted=[DeletedUnit(path=unit.path, qualname=unit.qualname, kind=unit.kind, start_line=unit.start_line, end_line=unit.end_line)],
-        problem_statement=rewrite_problem_statement(
-            problem_statement(deletion, module_name, verdict.fail_to_pass, context.baseline.test_texts), context.settings
-        ),
+        problem_statement=statement,
         FAIL_TO_PASS=verdict.fail_to_pass,
         PASS_TO_PASS=verdict.pass_to_pass,
         test_command=context.settings.test_command,
         solution_patch=patch,
         test_files=list(context.layout.test_files),
-        split=context.settings.split,
+        split=split_of(context.checkout.repo_name, unit.path, fixed=context.settings.split, by=context.settings.split_by,
+                       test_fraction=context.settings.test_fraction),
         pytest_plugins=oracle.pytest_plugins,
         stats=TaskStats(
             lines_deleted=sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")),
             covering_tests=len(context.baseline.covering(unit)),
             complexity=unit.complexity,
+            fail_to_pass=len(verdict.fail_to_pass),
+            statement_chars=len(statement),
         ),
         created_at=datetime.now(UTC),
         synth_version=regrow_version(),
     )
-    return BuiltTask(record, None, tag, oracle.test_executions, io_checks=oracle.io_checks)
+    return BuiltTask(record, None, archive, oracle.test_executions, io_checks=oracle.io_checks)

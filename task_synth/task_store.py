@@ -1,4 +1,11 @@
-"""Writing the task store: tasks.jsonl, the hidden grader files, and a Hugging Face datasets Parquet export."""
+"""Writing the task store: tasks.jsonl, each task's workspace archive and hidden grader files, the repository's
+install archive and wheels, and a Hugging Face datasets Parquet export.
+
+    tasks.jsonl  tasks.parquet
+    workspaces/<id>.tar.gz          what a reset writes into /workspace
+    hidden/<id>/                    pristine tests, solution.patch, io_checks.json (the grader's, never the agent's)
+    repos/<repo>-<commit>/          install.tar.gz (the editable install's files) and wheels/ (rebuilds the image)
+"""
 
 from __future__ import annotations
 
@@ -6,14 +13,42 @@ import json
 import os
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from proto.tasks import IoCheck, TaskRecord
+from task_synth.errors import SynthError
+from task_synth.splits import mixed_snapshots
 
 IO_CHECKS_FILE = "io_checks.json"
+INSTALL_ARCHIVE = "install.tar.gz"
+
+
+@dataclass(frozen=True)
+class RepoFiles:
+    """What every task of one repository snapshot shares: its folder in the store, install archive and wheelhouse."""
+
+    folder: str
+    install_archive: bytes
+    wheelhouse: Path | None
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_bytes(data)
+    os.replace(partial, path)
+
+
+def write_repo_files(store: Path, repo: RepoFiles) -> None:
+    folder = store / repo.folder
+    _write_atomic(folder / INSTALL_ARCHIVE, repo.install_archive)
+    if repo.wheelhouse is not None and not (folder / "wheels").is_dir():
+        shutil.copytree(repo.wheelhouse, folder / "wheels.partial", dirs_exist_ok=True)
+        os.replace(folder / "wheels.partial", folder / "wheels")
 
 
 def read_records(store: Path) -> list[TaskRecord]:
@@ -23,13 +58,25 @@ def read_records(store: Path) -> list[TaskRecord]:
     return [TaskRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_store(store: Path, records: list[TaskRecord], checkout_root: Path, io_checks: Mapping[str, list[IoCheck]]) -> None:
-    """Add `records` (replacing same ids) with their hidden files; tasks.jsonl is replaced atomically.
+def write_store(store: Path, records: list[TaskRecord], checkout_root: Path, io_checks: Mapping[str, list[IoCheck]],
+                workspaces: Mapping[str, bytes], repo: RepoFiles, mixed_splits: bool = False) -> None:
+    """Add `records` (replacing same ids) with their files; tasks.jsonl is replaced last and atomically, so a store
+    never lists a task whose files are not all written.
 
     `io_checks` maps an instance id to its recorded checks; a task without any gets an empty io_checks.json.
     """
+    new_ids = {record.instance_id for record in records}
+    merged = [r for r in read_records(store) if r.instance_id not in new_ids] + records
+    mixed = mixed_snapshots(merged)
+    if mixed and not mixed_splits:
+        snapshot, splits = next(iter(mixed.items()))
+        raise SynthError(f"{store} would hold {snapshot} tasks in splits {', '.join(splits)}: a test task beside train "
+                         "tasks of the same snapshot has its code on display. Remedy: keep the store's split for this "
+                         "repository (--split), write to another store, or pass --split-by file to accept it")
     store.mkdir(parents=True, exist_ok=True)
+    write_repo_files(store, repo)
     for record in records:
+        _write_atomic(store / record.workspace_archive, workspaces[record.instance_id])
         hidden = store / "hidden" / record.instance_id
         shutil.rmtree(hidden, ignore_errors=True)
         (hidden / "tests").mkdir(parents=True)
@@ -40,8 +87,6 @@ def write_store(store: Path, records: list[TaskRecord], checkout_root: Path, io_
             target = hidden / "tests" / test_file
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(checkout_root / test_file, target)
-    new_ids = {record.instance_id for record in records}
-    merged = [r for r in read_records(store) if r.instance_id not in new_ids] + records
     partial = store / "tasks.jsonl.partial"
     partial.write_text("".join(record.model_dump_json() + "\n" for record in merged))
     os.replace(partial, store / "tasks.jsonl")

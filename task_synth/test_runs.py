@@ -21,10 +21,22 @@ JUNIT_PATH = f"{SCRATCH}/junit.xml"
 PLUGIN_DIR = f"{SCRATCH}/plugins"
 COVERAGE_RC = f"{SCRATCH}/coverage.rc"
 COVERAGE_JSON = f"{SCRATCH}/coverage.json"
+INSTALL_MARK = f"{SCRATCH}/install.mark"
+INSTALL_ARCHIVE = f"{SCRATCH}/install.tar.gz"
+# Files and folders the install created or changed (newer than the mark), caches left out, owned by agent.
+_CAPTURE = (
+    f"find opt/venv -newer {INSTALL_MARK} -not -name '*.pyc' -not -path '*/__pycache__*' -print0 | "
+    f"tar --null --no-recursion -T - --owner=1000 --group=1000 --numeric-owner -czf {INSTALL_ARCHIVE}"
+)
+# --tb=line: outcomes are all a run needs, and rendering long tracebacks took most of a run in which a deletion
+# fails 2,000 tests (packaging: minutes per run). Collection errors still show their `E` lines.
+RUN_OPTIONS = "-p no:cacheprovider -o junit_family=xunit1 --tb=line"
 # Every test run hashes strings the same way, so that ids and orders built from sets match from run to run.
 TEST_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
 # A line that names an exception, as the last line of a traceback does: "ModuleNotFoundError: No module named 'x'".
 EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)(: |$)")
+# Colour codes, as the engine wraps each stderr line of a `docker build` step in red.
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Measures coverage inside pytest and switches its dynamic context to each test's node id, for any pytest command.
 CONTEXT_PLUGIN = '''
 import os
@@ -52,29 +64,73 @@ def pytest_unconfigure(config):
 '''
 
 
+ROUNDS_PATH = f"{SCRATCH}/rounds.json"
+# Runs the selected tests `REGROW_REPEAT` times in one process, round after round, tells each test its round
+# (REGROW_ROUND) and writes each round's outcomes, so that reruns and trivial stand-ins cost one pytest start in all.
+REPEAT_PLUGIN = '''
+import json
+import os
+from collections import Counter
+
+import pytest
+
+_seen = Counter()
+_rounds = {}
+_current = [0]
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items[:] = items * int(os.environ["REGROW_REPEAT"])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    _current[0] = _seen[item.nodeid]
+    _seen[item.nodeid] += 1
+    os.environ["REGROW_ROUND"] = str(_current[0])
+
+
+def pytest_runtest_logreport(report):
+    outcomes = _rounds.setdefault(_current[0], {})
+    outcomes[report.nodeid] = outcomes.get(report.nodeid, True) and report.outcome == "passed"
+
+
+def pytest_sessionfinish(session):
+    with open(os.environ["REGROW_ROUNDS_OUT"], "w") as out:
+        json.dump([_rounds.get(index, {}) for index in range(int(os.environ["REGROW_REPEAT"]))], out)
+'''
+
+
 @dataclass
 class TestRun:
-    """Outcomes of one pytest run keyed by node id (True = passed), and how many test cases it executed."""
+    """Outcomes of one pytest run keyed by node id (True = passed in every round), the outcomes of each round of a
+    repeated run, and how many test cases it executed."""
 
     outcomes: dict[str, bool] = field(default_factory=dict)
     executions: int = 0
     timed_out: bool = False
     exit_code: int = 0
     output_tail: str = ""
+    rounds: list[dict[str, bool]] = field(default_factory=list)
+    oom_killed: bool = False
 
     def failed(self, node_ids: list[str]) -> set[str]:
         """The given tests that did not pass (absent from the report counts as failed)."""
         return {node_id for node_id in node_ids if not self.outcomes.get(node_id, False)}
 
 
-def tree_archive(root: Path, prefix: str = "") -> bytes:
-    """A tar of `root`'s files owned by agent (uid 1000), for put_archive."""
+def tree_archive(root: Path, prefix: str = "", mtime: int | None = None) -> bytes:
+    """A tar of `root`'s files owned by agent (uid 1000), for put_archive; with a `prefix` ("name/"), `root` itself is
+    an entry of that name too. `mtime` gives every entry one time."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path in sorted(root.rglob("*")):
-            info = archive.gettarinfo(str(path), arcname=f"{prefix}{path.relative_to(root).as_posix()}")
+        for path in ([root] if prefix else []) + sorted(root.rglob("*")):
+            name = prefix.rstrip("/") if path == root else f"{prefix}{path.relative_to(root).as_posix()}"
+            info = archive.gettarinfo(str(path), arcname=name)
             info.uid = info.gid = 1000
             info.uname = info.gname = "agent"
+            if mtime is not None:
+                info.mtime = mtime
             if info.isfile():
                 with path.open("rb") as handle:
                     archive.addfile(info, handle)
@@ -83,15 +139,31 @@ def tree_archive(root: Path, prefix: str = "") -> bytes:
     return buffer.getvalue()
 
 
+# --use-pep517: a project without pyproject.toml (six, pytz) otherwise goes through `setup.py develop`, which new
+# setuptools runs as a pip subprocess with build isolation, and that needs an index.
+EDITABLE_INSTALL = "pip install -q --no-deps --no-build-isolation --use-pep517 --disable-pip-version-check -e /workspace"
+
+
 def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
-    """Copy the checkout into /workspace and install it editable, with no network."""
+    """Copy the checkout into /workspace and install it editable, with no network; `capture_install` then reads what
+    the install added to the venv."""
     sb.api.put_archive(sb.id, "/workspace", tree_archive(checkout))
-    result = sb.exec("pip install -q --no-deps --no-build-isolation --disable-pip-version-check -e /workspace", timeout=timeout, cwd="/workspace")
+    sb.exec(f"mkdir -p {SCRATCH} && touch {INSTALL_MARK}", timeout=30).raise_for_timeout()
+    result = sb.exec(EDITABLE_INSTALL, timeout=timeout, cwd="/workspace")
     if result.exit_code != 0:
         from task_synth.errors import SynthError
 
         detail = " | ".join(pip_error_lines(result.stdout + "\n" + result.stderr))
         raise SynthError(f"the repository does not install editable in its image ({detail}): check its build configuration")
+
+
+def capture_install(sb: Sandbox) -> bytes:
+    """What the editable install added to /opt/venv, as a gzipped tar at /: the same for every task of a checkout,
+    since it points into /workspace, so a reset writes it beside the task's workspace instead of running pip."""
+    listed = sb.exec(_CAPTURE, timeout=120, cwd="/")
+    if listed.exit_code != 0:
+        raise RuntimeError(f"could not archive the editable install: {listed.stderr.strip()[-300:]}")
+    return sb.read_file(INSTALL_ARCHIVE)
 
 
 def pip_error_lines(output: str) -> list[str]:
@@ -101,7 +173,7 @@ def pip_error_lines(output: str) -> list[str]:
     """
     named: list[tuple[int, str]] = []
     exception: tuple[int, str] | None = None
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    lines = [line.strip() for line in ANSI_ESCAPE.sub("", output).splitlines() if line.strip()]
     for index, line in enumerate(lines):
         if EXCEPTION_LINE.match(line):
             exception = (index, line)
@@ -117,54 +189,120 @@ def node_id(testcase: ElementTree.Element) -> str | None:
     if not file:
         return None
     module = file[:-3].replace("/", ".") if file.endswith(".py") else file
-    inner = classname[len(module) :].strip(".") if classname.startswith(module) else ""
-    return "::".join([file, *[part for part in inner.split(".") if part], name])
+    if classname.startswith(module):
+        inner = classname[len(module) :].strip(".")
+        return "::".join([file, *[part for part in inner.split(".") if part], name])
+    # `file` is where the method is defined (a mixin in tests/__init__.py), `classname` the test module and class
+    # that run it: the module ends before the first capitalised part, as class names start upper case.
+    parts = classname.split(".")
+    split = next((index for index, part in enumerate(parts) if part[:1].isupper()), len(parts))
+    return "::".join(["/".join(parts[:split]) + ".py", *parts[split:], name]) if split else "::".join([file, name])
+
+
+def junit_cases(xml_text: str) -> list[tuple[str, bool]]:
+    """(node id, passed) per testcase, in the report's order (a test run twice appears twice)."""
+    cases = []
+    for testcase in ElementTree.fromstring(xml_text).iter("testcase"):
+        identifier = node_id(testcase)
+        if identifier is not None:
+            cases.append((identifier, not any(child.tag in ("failure", "error", "skipped") for child in testcase)))
+    return cases
 
 
 def parse_junit(xml_text: str) -> dict[str, bool]:
     outcomes: dict[str, bool] = {}
-    for testcase in ElementTree.fromstring(xml_text).iter("testcase"):
-        identifier = node_id(testcase)
-        if identifier is None:
-            continue
-        passed = not any(child.tag in ("failure", "error", "skipped") for child in testcase)
+    for identifier, passed in junit_cases(xml_text):
         outcomes[identifier] = outcomes.get(identifier, True) and passed
     return outcomes
 
 
 def run_tests(
-    sb: Sandbox, test_command: str, node_ids: list[str] | None, timeout: float, env: dict[str, str] | None = None
+    sb: Sandbox, test_command: str, node_ids: list[str] | None, timeout: float, env: dict[str, str] | None = None,
+    repeat: int = 1,
 ) -> TestRun:
-    """Run the suite (node_ids None) or the given tests, with TEST_ENV; a timeout yields a run with `timed_out` set."""
-    sb.exec(f"rm -f {JUNIT_PATH}", timeout=30)
-    script = f'{test_command} -q -p no:cacheprovider -o junit_family=xunit1 --junitxml={JUNIT_PATH} "$@"'
-    result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env={**TEST_ENV, **(env or {})})
-    run = TestRun(timed_out=result.timed_out, exit_code=result.exit_code, output_tail=(result.stdout + result.stderr)[-2000:])
+    """Run the suite (node_ids None) or the given tests, with TEST_ENV; a timeout yields a run with `timed_out` set.
+
+    `repeat` > 1 runs the tests that many rounds in one process; `rounds` then holds each round's outcomes.
+    """
+    sb.exec(f"rm -f {JUNIT_PATH} {ROUNDS_PATH}", timeout=30)
+    env = {**TEST_ENV, **(env or {})}
+    if repeat > 1:
+        sb.write_file(f"{PLUGIN_DIR}/regrow_repeat.py", REPEAT_PLUGIN)
+        test_command = f"{test_command} -p regrow_repeat"
+        env.update(REGROW_REPEAT=str(repeat), REGROW_ROUNDS_OUT=ROUNDS_PATH,
+                   PYTHONPATH=":".join(filter(None, [PLUGIN_DIR, env.get("PYTHONPATH")])))
+    script = f'{test_command} -q {RUN_OPTIONS} --junitxml={JUNIT_PATH} "$@"'
+    result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env=env)
+    run = TestRun(
+        timed_out=result.timed_out,
+        exit_code=result.exit_code,
+        output_tail=(result.stdout + result.stderr)[-2000:],
+        oom_killed=getattr(result, "oom_killed", False),
+    )
     if result.timed_out:
         return run
     try:
-        run.outcomes = parse_junit(sb.read_file(JUNIT_PATH).decode("utf-8", errors="replace"))
+        cases = junit_cases(sb.read_file(JUNIT_PATH).decode("utf-8", errors="replace"))
     except Exception as error:  # no report: pytest died before writing one (usage error, crash)
         log.debug("no JUnit report (%s): %s", error, run.output_tail)
-    run.executions = len(run.outcomes)
+        return run
+    for identifier, passed in cases:
+        run.outcomes[identifier] = run.outcomes.get(identifier, True) and passed
+    run.rounds = [dict(run.outcomes)]
+    if repeat > 1:
+        try:
+            run.rounds = json.loads(sb.read_file(ROUNDS_PATH))
+        except Exception as error:  # the plugin wrote nothing: pytest died; the combined outcomes stand for every round
+            log.debug("no rounds report (%s)", error)
+            run.rounds = [dict(run.outcomes)] * repeat
+    run.executions = sum(len(outcomes) for outcomes in run.rounds)
     return run
+
+
+# Reads coverage's data in the sandbox and prints line -> context indices per file: `coverage json --show-contexts`
+# repeats each node id per line and grew to 785 MB on a suite of 2,000 parametrized tests.
+COVERAGE_LINES_SCRIPT = '''
+import json, sys
+import coverage
+
+data = coverage.CoverageData(basename=sys.argv[1])
+data.read()
+contexts = sorted(name for name in data.measured_contexts() if name)
+index = {name: number for number, name in enumerate(contexts)}
+files = {}
+for path in data.measured_files():
+    by_line = data.contexts_by_lineno(path)
+    files[path] = {line: sorted(index[c] for c in names if c in index) for line, names in by_line.items()}
+json.dump({"contexts": contexts, "files": files}, open(sys.argv[2], "w"), separators=(",", ":"))
+'''
+COVERAGE_LINES_PY = f"{SCRATCH}/regrow_coverage_lines.py"
+COVERAGE_DATA = f"{SCRATCH}/coverage.data"
+
+
+def coverage_lines(report: dict) -> dict[str, dict[int, set[str]]]:
+    """path -> line -> node ids, from what COVERAGE_LINES_SCRIPT printed (paths relative to /workspace)."""
+    contexts = report["contexts"]
+    lines: dict[str, dict[int, set[str]]] = {}
+    for path, by_line in report["files"].items():
+        relative = path.removeprefix("/workspace/")
+        lines[relative] = {int(line): {contexts[index] for index in indices} for line, indices in by_line.items()}
+    return lines
+
+
+def coverage_rc(packages: list[str]) -> str:
+    """coverage.py's settings for the map; its lists take commas or lines, a space would join two packages into one name."""
+    return f"[run]\nsource_pkgs = {', '.join(packages)}\nrelative_files = True\ndata_file = {COVERAGE_DATA}\n"
 
 
 def coverage_map(sb: Sandbox, test_command: str, packages: list[str], timeout: float) -> tuple[TestRun, dict[str, dict[int, set[str]]]]:
     """One suite run under coverage.py with per-test contexts: path -> line -> node ids that executed it."""
     sb.write_file(f"{PLUGIN_DIR}/regrow_test_context.py", CONTEXT_PLUGIN)
-    sb.write_file(COVERAGE_RC, f"[run]\nsource_pkgs = {' '.join(packages)}\nrelative_files = True\ndata_file = {SCRATCH}/coverage.data\n")
+    sb.write_file(COVERAGE_LINES_PY, COVERAGE_LINES_SCRIPT)
+    sb.write_file(COVERAGE_RC, coverage_rc(packages))
     env = {"PYTHONPATH": PLUGIN_DIR, "REGROW_COVERAGE_RC": COVERAGE_RC}
     run = run_tests(sb, f"{test_command} -p regrow_test_context", None, timeout, env=env)
-    report = sb.exec(
-        f"python -m coverage json --rcfile={COVERAGE_RC} --show-contexts -q -o {COVERAGE_JSON}", timeout=timeout, cwd="/workspace"
-    )
+    report = sb.exec(["python", COVERAGE_LINES_PY, COVERAGE_DATA, COVERAGE_JSON], timeout=timeout, cwd="/workspace")
     if report.exit_code != 0:
-        log.warning("coverage json failed: %s", report.stderr[-500:])
+        log.warning("reading coverage data failed: %s", report.stderr[-500:])
         return run, {}
-    data = json.loads(sb.read_file(COVERAGE_JSON))
-    lines: dict[str, dict[int, set[str]]] = {}
-    for path, info in data.get("files", {}).items():
-        contexts = info.get("contexts", {})
-        lines[path] = {int(line): {c for c in names if c} for line, names in contexts.items()}
-    return run, lines
+    return run, coverage_lines(json.loads(sb.read_file(COVERAGE_JSON)))

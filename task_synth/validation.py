@@ -14,11 +14,14 @@ from task_synth.baseline import Baseline
 from task_synth.deletion import Deletion
 from task_synth.python_ast import parse_python
 from task_synth.settings import SynthSettings
-from task_synth.stand_ins import stand_ins
+from task_synth.stage_clock import StageClock
+from task_synth.stand_ins import combined_stand_in, stand_ins
 from task_synth.test_runs import TestRun, run_tests
 
 log = logging.getLogger(__name__)
-REJECTIONS = ("no_f2p", "no_p2p", "flaky", "trivially_solvable", "import_broken", "leak", "oracle_failed", "timeout")
+REJECTIONS = (
+    "no_f2p", "no_p2p", "flaky", "trivially_solvable", "import_broken", "leak", "unscannable", "oracle_failed", "timeout",
+)
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3
 STAND_IN_MIN_TIMEOUT_S = 30.0
@@ -132,44 +135,68 @@ def _timeout_detail(run: TestRun, timeout: float) -> str:
     return f"the tests ran past {timeout:.0f}s" + (f"; last output: {lines[-1]}" if lines else "")
 
 
+def _drop(deletion: Deletion, verdict: Verdict, name: str, passed: list[str]) -> bool:
+    """Drop the F2P tests stand-in `name` passed; True when none is left (the verdict is then trivially_solvable)."""
+    if not passed:
+        return False
+    log.info("%s: `%s` passes %s", deletion.unit.key, name, ", ".join(passed))
+    verdict.trivially_passed += passed
+    verdict.fail_to_pass = [test for test in verdict.fail_to_pass if test not in passed]
+    if verdict.fail_to_pass:
+        return False
+    verdict.rejection = "trivially_solvable"
+    verdict.detail = f"`{name}` passes every remaining FAIL_TO_PASS test ({', '.join(passed)})"
+    return True
+
+
 def drop_trivially_passed(sb: Sandbox, deletion: Deletion, verdict: Verdict, test_command: str, timeout: float) -> Verdict:
-    """Run the F2P tests once per trivial stand-in and drop those any stand-in passes; a task left with none is
-    `trivially_solvable`. Leaves the last stand-in in /workspace: the caller restores it.
+    """Run the F2P tests against every trivial stand-in and drop those any stand-in passes; a task left with none is
+    `trivially_solvable`. A function's answers share one pytest process (a round each); when that run times out, they
+    run one by one. Leaves a stand-in in /workspace: the caller restores it.
     """
+    combined = combined_stand_in(deletion)
+    if combined is not None:
+        stand_in, names = combined
+        apply_deletion(sb, replace(deletion, changed=stand_in.changed))
+        tests = list(verdict.fail_to_pass)
+        run = run_tests(sb, test_command, tests, timeout * len(names), repeat=len(names))
+        verdict.stand_in_executions += run.executions
+        verdict.test_executions += run.executions
+        if not run.timed_out and len(run.rounds) == len(names):
+            for name, outcomes in zip(names, run.rounds, strict=True):
+                if _drop(deletion, verdict, name, [test for test in verdict.fail_to_pass if outcomes.get(test, False)]):
+                    break
+            return verdict
     for stand_in in stand_ins(deletion):
         apply_deletion(sb, replace(deletion, changed=stand_in.changed))
         run = run_tests(sb, test_command, verdict.fail_to_pass, timeout)
         verdict.stand_in_executions += run.executions
         verdict.test_executions += run.executions
-        passed = sorted(set(verdict.fail_to_pass) - run.failed(verdict.fail_to_pass))
-        if not passed:
-            continue
-        log.info("%s: `%s` passes %s", deletion.unit.key, stand_in.name, ", ".join(passed))
-        verdict.trivially_passed += passed
-        verdict.fail_to_pass = [test for test in verdict.fail_to_pass if test not in passed]
-        if not verdict.fail_to_pass:
-            verdict.rejection = "trivially_solvable"
-            verdict.detail = f"`{stand_in.name}` passes every remaining FAIL_TO_PASS test ({', '.join(passed)})"
+        if _drop(deletion, verdict, stand_in.name, sorted(set(verdict.fail_to_pass) - run.failed(verdict.fail_to_pass))):
             break
     return verdict
 
 
-def validate(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool = False) -> Verdict:
+def validate(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool = False,
+             clock: StageClock | None = None) -> Verdict:
     """Apply the deletion, find F2P/P2P, check flakiness, drop the F2P tests a trivial stand-in passes, and always
     restore the workspace.
 
     `naive` runs the whole suite instead of the predicted tests (the benchmark's reference).
     """
+    clock = clock or StageClock()
     apply_deletion(sb, deletion)
     try:
-        return _judge(sb, baseline, deletion, module_name, settings, naive)
+        return _judge(sb, baseline, deletion, module_name, settings, naive, clock)
     finally:
         apply_deletion(sb, deletion, restore=True)
 
 
-def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool) -> Verdict:
+def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool,
+           clock: StageClock) -> Verdict:
     test_command, timeout = settings.test_command, settings.test_timeout_s
-    error = import_check(sb, baseline.packages, timeout)
+    with clock.stage("validate: import check"):
+        error = import_check(sb, baseline.packages, timeout)
     if error is not None:
         return Verdict("import_broken", detail=error)
     if naive:
@@ -182,14 +209,15 @@ def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str
         selected = predicted + sorted(rng.sample(others, min(settings.sample_others, len(others))))
     whole_files = broken_test_files(deletion, baseline.test_texts, module_name)
     started = time.monotonic()
-    if selected is None:
-        run = run_tests(sb, test_command, None, timeout)
-    else:
-        run = run_tests(sb, test_command, pytest_arguments(selected, whole_files), timeout)
-        if not run.outcomes and not run.timed_out:
-            # Some node id did not collect after all: run the selected tests' whole files instead.
-            files = {test.split("::")[0] for test in selected}
-            run = run_tests(sb, test_command, pytest_arguments(selected, files), timeout)
+    with clock.stage("validate: find F2P"):
+        if selected is None:
+            run = run_tests(sb, test_command, None, timeout)
+        else:
+            run = run_tests(sb, test_command, pytest_arguments(selected, whole_files), timeout)
+            if not run.outcomes and not run.timed_out:
+                # Some node id did not collect after all: run the selected tests' whole files instead.
+                files = {test.split("::")[0] for test in selected}
+                run = run_tests(sb, test_command, pytest_arguments(selected, files), timeout)
     elapsed = time.monotonic() - started
     executions = run.executions
     if run.timed_out:
@@ -203,15 +231,19 @@ def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str
     if not verdict.pass_to_pass:
         verdict.rejection = "no_p2p"
         return verdict
-    for _ in range(settings.flaky_reruns):
-        rerun = run_tests(sb, test_command, pytest_arguments(fail_to_pass, whole_files), timeout)
+    if settings.flaky_reruns:
+        # Every rerun in one process, a round each: a F2P test that passes in any round is flaky.
+        reruns = settings.flaky_reruns
+        with clock.stage("validate: flaky reruns"):
+            rerun = run_tests(sb, test_command, pytest_arguments(fail_to_pass, whole_files), timeout * reruns, repeat=reruns)
         verdict.test_executions += rerun.executions
         if rerun.timed_out:
             verdict.rejection = "timeout"
-            verdict.detail = _timeout_detail(rerun, timeout)
+            verdict.detail = _timeout_detail(rerun, timeout * reruns)
             return verdict
-        if rerun.failed(fail_to_pass) != set(fail_to_pass):
+        if any(outcomes.get(test, False) for outcomes in rerun.rounds for test in fail_to_pass):
             verdict.rejection = "flaky"
             return verdict
     stand_in_timeout = min(timeout, max(STAND_IN_MIN_TIMEOUT_S, STAND_IN_TIMEOUT_FACTOR * elapsed))
-    return drop_trivially_passed(sb, deletion, verdict, test_command, stand_in_timeout)
+    with clock.stage("validate: trivial stand-ins"):
+        return drop_trivially_passed(sb, deletion, verdict, test_command, stand_in_timeout)

@@ -20,8 +20,13 @@ from task_synth.errors import SynthError
 log = logging.getLogger(__name__)
 
 TEST_TOOLS = ("pytest", "coverage", "setuptools>=68", "wheel")
-# Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements).
-WHEELHOUSE_FORMAT = 2
+# Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements,
+# 3: the project's own wheel kept in OWN_WHEELS, found by its PKG-INFO or poetry name too,
+# 4: editable requirements resolved with the build table).
+WHEELHOUSE_FORMAT = 4
+# The project's own wheel, apart: a test dependency may require the project (freezegun needs python-dateutil), so pip
+# must find it, but the repo image uninstalls it again, since each workspace installs the project editable.
+OWN_WHEELS = "own"
 # PEP 517's fallback for a project without a [build-system] table.
 LEGACY_BUILD_SYSTEM = (["setuptools", "wheel"], "setuptools.build_meta:__legacy__")
 TEST_EXTRAS = ("test", "tests", "testing")
@@ -38,10 +43,15 @@ METADATA_FILES = ("pyproject.toml", "setup.cfg", "setup.py", *REQUIREMENT_FILES)
 
 
 def project_name(root: Path) -> str | None:
-    """The distribution name from pyproject, setup.cfg or setup.py, normalised; None when unknown."""
+    """The distribution name from an sdist's PKG-INFO, pyproject ([project] or poetry's), setup.cfg or setup.py,
+    normalised; None when unknown."""
     name = None
-    if (root / "pyproject.toml").exists():
-        name = tomllib.loads((root / "pyproject.toml").read_text()).get("project", {}).get("name")
+    if (root / "PKG-INFO").exists():
+        match = re.search(r"^Name:\s*(\S+)", (root / "PKG-INFO").read_text(errors="replace"), re.MULTILINE)
+        name = match.group(1) if match else None
+    if not name and (root / "pyproject.toml").exists():
+        pyproject = tomllib.loads((root / "pyproject.toml").read_text())
+        name = pyproject.get("project", {}).get("name") or pyproject.get("tool", {}).get("poetry", {}).get("name")
     for file, pattern in (("setup.cfg", r"^name\s*=\s*(\S+)"), ("setup.py", r"name\s*=\s*['\"]([^'\"]+)['\"]")):
         if not name and (root / file).exists():
             match = re.search(pattern, (root / file).read_text(errors="replace"), re.MULTILINE)
@@ -146,10 +156,19 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
         shutil.rmtree(partial, ignore_errors=True)
         raise
     if editable:
-        _pip_wheel(root, partial, editable, (partial, *find_links), offline)
-    own = project_name(root)
-    for wheel in partial.glob("*.whl"):
-        if own and wheel.name.split("-")[0].lower() == own:
-            wheel.unlink()  # the project itself is installed editable in each workspace, never from a wheel
+        # With the build requirements, so that an unpinned `setuptools_scm` meets the build table's `setuptools_scm<8`
+        # instead of adding a second, conflicting version that the repo image cannot install.
+        _pip_wheel(root, partial, [*editable, *build_system(root).requires], (partial, *find_links), offline)
+    set_aside_own_wheels(partial, project_name(root))
     partial.rename(target)
     return target
+
+
+def set_aside_own_wheels(wheelhouse: Path, own: str | None) -> list[Path]:
+    """Move the project's own wheels into `OWN_WHEELS/`, where pip finds them only when a dependency asks."""
+    moved = []
+    for wheel in wheelhouse.glob("*.whl"):
+        if own and re.sub(r"[-_.]+", "_", wheel.name.split("-")[0]).lower() == own:
+            (wheelhouse / OWN_WHEELS).mkdir(exist_ok=True)
+            moved.append(wheel.rename(wheelhouse / OWN_WHEELS / wheel.name))
+    return moved

@@ -45,7 +45,11 @@ def build_workspace(checkout: Path, deletion: Deletion, destination: Path) -> Pa
     _write_state(destination, deletion.changed)
     repo = git.Repo.init(destination, initial_branch="main", template="", allow_unsafe_options=True)
     _commit_all(repo, "Task workspace")
+    # One pack instead of a file per object, and no reflog: a reset writes a few entries, not hundreds.
+    repo.git.repack("-a", "-d", "-q", "-n")
+    repo.git.prune_packed("-q")
     repo.close()
+    shutil.rmtree(destination / ".git" / "logs", ignore_errors=True)
     return destination
 
 

@@ -1,7 +1,7 @@
-"""A hand-made task store with one tiny task, built to the task-store contract (notes/task_store.md).
+"""A hand-made task store with one tiny task, stored as files the way `regrow synth` stores them.
 
-`build_demo_task_store(backend, base_image, out_dir)` writes `out_dir/tasks.jsonl` and
-`out_dir/hidden/<id>/`, and builds the task image once per content hash (later calls reuse it).
+`build_demo_task_store(backend, base_image, out_dir)` writes `out_dir/tasks.jsonl`, the workspace archive, the
+repository's install archive and `out_dir/hidden/<id>/`; the repository image is built once per content hash.
 """
 
 from __future__ import annotations
@@ -102,23 +102,20 @@ version = "0.1.0"
 packages = ["calc"]
 '''
 
+# The repository image: dependencies only, as `regrow synth` builds one; the task's files are written in at reset.
 DOCKERFILE = '''ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 COPY wheels /tmp/wheels
-COPY workspace /workspace
 RUN python3 -m venv /opt/venv \\
  && /opt/venv/bin/pip install -q --no-index --find-links /tmp/wheels pytest coverage setuptools wheel \\
- && /opt/venv/bin/pip install -q --no-index --no-build-isolation -e /workspace \\
- && rm -rf /tmp/wheels /root/.cache /workspace/*.egg-info /workspace/build \\
- && find /workspace -name __pycache__ -prune -exec rm -rf {} + \\
- && cd /workspace && git init -q -b main \\
- && git -c safe.directory=/workspace add -A \\
- && git -c safe.directory=/workspace -c user.name=regrow -c user.email=regrow@localhost commit -q -m "task" \\
- && chown -R 1000:1000 /workspace
+ && rm -rf /tmp/wheels /root/.cache \\
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \\
+ && chown -R 1000:1000 /opt/venv && install -d -o 1000 -g 1000 /workspace
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 WORKDIR /workspace
 USER agent
 '''
+REPO_DIR = "repos/demo-calc"
 
 F2P = ["tests/test_ops.py::test_clamp_below", "tests/test_ops.py::test_clamp_above", "tests/test_ops.py::test_clamp_rejects_empty_range"]
 P2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_sub", "tests/test_ops.py::test_mul"]
@@ -173,8 +170,8 @@ def _wheelhouse() -> Path:
 
 
 def build_demo_image(backend, base_image: str) -> str:
-    """The task image, tagged by content hash; built only when missing."""
-    tag = f"regrow/demo-task:{_content_hash()}"
+    """The repository image, tagged by content hash; built only when missing."""
+    tag = f"regrow/demo-repo:{_content_hash()}"
     if backend.image_exists(tag):
         return tag
     wheels = _wheelhouse()
@@ -182,13 +179,36 @@ def build_demo_image(backend, base_image: str) -> str:
         root = Path(context)
         (root / "Dockerfile").write_text(DOCKERFILE)
         subprocess.run(["cp", "-r", str(wheels), str(root / "wheels")], check=True)
-        for path, text in workspace_files().items():
-            (root / "workspace" / path).parent.mkdir(parents=True, exist_ok=True)
-            (root / "workspace" / path).write_text(text)
         backend.client.images.build(
             path=context, tag=tag, buildargs={"BASE_IMAGE": base_image}, network_mode="none", rm=True
         )
     return tag
+
+
+def _git_workspace(root: Path) -> Path:
+    for path, text in workspace_files().items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    from task_synth.workspace import GIT_ENV
+
+    git = ["git", "-c", "init.templateDir=", "-C", str(root)]
+    subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "--no-gpg-sign", "-m", "task"], check=True, env={"PATH": "/usr/bin:/bin", **GIT_ENV})
+    return root
+
+
+def build_demo_archives(backend, image: str) -> tuple[bytes, bytes]:
+    """(workspace archive, install archive) of the demo task, made as `regrow synth` makes them."""
+    from task_synth.task_builder import workspace_archive
+    from task_synth.test_runs import capture_install, install_workspace
+
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = _git_workspace(Path(scratch) / "workspace")
+        with backend.create(image, workdir="/workspace") as sb:
+            install_workspace(sb, workspace, 300)
+            install = capture_install(sb)
+        return workspace_archive(workspace), install
 
 
 def demo_record(image: str) -> TaskRecord:
@@ -198,6 +218,8 @@ def demo_record(image: str) -> TaskRecord:
         repo="demo/calc",
         source_commit="0" * 40,
         image=image,
+        workspace_archive=f"workspaces/{DEMO_TASK_ID}.tar.gz",
+        repo_dir=REPO_DIR,
         mode="stub",
         deleted=[DeletedUnit(path="calc/ops.py", qualname="clamp", kind="function", start_line=start, end_line=start + 4)],
         problem_statement="Implement `clamp(value, low, high)` in calc/ops.py: limit value to [low, high]; "
@@ -217,8 +239,13 @@ def demo_record(image: str) -> TaskRecord:
 def build_demo_task_store(backend, base_image: str, out_dir: Path) -> Path:
     """Write a one-task store to `out_dir` (image built or reused) and return `out_dir`."""
     out_dir = Path(out_dir)
-    record = demo_record(build_demo_image(backend, base_image))
-    out_dir.mkdir(parents=True, exist_ok=True)
+    image = build_demo_image(backend, base_image)
+    record = demo_record(image)
+    workspace, install = build_demo_archives(backend, image)
+    (out_dir / "workspaces").mkdir(parents=True, exist_ok=True)
+    (out_dir / record.workspace_archive).write_bytes(workspace)
+    (out_dir / REPO_DIR).mkdir(parents=True, exist_ok=True)
+    (out_dir / REPO_DIR / "install.tar.gz").write_bytes(install)
     (out_dir / "tasks.jsonl").write_text(record.model_dump_json() + "\n")
     hidden = out_dir / "hidden" / record.instance_id
     files = workspace_files(ORIGINAL_OPS)

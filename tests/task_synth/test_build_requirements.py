@@ -84,6 +84,19 @@ def test_pip_error_shows_the_lines_that_name_the_error():
     ]
 
 
+def test_pip_error_is_found_in_a_docker_build_log_that_colours_stderr():
+    # Two stream chunks of a failed repo image build, joined as repo_image does, then the engine's own message.
+    log = (
+        "\x1b[91mERROR: Could not find a version that satisfies the requirement tiny>=2.7 (from freezer) (from versions: none)\n\x1b[0m"
+        "\x1b[91mERROR: No matching distribution found for tiny>=2.7\n\x1b[0m"
+        "\nThe command '/bin/sh -c python3 -m venv /opt/venv' returned a non-zero code: 1"
+    )
+    assert pip_error_lines(log) == [
+        "ERROR: Could not find a version that satisfies the requirement tiny>=2.7 (from freezer) (from versions: none)",
+        "ERROR: No matching distribution found for tiny>=2.7",
+    ]
+
+
 def test_pip_error_keeps_pips_own_errors_and_falls_back_to_the_last_line():
     no_project = "ERROR: file:///workspace does not appear to be a Python project: neither 'setup.py' nor 'pyproject.toml' found.\n"
     assert pip_error_lines(no_project) == [no_project.strip()]
@@ -103,3 +116,15 @@ def test_a_hatchling_wheelhouse_holds_editables_and_installs_editable_offline(tm
     subprocess.run([*pip, *map(str, wheelhouse.glob("*.whl"))], check=True)
     installed = subprocess.run([*pip, "--no-deps", "--no-build-isolation", "-e", str(root)], capture_output=True, text=True)
     assert installed.returncode == 0, pip_error_lines(installed.stderr)
+
+
+def test_editable_requirements_are_resolved_with_the_build_table_so_versions_cannot_conflict(tmp_path, monkeypatch):
+    import task_synth.wheelhouse as wheelhouse
+
+    # python-dateutil: the build table pins setuptools_scm<8, setup.cfg's setup_requires names it unpinned.
+    root = _project(tmp_path / "tiny", '[build-system]\nrequires = ["setuptools", "setuptools_scm<8.0"]\nbuild-backend = "setuptools.build_meta"\n')
+    calls = []
+    monkeypatch.setattr(wheelhouse, "_pip_wheel", lambda root, target, arguments, *rest: (target.mkdir(parents=True, exist_ok=True), calls.append(arguments)))
+    monkeypatch.setattr(wheelhouse, "editable_requirements", lambda root, wheels: ["setuptools_scm"])
+    build_wheelhouse(root, tmp_path / "cache")
+    assert calls[-1] == ["setuptools_scm", "setuptools", "setuptools_scm<8.0"]

@@ -7,20 +7,20 @@ import pytest
 
 from task_synth import pipeline
 from task_synth.errors import SynthError
-from task_synth.pipeline import EARLY_STOP_CANDIDATES, TASK_IMAGE_FAILED, repeated_setup_failure
+from task_synth.pipeline import EARLY_STOP_CANDIDATES, repeated_setup_failure
 from task_synth.settings import SynthSettings
 from task_synth.task_builder import BuiltTask
 
-PIP_ERROR = "building image the task image failed (error: metadata-generation-failed): check that the wheelhouse holds every dependency"
+ORACLE_ERROR = "3 tests fail with the solution, e.g. tests/test_data.py::test_load (FileNotFoundError: data/table.csv)"
 
 
-def test_three_task_images_failing_the_same_way_stop_with_pips_error_and_a_remedy():
-    message = repeated_setup_failure([("import_broken", TASK_IMAGE_FAILED + PIP_ERROR)] * 3)
+def test_three_oracle_failures_the_same_way_stop_with_the_error_and_a_remedy():
+    message = repeated_setup_failure([("oracle_failed", ORACLE_ERROR)] * 3)
     assert message is not None
     cause, error, remedy = message.splitlines()
-    assert "first 3 candidates" in cause and "task images do not build" in cause
-    assert error.strip() == PIP_ERROR
-    assert remedy.startswith("Remedy:") and "pip install -e ." in remedy
+    assert "first 3 candidates" in cause and "fresh task container" in cause
+    assert error.strip() == ORACLE_ERROR
+    assert remedy.startswith("Remedy:") and "git clone --depth 1" in remedy
 
 
 def test_the_same_import_error_or_oracle_message_three_times_stops():
@@ -51,16 +51,16 @@ def test_only_the_first_candidates_count():
     assert repeated_setup_failure([(None, ""), *[("timeout", "")] * 5]) is None
 
 
-def test_a_run_whose_task_images_all_fail_stops_after_the_first_candidates(monkeypatch):
+def test_a_run_whose_oracles_all_fail_stops_after_the_first_candidates(monkeypatch):
     tried = []
 
-    def failing(context, pool, unit, mode, created_images):
+    def failing(context, pool, unit, mode):
         tried.append(unit)
-        return BuiltTask(None, "import_broken", None, 0, TASK_IMAGE_FAILED + PIP_ERROR), 0
+        return BuiltTask(None, "oracle_failed", None, 0, ORACLE_ERROR), 0
 
     monkeypatch.setattr(pipeline, "_candidate", failing)
     context = SimpleNamespace(sandbox_pool=lambda size: contextlib.nullcontext())
     settings = SynthSettings(max_tasks=5, jobs=1)
-    with pytest.raises(SynthError, match="task images do not build") as raised:
-        pipeline._run_candidates(context, [(index, "stub") for index in range(13)], settings, pipeline.SynthReport(), [], lambda *_: None)
-    assert len(tried) == EARLY_STOP_CANDIDATES and PIP_ERROR in str(raised.value)
+    with pytest.raises(SynthError, match="fresh task container") as raised:
+        pipeline._run_candidates(context, [(index, "stub") for index in range(13)], settings, pipeline.SynthReport(), lambda *_: None)
+    assert len(tried) == EARLY_STOP_CANDIDATES and ORACLE_ERROR in str(raised.value)

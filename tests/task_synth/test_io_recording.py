@@ -40,7 +40,7 @@ from task_synth.io_recording import (
     unseen_checks,
 )
 from task_synth.repo_layout import read_layout
-from task_synth.task_store import write_store
+from task_synth.task_store import RepoFiles, write_store
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 FUNCTIONS = {"pkg.core": ["double", "letters"]}
@@ -442,13 +442,17 @@ def _hash_under(seed):
 def test_store_writes_io_checks_for_every_task_and_keeps_them_out_of_the_record(tmp_path):
     def record(identifier):
         return TaskRecord(
-            instance_id=identifier, repo="r", source_commit="c", image="i", mode="stub", deleted=[], problem_statement="p",
+            instance_id=identifier, repo="r", source_commit="c", image="i", workspace_archive=f"workspaces/{identifier}.tar.gz",
+            repo_dir="repos/r-c", mode="stub", deleted=[], problem_statement="p",
             FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], test_command="pytest", solution_patch="diff", test_files=[],
             stats=TaskStats(lines_deleted=1, covering_tests=1, complexity=1), created_at=datetime.now(UTC), synth_version="0",
         )
 
     check = IoCheck(module="pkg.core", qualname="double", args="(1,)", result="2")
-    write_store(tmp_path, [record("with"), record("without")], tmp_path, {"with": [check]})
+    workspaces = {"with": b"with", "without": b"without"}
+    write_store(tmp_path, [record("with"), record("without")], tmp_path, {"with": [check]}, workspaces, RepoFiles("repos/r-c", b"i", None))
+    assert (tmp_path / "workspaces" / "with.tar.gz").read_bytes() == b"with"
+    assert (tmp_path / "repos" / "r-c" / "install.tar.gz").read_bytes() == b"i"
     assert json.loads((tmp_path / "hidden" / "with" / "io_checks.json").read_text()) == [check.model_dump()]
     assert json.loads((tmp_path / "hidden" / "without" / "io_checks.json").read_text()) == []
     assert "double" not in (tmp_path / "tasks.jsonl").read_text()

@@ -29,12 +29,9 @@ def test_real_sdist_yields_a_validated_task(tmp_path, docker_backend, base_image
         sdist.extractall(tmp_path, filter="data")
     source = next(path for path in tmp_path.iterdir() if path.is_dir())
     report = synthesize(str(source), tmp_path / "store", SynthSettings(max_tasks=1, seed=0), backend=docker_backend)
-    try:
-        assert report.valid == 1
-        record = report.records[0]
-        assert record.FAIL_TO_PASS and record.PASS_TO_PASS
-        assert record.deleted[0].path.startswith("more_itertools/")
-        assert (tmp_path / "store" / "hidden" / record.instance_id / "solution.patch").exists()
-    finally:
-        for record in report.records:
-            docker_backend.client.images.remove(record.image, force=True)
+    assert report.valid == 1
+    record = report.records[0]
+    assert record.FAIL_TO_PASS and record.PASS_TO_PASS
+    assert record.deleted[0].path.startswith("more_itertools/")
+    assert (tmp_path / "store" / "hidden" / record.instance_id / "solution.patch").exists()
+    assert (tmp_path / "store" / record.workspace_archive).is_file()

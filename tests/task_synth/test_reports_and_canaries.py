@@ -63,3 +63,52 @@ def test_test_files_that_import_a_removed_name_run_whole():
     assert importing_test_files(texts, set(), {"minilib.parsing"}) == {"tests/test_parsing.py"}
     selected = ["tests/test_mathops.py::test_median_odd", "tests/test_textops.py::test_title_case_single_word"]
     assert pytest_arguments(selected, {"tests/test_mathops.py"}) == ["tests/test_mathops.py", selected[1]]
+
+
+def test_a_copy_of_the_deleted_code_inside_a_wheel_is_scanned_and_found_vendored(tmp_path):
+    import io
+    import zipfile
+
+    from task_synth.canary_scan import ImageIndex, is_vendored, scan_files, vendored_copy, with_zip_members
+    from task_synth.task_builder import removed_source
+
+    layout = read_layout(MINILIB)
+    deletion = delete_unit(layout, _unit(layout, "feature", "slugify"), "remove")
+    original = (MINILIB / deletion.unit.path).read_bytes()
+    wheel = io.BytesIO()
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:  # compressed: a plain byte search sees nothing
+        archive.writestr("vendor/textops.py", original)
+    members = dict(with_zip_members("usr/share/python-wheels/vendor-1-py3-none-any.whl", wheel.getvalue()))
+    assert members["usr/share/python-wheels/vendor-1-py3-none-any.whl!vendor/textops.py"] == original
+    canaries = canaries_for(deletion, b"", set())
+    hits = scan_files([("usr/share/python-wheels/vendor-1-py3-none-any.whl", wheel.getvalue())], canaries, set(), [])
+    assert "usr/share/python-wheels/vendor-1-py3-none-any.whl!vendor/textops.py" in [hit.path for hit in hits]
+    # An image that holds the wheel holds most of the deleted lines: a vendored copy, whatever the canaries.
+    index = ImageIndex()
+    for _, data in members.items():
+        index.add(data)
+    found, total = vendored_copy(removed_source(deletion), index)
+    assert total >= 3 and is_vendored(found, total)
+    assert not is_vendored(*vendored_copy(removed_source(deletion), ImageIndex()))
+
+
+def test_a_damaged_zip_is_scanned_as_plain_bytes():
+    from task_synth.canary_scan import with_zip_members
+
+    assert list(with_zip_members("opt/x.whl", b"PK\x03\x04 not really")) == [("opt/x.whl", b"PK\x03\x04 not really")]
+
+
+def test_a_unit_too_small_for_a_distinctive_name_is_marked_by_its_lines():
+    from task_synth.canary_scan import ImageIndex, scan_files
+
+    layout = read_layout(MINILIB)
+    deletion = delete_unit(layout, _unit(layout, "function", "lcm"), "stub")
+    remaining = b"\n".join((text or "").encode() for text in deletion.changed.values())
+    bare = canaries_for(deletion, remaining, {b"product"})  # the image uses the name `product` anyway
+    assert not bare.identifiers and not bare.literals
+    assert b"return product // gcd(a, b)" in bare.lines
+    copy = (MINILIB / deletion.unit.path).read_bytes()
+    assert [hit.path for hit in scan_files([("root/.cache/old/mathops.py", copy)], bare, set(), [])] == ["root/.cache/old/mathops.py"]
+    index = ImageIndex()
+    index.add(copy)  # a line the image holds anyway marks nothing
+    assert b"return product // gcd(a, b)" not in canaries_for(deletion, remaining, {b"product"}, index.lines).lines

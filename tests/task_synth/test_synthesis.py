@@ -1,19 +1,23 @@
-"""Synthesis on the minilib fixture, end to end on the real Docker engine: tasks, store, images, leaks, determinism."""
+"""Synthesis on the minilib fixture, end to end on the real Docker engine: tasks as files on one repository image,
+the store, leaks, determinism."""
 
 import ast
 import importlib
+import io
 import json
 import shlex
 import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
+from env_server.task_store import TaskStore
 from proto.tasks import IoCheck, TaskRecord
 from task_synth.candidates import enumerate_units
-from task_synth.canary_scan import canaries_for, image_tokens, scan_image
+from task_synth.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
 from task_synth.deletion import delete_unit
 from task_synth.io_recording import MAX_CHECKS, MAX_UNSEEN
 from task_synth.pipeline import synthesize
@@ -28,26 +32,22 @@ MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 SETTINGS = SynthSettings(modes=["stub", "remove", "file"], max_tasks=3, seed=0, jobs=2)
 
 
-def _remove_images(backend, records):
-    for record in records:
-        try:
-            backend.client.images.remove(record.image, force=True)
-        except Exception:
-            pass
-
-
 @pytest.fixture(scope="module")
 def synthesized(docker_backend, base_image, tmp_path_factory):
     store = tmp_path_factory.mktemp("store")
     report = synthesize(str(MINILIB), store, SETTINGS, backend=docker_backend)
-    yield report, store
-    _remove_images(docker_backend, report.records)
+    return report, store
+
+
+def _task_sandbox(docker_backend, store: Path, record: TaskRecord):
+    """A container of the repository image made into the task's, as the env server's reset does."""
+    return TaskStore(store).get(record.instance_id).seed(docker_backend.create(record.image, workdir="/workspace"))
 
 
 def _grade(docker_backend, record: TaskRecord, store: Path, apply_solution: bool) -> dict[str, bool]:
     """What the grader does: fresh container, pristine tests in, optionally the patch, then F2P + P2P."""
     hidden = store / "hidden" / record.instance_id
-    with docker_backend.create(record.image, workdir="/workspace") as sb:
+    with _task_sandbox(docker_backend, store, record) as sb:
         for test_file in record.test_files:
             sb.write_file(f"/workspace/{test_file}", (hidden / "tests" / test_file).read_bytes())
         if apply_solution:
@@ -79,6 +79,17 @@ def test_store_follows_the_task_store_contract(synthesized):
         for test_file in record.test_files:
             assert (hidden / "tests" / test_file).read_bytes() == (MINILIB / test_file).read_bytes()
         assert record.split == "train" and record.stats.lines_deleted > 0
+        assert record.stats.fail_to_pass == len(record.FAIL_TO_PASS)
+        assert record.stats.statement_chars == len(record.problem_statement)
+    # Tasks are files on one repository image: a workspace archive each, one install archive and wheelhouse.
+    assert {record.image for record in records} == {report.repo_image}
+    assert {record.repo_dir for record in records} == {f"repos/minilib-{report.commit[:12]}"}
+    repo = store / records[0].repo_dir
+    assert (repo / "install.tar.gz").is_file() and any((repo / "wheels").glob("pytest-*.whl"))
+    for record in records:
+        names = [path for path, _ in archive_files((store / record.workspace_archive).read_bytes())]
+        assert "workspace/src/minilib/__init__.py" in names and "workspace/.git/HEAD" in names
+        assert not any(name.startswith("workspace/tests/") and name.endswith(".pyc") for name in names)
     table = pq.read_table(store / "tasks.parquet")
     assert table.column("instance_id").to_pylist() == [r.instance_id for r in records]
     assert json.loads(json.dumps(table.to_pylist()[0]["deleted"]))[0]["kind"] == records[0].deleted[0].kind
@@ -96,7 +107,7 @@ def test_every_task_passes_its_oracle_and_fails_without_it(synthesized, docker_b
 
 
 def test_every_workspace_is_one_commit_without_caches_or_installed_copy(synthesized, docker_backend):
-    report, _ = synthesized
+    report, store = synthesized
     checks = {
         "commits": "git rev-list --all --count",
         "refs": "git for-each-ref | wc -l",
@@ -110,7 +121,7 @@ def test_every_workspace_is_one_commit_without_caches_or_installed_copy(synthesi
         "site_copy": "ls /opt/venv/lib/python3*/site-packages | grep -c '^minilib$' || true",
     }
     for record in report.records:
-        with docker_backend.create(record.image, workdir="/workspace") as sb:
+        with _task_sandbox(docker_backend, store, record) as sb:
             found = {name: sb.exec(command, cwd="/workspace").stdout.strip() for name, command in checks.items()}
         assert found == {
             "commits": "1",
@@ -192,47 +203,54 @@ def _deletion_of(record: TaskRecord):
 
 
 @pytest.fixture(scope="module")
-def repo_tokens(synthesized, docker_backend):
-    return image_tokens(docker_backend, synthesized[0].repo_image)
+def repo_index(synthesized, docker_backend):
+    index, hits = index_image(docker_backend, synthesized[0].repo_image, ["minilib"])
+    assert hits == [], "the repository image holds an installed copy of minilib or a cache"
+    return index
 
 
-def _canaries(record, repo_tokens, tmp_path):
+def _canaries(record, store, repo_index):
     layout, deletion = _deletion_of(record)
-    workspace = tmp_path / f"ws-{record.instance_id}"
-    shutil.copytree(MINILIB, workspace)
-    for path, text in deletion.changed.items():
-        (workspace / path).unlink() if text is None else (workspace / path).write_text(text)
-    return layout, deletion, canaries_for(deletion, workspace_text(workspace), repo_tokens)
+    archive = (store / record.workspace_archive).read_bytes()
+    return layout, deletion, canaries_for(deletion, workspace_text(archive), repo_index.tokens)
 
 
-def test_task_images_have_no_canary_hits(synthesized, docker_backend, repo_tokens, tmp_path):
-    report, _ = synthesized
+def test_task_files_and_the_repo_image_have_no_canary_hits(synthesized, docker_backend, repo_index):
+    report, store = synthesized
+    install = (store / report.records[0].repo_dir / "install.tar.gz").read_bytes()
     for record in report.records:
-        layout, _, canaries = _canaries(record, repo_tokens, tmp_path)
-        if record.mode == "file":
-            assert canaries, "a deleted module always leaves distinctive names behind"
+        layout, _, canaries = _canaries(record, store, repo_index)
+        assert canaries, "every accepted task has canaries (else it is unscannable)"
+        files = [*archive_files((store / record.workspace_archive).read_bytes()), *archive_files(install)]
+        assert scan_files(files, canaries, set(layout.test_files), ["minilib"]) == []
         assert scan_image(docker_backend, record.image, canaries, set(layout.test_files), ["minilib"]) == []
 
 
-def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_tokens, tmp_path):
-    """A stale .pyc of the original module and a .mypy_cache holding the deleted code both hit."""
+def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_index, tmp_path):
+    """A stale .pyc of the original module, a .mypy_cache holding the deleted code, and a copy inside a wheel all hit."""
     import py_compile
 
-    report, _ = synthesized
+    report, store = synthesized
     record = next(r for r in report.records if r.mode == "stub")
-    layout, deletion, canaries = _canaries(record, repo_tokens, tmp_path)
+    layout, deletion, canaries = _canaries(record, store, repo_index)
     assert canaries.identifiers
     context = tmp_path / "leaky"
     context.mkdir()
     py_compile.compile(str(MINILIB / deletion.unit.path), cfile=str(context / "stale.pyc"))
     (context / "meta.json").write_text(json.dumps({"source": (MINILIB / deletion.unit.path).read_text()}))
+    wheel = io.BytesIO()
+    with zipfile.ZipFile(wheel, "w", zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("vendored/copy.py", (MINILIB / deletion.unit.path).read_text())
+    (context / "vendored-0.1-py3-none-any.whl").write_bytes(wheel.getvalue())
     (context / "Dockerfile").write_text(
         "ARG TASK_IMAGE\nFROM ${TASK_IMAGE}\n"
         "COPY stale.pyc /usr/lib/python3/dist-packages/__pycache__/stale.cpython-311.pyc\n"
         "COPY meta.json /workspace/.mypy_cache/3.11/minilib/meta.json\n"
+        "COPY vendored-0.1-py3-none-any.whl /usr/share/python-wheels/vendored-0.1-py3-none-any.whl\n"
     )
     leaky = "regrow/test-leaky-task:planted"
     docker_backend.client.images.build(path=str(context), tag=leaky, buildargs={"TASK_IMAGE": record.image}, network_mode="none", rm=True)
+    # The planted files sit on the repository image; the workspace that a reset writes is scanned on its own.
     try:
         hits = scan_image(docker_backend, leaky, canaries, set(layout.test_files), ["minilib"])
     finally:
@@ -243,6 +261,7 @@ def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_
     assert by_path["usr/lib/python3/dist-packages/__pycache__/stale.cpython-311.pyc"] <= {c.decode() for c in canaries.identifiers}
     assert "cache left behind" in by_path["workspace/.mypy_cache/3.11/minilib/meta.json"]
     assert len(by_path["workspace/.mypy_cache/3.11/minilib/meta.json"]) == 2  # the cache itself and a canary in it
+    assert by_path["usr/share/python-wheels/vendored-0.1-py3-none-any.whl!vendored/copy.py"]
 
 
 def test_same_seed_gives_the_same_task_whatever_the_jobs(synthesized, docker_backend, tmp_path):
@@ -253,4 +272,35 @@ def test_same_seed_gives_the_same_task_whatever_the_jobs(synthesized, docker_bac
     second = again.records[0]
     fields = ("instance_id", "image", "FAIL_TO_PASS", "PASS_TO_PASS", "solution_patch", "problem_statement", "deleted")
     assert {f: getattr(second, f) for f in fields} == {f: getattr(first, f) for f in fields}
+    # The same files with the same bytes; git's index alone holds the host's stat data and differs.
+    files = [{path: data for path, data in archive_files(run.workspaces[record.instance_id]) if path != "workspace/.git/index"}
+             for run, record in ((again, second), (report, first))]
+    assert files[0] == files[1]
     assert again.io_checks[second.instance_id] == report.io_checks[first.instance_id]
+
+
+def test_a_copied_store_is_served_after_images_build_alone(synthesized, docker_backend, tmp_path):
+    """Another host has the store's files but not its repository image: `regrow images build --tasks` rebuilds it."""
+    import uuid
+
+    from typer.testing import CliRunner
+
+    from regrow.cli import app
+
+    _, store = synthesized
+    copy = tmp_path / "copied-store"
+    shutil.copytree(store, copy)
+    tag = f"regrow/test-copied-repo:{uuid.uuid4().hex[:12]}"  # a tag this engine has never seen
+    records = [record.model_copy(update={"image": tag}) for record in read_records(copy)]
+    (copy / "tasks.jsonl").write_text("".join(record.model_dump_json() + "\n" for record in records))
+    assert TaskStore(copy).missing_images(docker_backend.image_exists) == [tag]
+    result = CliRunner().invoke(app, ["images", "build", "--tasks", str(copy)])
+    try:
+        assert result.exit_code == 0, result.output
+        assert f"{tag}: built" in result.output and docker_backend.image_exists(tag)
+        record = records[0]
+        with _task_sandbox(docker_backend, copy, record) as sb:
+            imported = sb.exec("python -c 'import minilib, sys; print(minilib.__file__)'", cwd="/workspace")
+        assert imported.stdout.strip() == "/workspace/src/minilib/__init__.py", imported.stderr
+    finally:
+        docker_backend.client.images.remove(tag, force=True)

@@ -84,7 +84,24 @@ def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_
     assert normalize.fail_to_pass == ["tests/test_words.py::test_normalize_strips_and_lowers"]
     assert normalize.trivially_passed == ["tests/test_words.py::test_normalize_is_deterministic"]
     assert "tests/test_words.py::test_normalize_is_deterministic" not in normalize.pass_to_pass
-    assert normalize.stand_in_executions == 2 + 1 + 1  # the later stand-ins run only the test still standing
+    assert normalize.stand_in_executions == 2 * 3  # one process, a round per stand-in, both F2P tests in each
     # `return None` passes `remember(x) is None`, the only test remember's deletion fails.
     assert remember.rejection == "trivially_solvable" and not remember.fail_to_pass
-    assert "return None" in remember.detail and remember.stand_in_executions == 1 + 1
+    assert "return None" in remember.detail and remember.stand_in_executions == 1 * 3
+
+
+def test_a_repeated_run_reports_each_round_and_tells_the_tests_their_round(docker_backend, base_image, words_repo, tmp_path):
+    from task_synth.test_runs import run_tests
+
+    (words_repo / "tests" / "test_rounds.py").write_text(
+        "import os\n\n\ndef test_passes_in_round_one_only():\n    assert os.environ['REGROW_ROUND'] == '1'\n"
+    )
+    settings = SynthSettings(modes=["stub"], baseline_runs=1, flaky_reruns=0)
+    (tmp_path / "scratch").mkdir()
+    context = prepare_repo(str(words_repo), settings, docker_backend, tmp_path / "scratch", [])
+    tests = ["tests/test_rounds.py::test_passes_in_round_one_only", "tests/test_words.py::test_remember_returns_nothing"]
+    with context.sandbox() as sb:
+        run = run_tests(sb, settings.test_command, tests, 120, repeat=3)
+    assert [outcomes[tests[0]] for outcomes in run.rounds] == [False, True, False]
+    assert [outcomes[tests[1]] for outcomes in run.rounds] == [True, True, True]
+    assert run.outcomes == {tests[0]: False, tests[1]: True} and run.executions == 6
