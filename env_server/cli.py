@@ -73,12 +73,14 @@ def bench_server(
     repetitions: int = typer.Option(50, min=5, help="Steps measured per transport."),
     episodes: int = typer.Option(16, min=1, help="Concurrent episodes in the load test."),
     steps: int = typer.Option(20, min=1, help="Steps per episode in the load test (then submit)."),
+    store_size: int = typer.Option(50, "--store-size", min=1, help="Tasks in the store the resets draw from; a smaller "
+                                   "store is widened with copies of its tasks under new ids."),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
-    """Step overhead of /ws and gRPC over a direct exec, warm reset, and a concurrent load test."""
+    """Step overhead of /ws and gRPC over a direct exec, warm reset against a cold create, and a concurrent load test."""
     from env_server.bench import run_server_bench
 
-    sys.stdout.write(json.dumps(run_server_bench(tasks, repetitions, episodes, steps), indent=2) + "\n")
+    sys.stdout.write(json.dumps(run_server_bench(tasks, repetitions, episodes, steps, store_size), indent=2) + "\n")
 
 
 def bench_grade(

@@ -8,6 +8,7 @@ import tarfile
 import threading
 import time
 import uuid
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -20,6 +21,7 @@ from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.tools import ToolResult, call_tool
 from env_server.trace_store import TraceStore
+from env_server.workspace_layers import WorkspaceLayers
 from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
@@ -93,6 +95,19 @@ class Episode:
     done: bool = False
     details: RewardDetails | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # The task's own files still being written into a pooled sandbox; every use of the sandbox waits for it.
+    seeding: Future | None = None
+
+    def sandbox_ready(self) -> Sandbox:
+        """The sandbox once the task's files are in it; SandboxGone when writing them failed."""
+        if self.seeding is not None:
+            try:
+                self.seeding.result()
+            except SandboxGone:
+                raise
+            except Exception as error:
+                raise SandboxGone(f"the task's files could not be written into the sandbox: {error}") from error
+        return self.sandbox
 
 
 class EpisodeRuntime:
@@ -106,6 +121,11 @@ class EpisodeRuntime:
         self.limits = SandboxSettings().limits()
         self.labels = {SERVER_LABEL: self.server_id}
         self.pools: dict[str, WarmPool] = {}
+        self._pool_tasks = store.pool_keys()
+        # Writes a task's rest into its pooled sandbox while the reset answers and the policy reads the statement.
+        self._seeder = ThreadPoolExecutor(max(2, settings.max_episodes), thread_name_prefix="seed")
+        self._workspace_layers: dict[str, WorkspaceLayers] = {}
+        self._layers_lock = threading.Lock()
         self.pristine = PristineCache()
         self.reaper = Reaper(backend, interval_s=settings.reaper_interval_s)
         self._episodes: dict[str, Episode] = {}
@@ -118,18 +138,24 @@ class EpisodeRuntime:
 
     def start(self) -> EpisodeRuntime:
         """Reap orphans of earlier servers, fill the warm pools, start the idle-episode reaper."""
+        missing = self.store.missing_images(self.backend.image_exists)
+        if missing:
+            raise RuntimeError(f"the engine lacks the image(s) {', '.join(missing)} of task store {self.store.root}: run "
+                               f"`regrow images build --tasks {self.store.root}` (it rebuilds repository images from the "
+                               "store's wheels), or synthesize the tasks again on this host")
         reaped = self.reaper.reap_once()
         log_event("server.start", server_id=self.server_id, orphans_reaped=len(reaped), tasks=len(self.store.tasks))
         self.reaper.start()
         budget = self.settings.warm_pool_total
-        for image in self.store.images():
+        for key, tasks in self._pool_tasks.items():
             size = min(self.settings.warm_pool_per_image, budget)
             if size <= 0:
                 break
             budget -= size
-            pool = WarmPool(self.backend, image, size, limits=self.limits, labels=self.labels)
-            self.pools[image] = pool
-            self.metrics.warm_pool_ready.labels(image).set_function(lambda pool=pool: pool.ready)
+            pool = WarmPool(self.backend, tasks[0].record.image, size, limits=self.limits, labels=self.labels,
+                            prepare=lambda sb, key=key: self._prepare(key, sb), name=key)
+            self.pools[key] = pool
+            self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(lambda pool=pool: pool.ready)
         self.metrics.active_episodes.set_function(lambda: len(self._episodes))
         self._idle_thread.start()
         return self
@@ -144,6 +170,7 @@ class EpisodeRuntime:
         for pool in self.pools.values():
             pool.close()
         self.reaper.stop()
+        self._seeder.shutdown(wait=True, cancel_futures=True)
         for container in self.backend.managed_containers():
             if container.get("Labels", {}).get(SERVER_LABEL) == self.server_id:
                 self.backend.remove(container["Id"])
@@ -154,12 +181,52 @@ class EpisodeRuntime:
 
     # --- episodes --------------------------------------------------------------------------------
 
-    def _sandbox(self, image: str) -> Sandbox:
+    def _layers(self, key: str) -> WorkspaceLayers:
+        """The workspace layers of a pool key, computed from its tasks' archives the first time they are needed."""
+        with self._layers_lock:
+            if key not in self._workspace_layers:
+                tasks = self._pool_tasks[key]
+                self._workspace_layers[key] = WorkspaceLayers.of(task.workspace_archive() for task in tasks)
+            return self._workspace_layers[key]
+
+    def _prepare(self, key: str, sandbox: Sandbox) -> None:
+        """Ready a pooled container for any task of `key`: the install and the workspace every task of it shares."""
+        first = self._pool_tasks[key][0]
+        if first.as_files:
+            first.prepare(sandbox)
+            sandbox.import_tree("/", self._layers(key).base)
+
+    def _sandbox(self, task: Task) -> Sandbox:
+        """A started container of the task's image with the task's files in it."""
+        sandbox, rest = self._acquire(task)
+        if rest is not None:
+            self._write_rest(sandbox, rest)
+        return sandbox
+
+    def _acquire(self, task: Task) -> tuple[Sandbox, bytes | None]:
+        """A started container of the task's image, and what is left to write into it: for a task stored as files,
+        from a pool, the task's rest over the pooled base (else None: the sandbox is complete)."""
+        image, pool = task.record.image, self.pools.get(task.pool_key)
         try:
-            pool = self.pools.get(image)
-            return pool.acquire() if pool else self.backend.create(image, limits=self.limits, labels=self.labels)
-        except SandboxError:
+            sandbox = pool.acquire() if pool else self.backend.create(image, limits=self.limits, labels=self.labels)
+        except (SandboxError, OSError):
             self.metrics.sandbox_failures.labels("create").inc()
+            raise
+        try:
+            if pool is None or not task.as_files:
+                return task.seed(sandbox), None
+            return sandbox, self._layers(task.pool_key).rest(task.id, task.workspace_archive())
+        except BaseException:
+            self.metrics.sandbox_failures.labels("create").inc()
+            sandbox.destroy()
+            raise
+
+    def _write_rest(self, sandbox: Sandbox, rest: bytes) -> None:
+        try:
+            sandbox.import_tree("/", rest)
+        except BaseException:
+            self.metrics.sandbox_failures.labels("create").inc()
+            sandbox.destroy()
             raise
 
     def pick_task(self, task_id: str | None, seed: int | None, split: str | None) -> Task:
@@ -179,7 +246,7 @@ class EpisodeRuntime:
                 raise EpisodeError(f"episode id {episode_id!r} is already used; choose another or omit it")
             self._reserved += 1
         try:
-            sandbox = self._sandbox(task.record.image)
+            sandbox, rest = self._acquire(task)
         finally:
             with self._lock:
                 self._reserved -= 1
@@ -189,6 +256,8 @@ class EpisodeRuntime:
         episode = Episode(id=new_id, task=task, sandbox=sandbox, trace=trace, addressable=episode_id is not None,
                           deadline=time.monotonic() + self.settings.wall_clock_budget_s,
                           steps_left=self.settings.step_budget)
+        if rest is not None:
+            episode.seeding = self._seeder.submit(self._write_rest, sandbox, rest)
         with self._lock:
             self._episodes[new_id] = episode
         self.traces.start_episode(trace)
@@ -263,7 +332,7 @@ class EpisodeRuntime:
         if action.tool == "submit":
             return ToolResult(output="submitted")
         try:
-            return call_tool(episode.sandbox, action.tool, args, self.settings)
+            return call_tool(episode.sandbox_ready(), action.tool, args, self.settings)
         except SandboxGone as error:
             self.metrics.sandbox_failures.labels("exec").inc()
             self.abort(episode, f"sandbox gone: {error}", lock_held=True)
@@ -281,7 +350,7 @@ class EpisodeRuntime:
     def _finish(self, episode: Episode, status: str, result: ToolResult) -> CodingObservation:
         """Grade the workspace, end the episode, and build the final observation."""
         try:
-            details = grade(episode.task, episode.sandbox, lambda: self._sandbox(episode.task.record.image),
+            details = grade(episode.task, episode.sandbox_ready(), lambda: self._sandbox(episode.task),
                             self.pristine, self.settings.grade_limits())
         except (SandboxError, OSError, ValueError, tarfile.TarError) as error:
             self.metrics.sandbox_failures.labels("grade").inc()

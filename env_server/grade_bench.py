@@ -17,7 +17,7 @@ from sandbox.settings import SandboxSettings
 def _bare_run(backend: DockerBackend, task: Task, timeout_s: float) -> float:
     """A fresh container, the task's own test command on F2P + P2P with the solution in place, and its removal."""
     started = time.perf_counter()
-    sb = backend.create(task.record.image, limits=SandboxSettings().limits())
+    sb = task.seed(backend.create(task.record.image, limits=SandboxSettings().limits()))
     seconds = time.perf_counter() - started
     try:
         _apply_solution(sb, task)  # not timed: grading starts from a workspace the agent already changed
@@ -39,11 +39,11 @@ def _apply_solution(sb: Sandbox, task: Task) -> None:
 def _graded_run(backend: DockerBackend, task: Task, settings: ServerSettings, cache: PristineCache) -> tuple[float, float]:
     """(seconds, reward) of grading the task's own solution, every defence on, containers started cold."""
     limits = SandboxSettings().limits()
-    agent = backend.create(task.record.image, limits=limits)
+    agent = task.seed(backend.create(task.record.image, limits=limits))
     try:
         _apply_solution(agent, task)
         started = time.perf_counter()
-        details = grade(task, agent, lambda: backend.create(task.record.image, limits=limits), cache,
+        details = grade(task, agent, lambda: task.seed(backend.create(task.record.image, limits=limits)), cache,
                         settings.grade_limits())
         return time.perf_counter() - started, details.reward
     finally:

@@ -8,6 +8,7 @@ a forged run visible: its reward is 0 and `tampered` is set.
 
 from __future__ import annotations
 
+import gzip
 import logging
 import posixpath
 import random
@@ -34,6 +35,7 @@ log = logging.getLogger(__name__)
 
 AGENT_HOME = "/home/agent"
 _ROOT_FOLDERS = ("workspace", "home", "home/agent")
+_CONFIG_NAMES = frozenset(name for name, _ in PYTEST_CONFIGS)
 # Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).
 _PLUGIN_PROBE = ("import importlib.metadata as m\n"
                  "print('\\n'.join(sorted({e.module for e in m.entry_points(group='pytest11')})))")
@@ -50,26 +52,33 @@ class Pristine:
 
 @dataclass
 class PristineCache:
-    """Pristine trees by image, each read once from a fresh container before any submission is written to it."""
+    """Pristine trees by task (stored as files) or image, each read once: from the task's workspace archive, else from
+    a fresh container before any submission is written to it."""
 
     trees: dict[str, Pristine] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def get(self, task: Task, sb: Sandbox, limits: GradeLimits) -> Pristine:
+        key = task.id if task.as_files else task.record.image
         with self.lock:
-            known = self.trees.get(task.record.image)
+            known = self.trees.get(key)
         if known is not None:
             return known
         # The Python sources are kept: the static scan compares each changed module with its pristine self.
-        tree = read_tree(sb.export_tree(WORKSPACE, limits.tree_cap_bytes), lambda path, _: path.endswith(".py"))
-        candidates = {name: sb.read_file(f"{WORKSPACE}/{name}") for name, _ in PYTEST_CONFIGS if name in tree.entries}
+        keep_sources = lambda path, _: path.endswith(".py") or path in _CONFIG_NAMES  # noqa: E731
+        if task.as_files:
+            tree = read_tree([gzip.decompress(task.workspace_archive())], keep_sources)
+        else:
+            tree = read_tree(sb.export_tree(WORKSPACE, limits.tree_cap_bytes), keep_sources)
+        candidates = {name: tree.data[name] if name in tree.data else sb.read_file(f"{WORKSPACE}/{name}")
+                      for name in _CONFIG_NAMES if name in tree.entries}
         plugins = task.record.pytest_plugins
         if plugins is None:
             probe = sb.exec(["python", "-I", "-c", _PLUGIN_PROBE], timeout=60, cwd="/")
             plugins = probe.stdout.split() if probe.exit_code == 0 else []
         pristine = Pristine(tree, pytest_config(candidates), tuple(plugins))
         with self.lock:
-            self.trees[task.record.image] = pristine
+            self.trees[key] = pristine
         return pristine
 
 

@@ -1,4 +1,4 @@
-"""Reads a task store (tasks.jsonl plus hidden/<id>/) and picks tasks by id or by seed and split."""
+"""Reads a task store (tasks.jsonl, workspaces/, hidden/<id>/, repos/) and picks tasks by id or by seed and split."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from proto.tasks import IoCheck, TaskRecord
+from sandbox import Sandbox
 
 
 class UnknownTask(LookupError):
@@ -20,10 +21,50 @@ class Task:
 
     record: TaskRecord
     hidden_dir: Path
+    store_root: Path | None = None
 
     @property
     def id(self) -> str:
         return self.record.instance_id
+
+    @property
+    def as_files(self) -> bool:
+        """True when the task is files on top of its repository's image, False when its image holds the workspace."""
+        return self.record.workspace_archive is not None
+
+    def _stored(self, relative: str) -> bytes:
+        root = self.store_root or self.hidden_dir.parent.parent
+        path = root / relative
+        if not path.is_file():
+            raise FileNotFoundError(f"task {self.id}: {path} is missing; copy the whole task store, or synthesize it again")
+        return path.read_bytes()
+
+    def workspace_archive(self) -> bytes:
+        """The gzipped tar of the task's /workspace, rooted at `workspace/`."""
+        return self._stored(self.record.workspace_archive or "")
+
+    def install_archive(self) -> bytes:
+        """The gzipped tar of what the editable install adds to the repository image, rooted at /."""
+        return self._stored(f"{self.record.repo_dir}/install.tar.gz")
+
+    @property
+    def pool_key(self) -> str:
+        """Tasks with one key can share warm containers: the same image and, for tasks as files, the same install."""
+        return f"{self.record.image} {self.record.repo_dir}" if self.as_files else self.record.image
+
+    def prepare(self, sandbox: Sandbox) -> Sandbox:
+        """What every task of this pool key writes into a fresh container: the editable install's files."""
+        if self.as_files:
+            sandbox.import_tree("/", self.install_archive())
+        return sandbox
+
+    def seed(self, sandbox: Sandbox) -> Sandbox:
+        """Make a started container of the task's image into the task's: for a task stored as files, the editable
+        install's files and then the workspace are written in, as archives, no pip run."""
+        if self.as_files:
+            self.prepare(sandbox)
+            sandbox.import_tree("/", self.workspace_archive())
+        return sandbox
 
     def pristine_tests(self) -> dict[str, bytes]:
         """Each test file's pristine bytes, by path relative to the repository root."""
@@ -56,12 +97,29 @@ class TaskStore:
         for number, line in enumerate(jsonl.read_text().splitlines(), 1):
             if line.strip():
                 record = TaskRecord.model_validate_json(line)
-                self.tasks[record.instance_id] = Task(record, self.root / "hidden" / record.instance_id)
+                self.tasks[record.instance_id] = Task(record, self.root / "hidden" / record.instance_id, self.root)
         if not self.tasks:
             raise ValueError(f"{jsonl} holds no tasks")
+        for task in self.tasks.values():
+            if task.as_files:
+                for relative in (task.record.workspace_archive, f"{task.record.repo_dir}/install.tar.gz"):
+                    if not (self.root / relative).is_file():
+                        raise FileNotFoundError(f"task {task.id}: {self.root / relative} is missing; copy the whole task "
+                                                "store, or synthesize it again")
+
+    def missing_images(self, exists) -> list[str]:
+        """The images of the store that `exists(tag)` says the engine lacks."""
+        return [image for image in self.images() if not exists(image)]
 
     def images(self) -> list[str]:
         return sorted({task.record.image for task in self.tasks.values()})
+
+    def pool_keys(self) -> dict[str, list[Task]]:
+        """The tasks of each pool key, in id order; the first one's `prepare` readies containers for all of them."""
+        keys: dict[str, list[Task]] = {}
+        for task in sorted(self.tasks.values(), key=lambda t: t.id):
+            keys.setdefault(task.pool_key, []).append(task)
+        return dict(sorted(keys.items()))
 
     def splits(self) -> list[str]:
         return sorted({task.record.split for task in self.tasks.values()})

@@ -90,7 +90,7 @@ def test_metrics_report_episodes_latency_rewards_pool_and_failures(server, playe
     assert 'regrow_episodes_total{status="submitted"}' in text
     assert 'regrow_step_seconds_bucket{le="0.5",tool="run"}' in text
     assert "regrow_reward_count" in text and 'regrow_reward_bucket{le="1.0"}' in text
-    assert 'regrow_warm_pool_ready{image="regrow/demo-task:' in text
+    assert 'regrow_warm_pool_ready{image="regrow/demo-repo:' in text
     assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
 
 
