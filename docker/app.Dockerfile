@@ -1,5 +1,5 @@
 # The regrow service image (env server and synth job), built with no network from the host's wheelhouse.
-ARG BASE_IMAGE=regrow/base:0.1.0
+ARG BASE_IMAGE=regrow/base:0.1.0-r2
 FROM ${BASE_IMAGE}
 COPY .cache/wheelhouse /opt/regrow/wheelhouse
 # First the wheelhouse's pip: the one that resolved the set installs it (Debian's bundled pip is older).

@@ -4,6 +4,8 @@ import json
 import logging
 import sys
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 
@@ -50,18 +52,31 @@ def print_json(payload: object) -> None:
 
 
 @images_app.command("build")
-def images_build(force: bool = typer.Option(False, help="Rebuild even when the image exists.")) -> None:
-    """Build regrow/base from the machine's apt mirror, unless it exists."""
+def images_build(
+    force: bool = typer.Option(False, help="Rebuild the base image even when it exists."),
+    tasks: Path = typer.Option(None, "--tasks", help="Also build the repository images this task store needs, from its wheels."),
+) -> None:
+    """Build regrow/base from the machine's apt mirror, unless it exists; with --tasks, the store's repository images."""
     from sandbox import DockerBackend, SandboxError
     from sandbox.base_image import BASE_IMAGE, build_base_image
+    from task_synth.errors import SynthError
+    from task_synth.repo_image import build_store_images
+    from task_synth.task_store import read_records
 
     try:
         backend = DockerBackend()
         with console.status(f"building {BASE_IMAGE} (debootstrap, a few minutes)..."):
             built = build_base_image(backend, BASE_IMAGE, force=force)
-    except SandboxError as error:
+        console.print(f"{BASE_IMAGE}: {'built' if built else 'present'}")
+        if tasks is not None:
+            records = read_records(tasks)
+            if not records:
+                fail(f"{tasks} holds no tasks.jsonl with tasks: point --tasks at a directory written by `regrow synth`")
+            with console.status(f"building the repository images of {tasks}..."):
+                for tag, made in build_store_images(backend, records, tasks).items():
+                    console.print(f"{tag}: {'built' if made else 'present'}")
+    except (SandboxError, SynthError) as error:
         fail(str(error))
-    console.print(f"{BASE_IMAGE}: {'built' if built else 'present'}")
 
 
 @bench_app.command("sandbox")
