@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from sandbox import Sandbox
 from task_synth.candidates import Unit
 from task_synth.errors import SynthError
+from task_synth.pytest_compat import dropped_doctests, project_addopts
 from task_synth.repo_layout import RepoLayout
 from task_synth.test_runs import EXCEPTION_LINE, TestRun, coverage_map, run_tests
 from task_synth.mention_index import mention_index
@@ -81,7 +82,10 @@ def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, 
         if run.timed_out:
             raise SynthError(f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or pass a narrower --test-cmd")
         if run.exit_code == 5 or (index == 0 and not run.outcomes and run.exit_code == 0):
-            raise SynthError(f"`{test_command}` collected no tests in {layout.root.name}: point --test-cmd at the tests, or pick a repository that has some")
+            doctests = (" (doctests do not count: its pytest config asks for them, but the agent edits the files they"
+                        " live in)") if dropped_doctests(project_addopts(layout.root)) else ""
+            raise SynthError(f"`{test_command}` collected no tests in {layout.root.name}{doctests}: point --test-cmd at "
+                             "the tests, or pick a repository that has some")
         if not run.outcomes:
             raise SynthError(f"the test suite does not run at baseline ({suite_error(run)}): fix the suite or pass a working --test-cmd")
         collected |= set(run.outcomes)

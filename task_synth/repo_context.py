@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import queue
+import shlex
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,13 +15,16 @@ from sandbox import DockerBackend, Limits, Sandbox
 from task_synth.baseline import Baseline, run_baseline
 from task_synth.canary_scan import ImageIndex, index_image
 from task_synth.errors import SynthError
+from task_synth.pytest_compat import dropped_doctests, kept_options, project_addopts
 from task_synth.repo_image import SYNTH_LABEL, build_repo_image, repo_image_tag
 from task_synth.repo_layout import RepoLayout, read_layout
-from task_synth.settings import SynthSettings
+from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.stage_clock import StageClock
 from task_synth.source import Checkout, checkout
 from task_synth.test_runs import capture_install, install_workspace
 from task_synth.wheelhouse import build_wheelhouse
+
+log = logging.getLogger(__name__)
 
 SANDBOX_LIMITS = Limits(memory_bytes=2048 << 20, pids=512, file_size_bytes=512 << 20)
 
@@ -65,6 +70,17 @@ class RepoContext:
                 sb.destroy()
 
 
+def with_project_options(settings: SynthSettings, root: Path) -> SynthSettings:
+    """The settings with the default test command given the project's own import options (a user's command is kept)."""
+    addopts = project_addopts(root)
+    if dropped_doctests(addopts):
+        log.info("%s asks for doctests; tasks do not run them, since the agent edits the files they live in", root.name)
+    kept = kept_options(addopts)
+    if settings.test_command != DEFAULT_TEST_COMMAND or not kept:
+        return settings
+    return settings.model_copy(update={"test_command": f"{DEFAULT_TEST_COMMAND} {shlex.join(kept)}"})
+
+
 def prepare_repo(
     source: str, settings: SynthSettings, backend: DockerBackend, scratch: Path, created_images: list[str], on_stage=None
 ) -> RepoContext:
@@ -81,6 +97,7 @@ def prepare_repo(
         raise SynthError(f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest suite")
     if not layout.modules:
         raise SynthError(f"{source} has no importable package (no directory with __init__.py): pick a Python package repository")
+    settings = with_project_options(settings, checked.root)
     stage("wheelhouse")
     build_copy = scratch / "wheel-build"
     shutil.copytree(checked.root, build_copy, symlinks=True)

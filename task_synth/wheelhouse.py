@@ -16,10 +16,12 @@ from pathlib import Path
 from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 
 from task_synth.errors import SynthError
+from task_synth.pytest_compat import pytest_requirement
 
 log = logging.getLogger(__name__)
 
-TEST_TOOLS = ("pytest", "coverage", "setuptools>=68", "wheel")
+# pytest itself comes first, capped for a repository whose conftests need it (pytest_compat).
+TEST_TOOLS = ("coverage", "setuptools>=68", "wheel")
 # Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements,
 # 3: the project's own wheel kept in OWN_WHEELS, found by its PKG-INFO or poetry name too,
 # 4: editable requirements resolved with the build table).
@@ -124,8 +126,13 @@ def _extras(root: Path) -> list[str]:
     return [extra for extra in TEST_EXTRAS if extra in declared]
 
 
+def suite_tools(root: Path) -> list[str]:
+    """What every repository image carries to run and measure the tests."""
+    return [pytest_requirement(root), *TEST_TOOLS]
+
+
 def wheelhouse_key(root: Path) -> str:
-    digest = hashlib.sha256(f"{sys.version_info[:2]} {TEST_TOOLS} {WHEELHOUSE_FORMAT}".encode())
+    digest = hashlib.sha256(f"{sys.version_info[:2]} {suite_tools(root)} {WHEELHOUSE_FORMAT}".encode())
     for name in METADATA_FILES:
         if (root / name).exists():
             digest.update(name.encode() + (root / name).read_bytes())
@@ -145,7 +152,7 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
     shutil.rmtree(partial, ignore_errors=True)
     extras = _extras(root)
     spec = f"{root}[{','.join(extras)}]" if extras else str(root)
-    arguments = [spec, *TEST_TOOLS, *build_system(root).requires]
+    arguments = [spec, *suite_tools(root), *build_system(root).requires]
     for name in REQUIREMENT_FILES:
         if (root / name).exists():
             arguments += ["-r", str(root / name)]
