@@ -30,9 +30,14 @@ def token_check(runtime: EpisodeRuntime):
         if token is None:
             return
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
-            raise HTTPException(401, "this route needs `Authorization: Bearer <token>` with the server's "
-                                     "REGROW_SERVER_API_TOKEN", headers={"WWW-Authenticate": "Bearer"})
+        if scheme.lower() != "bearer" or not secrets.compare_digest(
+            given.strip().encode(), token.get_secret_value().encode()
+        ):
+            raise HTTPException(
+                401,
+                "this route needs `Authorization: Bearer <token>` with the server's REGROW_SERVER_API_TOKEN",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     return check
 
@@ -46,7 +51,9 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
         CodingObservation,
         env_name=ENV_NAME,
         # OpenEnv reaps idle sessions only when given a timeout; the runtime also reaps idle episodes itself.
-        concurrency_config=ConcurrencyConfig(max_concurrent_envs=settings.max_episodes, session_timeout=settings.idle_timeout_s),
+        concurrency_config=ConcurrencyConfig(
+            max_concurrent_envs=settings.max_episodes, session_timeout=settings.idle_timeout_s
+        ),
         state_cls=EpisodeState,
         mode="simulation",
     )
@@ -62,7 +69,9 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     def metrics() -> Response:
         return Response(runtime.metrics.render(), media_type="text/plain; version=0.0.4")
 
-    @app.get("/episodes", tags=["Traces"], dependencies=authorized, summary="Recorded episodes, newest first (without steps)")
+    @app.get(
+        "/episodes", tags=["Traces"], dependencies=authorized, summary="Recorded episodes, newest first (without steps)"
+    )
     def list_episodes(
         task_id: str | None = None,
         status: Literal["running", "submitted", "budget_exhausted", "aborted"] | None = None,
@@ -73,14 +82,24 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     ) -> list[EpisodeTrace]:
         return runtime.traces.list_episodes(task_id, status, min_reward, since, limit, offset)
 
-    @app.get("/episodes/{episode_id}", tags=["Traces"], dependencies=authorized, summary="One recorded episode with every step")
+    @app.get(
+        "/episodes/{episode_id}",
+        tags=["Traces"],
+        dependencies=authorized,
+        summary="One recorded episode with every step",
+    )
     def get_episode(episode_id: str) -> EpisodeTrace:
         trace = runtime.traces.get_episode(episode_id)
         if trace is None:
             raise HTTPException(404, f"no episode {episode_id!r} in the trace store")
         return trace
 
-    @app.delete("/episodes/{episode_id}", tags=["Traces"], dependencies=authorized, summary="End a live addressable episode without grading")
+    @app.delete(
+        "/episodes/{episode_id}",
+        tags=["Traces"],
+        dependencies=authorized,
+        summary="End a live addressable episode without grading",
+    )
     def end_episode(episode_id: str) -> dict[str, str]:
         runtime.abort(runtime.get(episode_id), "ended by DELETE /episodes")
         return {"episode_id": episode_id, "status": "aborted"}

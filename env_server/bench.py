@@ -24,8 +24,10 @@ from sandbox import DockerBackend
 
 def _ms(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
-    return {"p50_ms": round(statistics.median(ordered) * 1000, 2),
-            "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000, 2)}
+    return {
+        "p50_ms": round(statistics.median(ordered) * 1000, 2),
+        "p95_ms": round(ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))] * 1000, 2),
+    }
 
 
 class _Socket:
@@ -115,11 +117,21 @@ def _measure(tasks: Path, repetitions: int, episodes: int, steps: int) -> dict:
     store = TaskStore(tasks)
     task = next(iter(store.tasks.values()))
     backend = DockerBackend()
-    settings = ServerSettings(tasks_dir=tasks, trace_db=Path(tasks) / "bench-traces.sqlite", port=0, grpc_port=0,
-                              max_episodes=episodes + 4, warm_pool_per_image=4, warm_pool_total=4)
+    settings = ServerSettings(
+        tasks_dir=tasks,
+        trace_db=Path(tasks) / "bench-traces.sqlite",
+        port=0,
+        grpc_port=0,
+        max_episodes=episodes + 4,
+        warm_pool_per_image=4,
+        warm_pool_total=4,
+    )
     result: dict = {"task": task.id, "repetitions": repetitions}
-    with start_in_background(settings, backend) as server, task.seed(backend.create(task.record.image)) as sandbox, \
-            grpc.insecure_channel(server.grpc_target) as channel:
+    with (
+        start_in_background(settings, backend) as server,
+        task.seed(backend.create(task.record.image)) as sandbox,
+        grpc.insecure_channel(server.grpc_target) as channel,
+    ):
         socket = _Socket(server.http_url)
         socket.send({"type": "reset", "data": {"task_id": task.id}})
         stub = pb_grpc.CodingEnvStub(channel)
@@ -173,10 +185,17 @@ def _measure(tasks: Path, repetitions: int, episodes: int, steps: int) -> dict:
             outcomes = list(pool.map(lambda _: _load_episode(server.http_url, task.id, steps), range(episodes)))
         wall = time.perf_counter() - started
         result["load"] = {
-            "episodes": episodes, "steps_per_episode": steps + 1, "errors": sum(e for _, e in outcomes),
-            "steps_done": sum(d for d, _ in outcomes), "wall_s": round(wall, 2),
+            "episodes": episodes,
+            "steps_per_episode": steps + 1,
+            "errors": sum(e for _, e in outcomes),
+            "steps_done": sum(d for d, _ in outcomes),
+            "wall_s": round(wall, 2),
             "steps_per_s": round(sum(d for d, _ in outcomes) / wall, 2),
         }
-    result["targets_met"] = (result["ws_overhead"] <= 1.15 and result["grpc_overhead"] <= 1.15 and result["load"]["errors"] == 0
-                             and result["reset_vs_cold_create"] <= 0.25)
+    result["targets_met"] = (
+        result["ws_overhead"] <= 1.15
+        and result["grpc_overhead"] <= 1.15
+        and result["load"]["errors"] == 0
+        and result["reset_vs_cold_create"] <= 0.25
+    )
     return result

@@ -17,7 +17,9 @@ from env_server.path_policy import PathPolicy
 from sandbox.file_transfer import AGENT_UID
 
 # Never graded and never compared: version control and the caches tools leave behind.
-SKIPPED_DIRS = frozenset({".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox"})
+SKIPPED_DIRS = frozenset(
+    {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox"}
+)
 SKIPPED_SUFFIXES = (".pyc", ".pyo")
 SKIPPED_FILES = frozenset({".coverage"})
 
@@ -64,13 +66,21 @@ class ChangeSet:
         def kept(path: str) -> bool:
             return path not in modules and not path.startswith(packages)
 
-        return ChangeSet({p: d for p, d in self.written.items() if kept(p)}, {p for p in self.executable if kept(p)},
-                         [p for p in self.deleted if kept(p)], dict(self.refused))
+        return ChangeSet(
+            {p: d for p, d in self.written.items() if kept(p)},
+            {p for p in self.executable if kept(p)},
+            [p for p in self.deleted if kept(p)],
+            dict(self.refused),
+        )
 
 
 def skipped(path: str) -> bool:
     parts = path.split("/")
-    return any(part in SKIPPED_DIRS for part in parts) or parts[-1].endswith(SKIPPED_SUFFIXES) or parts[-1] in SKIPPED_FILES
+    return (
+        any(part in SKIPPED_DIRS for part in parts)
+        or parts[-1].endswith(SKIPPED_SUFFIXES)
+        or parts[-1] in SKIPPED_FILES
+    )
 
 
 class _ChunkReader(io.RawIOBase):
@@ -93,8 +103,12 @@ class _ChunkReader(io.RawIOBase):
         return size
 
 
-def read_tree(chunks: Iterable[bytes], keep: Callable[[str, Entry], bool] | None = None,
-              file_cap: int = 5 * 1024 * 1024, max_entries: int = 100_000) -> Tree:
+def read_tree(
+    chunks: Iterable[bytes],
+    keep: Callable[[str, Entry], bool] | None = None,
+    file_cap: int = 5 * 1024 * 1024,
+    max_entries: int = 100_000,
+) -> Tree:
     """Parse a tar stream of one directory (as the engine's archive API sends it, under the directory's own name).
 
     The bytes of the files `keep` chooses are kept, up to `file_cap` each.
@@ -142,7 +156,7 @@ def compare(pristine: Tree, submitted: Tree, policy: PathPolicy, file_cap: int) 
     changes = ChangeSet()
     for path, entry in sorted(submitted.entries.items()):
         before = pristine.entries.get(path)
-        if entry == before or entry.kind == "dir" and before is None:
+        if entry == before or (entry.kind == "dir" and before is None):
             continue
         reason = policy.refusal(path, is_new=before is None) or _shape_refusal(path, entry, before, pristine, file_cap)
         if reason:

@@ -28,7 +28,9 @@ def _use_json_logs() -> None:
 
 
 def serve(
-    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory (tasks.jsonl, hidden/)."),
+    tasks: Path = typer.Option(
+        ..., "--tasks", exists=True, file_okay=False, help="Task store directory (tasks.jsonl, hidden/)."
+    ),
     host: str = typer.Option(None, help="Bind address [default: REGROW_SERVER_HOST or 127.0.0.1]."),
     port: int = typer.Option(None, help="HTTP/WebSocket port [default: 8000]."),
     grpc_port: int = typer.Option(None, help="gRPC port [default: 50051]."),
@@ -54,7 +56,9 @@ def serve(
 def traces_export(
     db: Path = typer.Option(..., "--db", exists=True, dir_okay=False, help="The server's SQLite trace file."),
     out: Path = typer.Option(..., "--out", help="Output file."),
-    format: ExportFormat = typer.Option(ExportFormat.jsonl, "--format", help="jsonl (EpisodeTrace per line) or parquet."),
+    format: ExportFormat = typer.Option(
+        ExportFormat.jsonl, "--format", help="jsonl (EpisodeTrace per line) or parquet."
+    ),
 ) -> None:
     """Export every recorded episode."""
     from env_server.trace_export import export_jsonl, export_parquet
@@ -73,8 +77,13 @@ def bench_server(
     repetitions: int = typer.Option(50, min=5, help="Steps measured per transport."),
     episodes: int = typer.Option(16, min=1, help="Concurrent episodes in the load test."),
     steps: int = typer.Option(20, min=1, help="Steps per episode in the load test (then submit)."),
-    store_size: int = typer.Option(50, "--store-size", min=1, help="Tasks in the store the resets draw from; a smaller "
-                                   "store is widened with copies of its tasks under new ids."),
+    store_size: int = typer.Option(
+        50,
+        "--store-size",
+        min=1,
+        help="Tasks in the store the resets draw from; a smaller "
+        "store is widened with copies of its tasks under new ids.",
+    ),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
     """Step overhead of /ws and gRPC over a direct exec, warm reset against a cold create, and a concurrent load test."""

@@ -28,8 +28,14 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         self.runtime = runtime
         self.episode: Episode | None = None
 
-    def reset(self, seed: int | None = None, episode_id: str | None = None, task_id: str | None = None,
-              split: str | None = None, **kwargs: Any) -> CodingObservation:
+    def reset(
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        task_id: str | None = None,
+        split: str | None = None,
+        **kwargs: Any,
+    ) -> CodingObservation:
         """Start an episode on `task_id`, or on a task sampled from `split` with `seed`."""
         self.runtime.pick_task(task_id, seed, split)  # a bad reset must not end the running episode
         if self.episode is not None and not self.episode.addressable:
@@ -37,8 +43,9 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         self.episode = self.runtime.start_episode(task_id=task_id, seed=seed, split=split, episode_id=episode_id)
         return self.runtime.reset_observation(self.episode)
 
-    def step(self, action: ToolCall, timeout_s: float | None = None, episode_id: str | None = None,
-             **kwargs: Any) -> CodingObservation:
+    def step(
+        self, action: ToolCall, timeout_s: float | None = None, episode_id: str | None = None, **kwargs: Any
+    ) -> CodingObservation:
         """Run one tool call; `episode_id` continues an addressable episode (stateless HTTP /step)."""
         episode = self.runtime.get(episode_id) if episode_id else self.episode
         if episode is None:
@@ -55,8 +62,12 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         if episode is None:
             return EpisodeState()
         return EpisodeState(
-            episode_id=episode.id, step_count=episode.steps_taken, task_id=episode.task.id, done=episode.done,
-            steps_left=episode.steps_left, seconds_left=round(max(0.0, episode.deadline - time.monotonic()), 1),
+            episode_id=episode.id,
+            step_count=episode.steps_taken,
+            task_id=episode.task.id,
+            done=episode.done,
+            steps_left=episode.steps_left,
+            seconds_left=round(max(0.0, episode.deadline - time.monotonic()), 1),
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
@@ -76,8 +87,14 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         """The tools as an MCP server bound to this session, for `tools/list` and `tools/call` on /mcp."""
         server = FastMCP("regrow-coding")
         for spec in tool_specs():
-            server.add_tool(FunctionTool(name=spec["name"], description=spec["description"],
-                                         parameters=spec["parameters"], fn=self._mcp_tool(spec["name"])))
+            server.add_tool(
+                FunctionTool(
+                    name=spec["name"],
+                    description=spec["description"],
+                    parameters=spec["parameters"],
+                    fn=self._mcp_tool(spec["name"]),
+                )
+            )
         return server
 
     def _mcp_tool(self, name: str):
@@ -92,8 +109,11 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         return self.runtime.store.splits()
 
     def list_tasks(self, split: str) -> list[dict[str, str]]:
-        return [{"id": t.id, "problem_statement": t.record.problem_statement}
-                for t in self.runtime.store.tasks.values() if t.record.split == split]
+        return [
+            {"id": t.id, "problem_statement": t.record.problem_statement}
+            for t in self.runtime.store.tasks.values()
+            if t.record.split == split
+        ]
 
     def num_tasks(self, split: str) -> int:
         return len(self.list_tasks(split))

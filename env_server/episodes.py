@@ -10,7 +10,7 @@ import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
@@ -76,7 +76,7 @@ def _invalid_text(action: ToolCall) -> bool:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass
@@ -113,8 +113,14 @@ class Episode:
 class EpisodeRuntime:
     """Everything the episodes of one server share; every transport goes through it."""
 
-    def __init__(self, settings: ServerSettings, store: TaskStore, backend: DockerBackend, traces: TraceStore,
-                 metrics: ServerMetrics | None = None):
+    def __init__(
+        self,
+        settings: ServerSettings,
+        store: TaskStore,
+        backend: DockerBackend,
+        traces: TraceStore,
+        metrics: ServerMetrics | None = None,
+    ):
         self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
         self.metrics = metrics or ServerMetrics()
         self.server_id = uuid.uuid4().hex[:12]
@@ -140,9 +146,11 @@ class EpisodeRuntime:
         """Reap orphans of earlier servers, fill the warm pools, start the idle-episode reaper."""
         missing = self.store.missing_images(self.backend.image_exists)
         if missing:
-            raise RuntimeError(f"the engine lacks the image(s) {', '.join(missing)} of task store {self.store.root}: run "
-                               f"`regrow images build --tasks {self.store.root}` (it rebuilds repository images from the "
-                               "store's wheels), or synthesize the tasks again on this host")
+            raise RuntimeError(
+                f"the engine lacks the image(s) {', '.join(missing)} of task store {self.store.root}: run "
+                f"`regrow images build --tasks {self.store.root}` (it rebuilds repository images from the "
+                "store's wheels), or synthesize the tasks again on this host"
+            )
         reaped = self.reaper.reap_once()
         log_event("server.start", server_id=self.server_id, orphans_reaped=len(reaped), tasks=len(self.store.tasks))
         self.reaper.start()
@@ -152,8 +160,15 @@ class EpisodeRuntime:
             if size <= 0:
                 break
             budget -= size
-            pool = WarmPool(self.backend, tasks[0].record.image, size, limits=self.limits, labels=self.labels,
-                            prepare=lambda sb, key=key: self._prepare(key, sb), name=key)
+            pool = WarmPool(
+                self.backend,
+                tasks[0].record.image,
+                size,
+                limits=self.limits,
+                labels=self.labels,
+                prepare=lambda sb, key=key: self._prepare(key, sb),
+                name=key,
+            )
             self.pools[key] = pool
             self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(lambda pool=pool: pool.ready)
         self.metrics.active_episodes.set_function(lambda: len(self._episodes))
@@ -235,8 +250,13 @@ class EpisodeRuntime:
         except UnknownTask as error:
             raise TaskNotFound(str(error)) from None
 
-    def start_episode(self, task_id: str | None = None, seed: int | None = None, split: str | None = None,
-                      episode_id: str | None = None) -> Episode:
+    def start_episode(
+        self,
+        task_id: str | None = None,
+        seed: int | None = None,
+        split: str | None = None,
+        episode_id: str | None = None,
+    ) -> Episode:
         """A new episode in a started sandbox; a client-chosen `episode_id` makes it addressable over HTTP."""
         task = self.pick_task(task_id, seed, split)
         with self._lock:
@@ -251,11 +271,22 @@ class EpisodeRuntime:
             with self._lock:
                 self._reserved -= 1
         new_id = episode_id or uuid.uuid4().hex
-        trace = EpisodeTrace(episode_id=new_id, task_id=task.id, problem_statement=task.record.problem_statement,
-                             tools=tool_specs(), started_at=_now())
-        episode = Episode(id=new_id, task=task, sandbox=sandbox, trace=trace, addressable=episode_id is not None,
-                          deadline=time.monotonic() + self.settings.wall_clock_budget_s,
-                          steps_left=self.settings.step_budget)
+        trace = EpisodeTrace(
+            episode_id=new_id,
+            task_id=task.id,
+            problem_statement=task.record.problem_statement,
+            tools=tool_specs(),
+            started_at=_now(),
+        )
+        episode = Episode(
+            id=new_id,
+            task=task,
+            sandbox=sandbox,
+            trace=trace,
+            addressable=episode_id is not None,
+            deadline=time.monotonic() + self.settings.wall_clock_budget_s,
+            steps_left=self.settings.step_budget,
+        )
         if rest is not None:
             episode.seeding = self._seeder.submit(self._write_rest, sandbox, rest)
         with self._lock:
@@ -275,9 +306,15 @@ class EpisodeRuntime:
 
     def reset_observation(self, episode: Episode) -> CodingObservation:
         return CodingObservation(
-            output="", problem_statement=episode.task.record.problem_statement, tools=episode.trace.tools,
-            metadata={"episode_id": episode.id, "task_id": episode.task.id, "steps_left": episode.steps_left,
-                      "seconds_left": round(episode.deadline - time.monotonic(), 1)},
+            output="",
+            problem_statement=episode.task.record.problem_statement,
+            tools=episode.trace.tools,
+            metadata={
+                "episode_id": episode.id,
+                "task_id": episode.task.id,
+                "steps_left": episode.steps_left,
+                "seconds_left": round(episode.deadline - time.monotonic(), 1),
+            },
         )
 
     def play(self, episode: Episode, action: ToolCall) -> CodingObservation:
@@ -288,8 +325,13 @@ class EpisodeRuntime:
             started_at, started = _now(), time.monotonic()
             episode.last_activity = started
             if started > episode.deadline:
-                observation = self._finish(episode, "budget_exhausted", ToolResult(
-                    feedback="the wall-clock budget ran out before this step; the workspace was graded as it was"))
+                observation = self._finish(
+                    episode,
+                    "budget_exhausted",
+                    ToolResult(
+                        feedback="the wall-clock budget ran out before this step; the workspace was graded as it was"
+                    ),
+                )
             else:
                 result = self._run_tool(episode, action)
                 episode.steps_taken += 1
@@ -303,32 +345,50 @@ class EpisodeRuntime:
                     observation = self._observation(episode, result)
             duration = time.monotonic() - started
             if _invalid_text(action):  # recorded with the bad characters replaced, so the trace stays valid JSON
-                action = ToolCall(tool=action.tool, args=json.loads(
-                    json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()))
+                action = ToolCall(
+                    tool=action.tool,
+                    args=json.loads(json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()),
+                )
             self.metrics.step_seconds.labels(action.tool if action.tool in TOOL_ARGS else "unknown").observe(duration)
-            step = StepTrace(index=len(episode.trace.steps), action=action, observation=observation,
-                             started_at=started_at, duration_s=duration)
+            step = StepTrace(
+                index=len(episode.trace.steps),
+                action=action,
+                observation=observation,
+                started_at=started_at,
+                duration_s=duration,
+            )
             self.traces.add_step(episode.id, step)
             episode.trace.steps.append(step)
             episode.last_activity = time.monotonic()
-            log_event("episode.step", episode.id, tool=action.tool, duration_s=round(duration, 4),
-                      error=observation.metadata.get("tool_error"), done=observation.done)
+            log_event(
+                "episode.step",
+                episode.id,
+                tool=action.tool,
+                duration_s=round(duration, 4),
+                error=observation.metadata.get("tool_error"),
+                done=observation.done,
+            )
             return observation
 
     def _run_tool(self, episode: Episode, action: ToolCall) -> ToolResult:
         args_model = TOOL_ARGS.get(action.tool)
         if args_model is None:
-            return ToolResult(feedback=f"unknown tool {action.tool!r}; tools: {', '.join(TOOL_ARGS)}", error="UNKNOWN_TOOL")
+            return ToolResult(
+                feedback=f"unknown tool {action.tool!r}; tools: {', '.join(TOOL_ARGS)}", error="UNKNOWN_TOOL"
+            )
         try:
             args = args_model.model_validate(action.args)
         except ValidationError as error:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}" for e in error.errors())
             schema = json.dumps(args_model.model_json_schema(), separators=(",", ":"))
-            return ToolResult(feedback=f"arguments don't fit {action.tool}: {problems}; schema: {schema}",
-                              error="VALIDATION_ERROR")
+            return ToolResult(
+                feedback=f"arguments don't fit {action.tool}: {problems}; schema: {schema}", error="VALIDATION_ERROR"
+            )
         if _invalid_text(action):
-            return ToolResult(feedback="arguments are not valid UTF-8 text (they hold a lone surrogate); send valid text",
-                              error="VALIDATION_ERROR")
+            return ToolResult(
+                feedback="arguments are not valid UTF-8 text (they hold a lone surrogate); send valid text",
+                error="VALIDATION_ERROR",
+            )
         if action.tool == "submit":
             return ToolResult(output="submitted")
         try:
@@ -343,21 +403,38 @@ class EpisodeRuntime:
         if result.error:
             metadata["tool_error"] = result.error
         metadata.update(extra)
-        return CodingObservation(output=result.output, exit_code=result.exit_code, truncated=result.truncated,
-                                 feedback=result.feedback, done=episode.done, reward=episode.details.reward if episode.details else None,
-                                 metadata=metadata)
+        return CodingObservation(
+            output=result.output,
+            exit_code=result.exit_code,
+            truncated=result.truncated,
+            feedback=result.feedback,
+            done=episode.done,
+            reward=episode.details.reward if episode.details else None,
+            metadata=metadata,
+        )
 
     def _finish(self, episode: Episode, status: str, result: ToolResult) -> CodingObservation:
         """Grade the workspace, end the episode, and build the final observation."""
         try:
-            details = grade(episode.task, episode.sandbox_ready(), lambda: self._sandbox(episode.task),
-                            self.pristine, self.settings.grade_limits())
+            details = grade(
+                episode.task,
+                episode.sandbox_ready(),
+                lambda: self._sandbox(episode.task),
+                self.pristine,
+                self.settings.grade_limits(),
+            )
         except (SandboxError, OSError, ValueError, tarfile.TarError) as error:
             self.metrics.sandbox_failures.labels("grade").inc()
             log.warning("grading episode %s failed: %s", episode.id, error)
-            details = RewardDetails(reward=0.0, mode=self.settings.reward_mode, f2p_passed=0, p2p_passed=0,
-                                    f2p_total=len(episode.task.record.FAIL_TO_PASS),
-                                    p2p_total=len(episode.task.record.PASS_TO_PASS), error=str(error))
+            details = RewardDetails(
+                reward=0.0,
+                mode=self.settings.reward_mode,
+                f2p_passed=0,
+                p2p_passed=0,
+                f2p_total=len(episode.task.record.FAIL_TO_PASS),
+                p2p_total=len(episode.task.record.PASS_TO_PASS),
+                error=str(error),
+            )
         episode.details = details
         self.metrics.reward.observe(details.reward)
         for reason in details.tamper_reasons:

@@ -36,15 +36,22 @@ def _apply_solution(sb: Sandbox, task: Task) -> None:
         raise RuntimeError(f"the solution of {task.id} does not apply: {applied.stderr.strip()[:300]}")
 
 
-def _graded_run(backend: DockerBackend, task: Task, settings: ServerSettings, cache: PristineCache) -> tuple[float, float]:
+def _graded_run(
+    backend: DockerBackend, task: Task, settings: ServerSettings, cache: PristineCache
+) -> tuple[float, float]:
     """(seconds, reward) of grading the task's own solution, every defence on, containers started cold."""
     limits = SandboxSettings().limits()
     agent = task.seed(backend.create(task.record.image, limits=limits))
     try:
         _apply_solution(agent, task)
         started = time.perf_counter()
-        details = grade(task, agent, lambda: task.seed(backend.create(task.record.image, limits=limits)), cache,
-                        settings.grade_limits())
+        details = grade(
+            task,
+            agent,
+            lambda: task.seed(backend.create(task.record.image, limits=limits)),
+            cache,
+            settings.grade_limits(),
+        )
         return time.perf_counter() - started, details.reward
     finally:
         agent.destroy()
@@ -65,11 +72,30 @@ def run_grade_bench(tasks_dir: Path, repetitions: int, max_tasks: int) -> dict:
         bare_s, graded_s = statistics.median(bare), statistics.median(seconds for seconds, _ in graded)
         bare_all.append(bare_s)
         graded_all.append(graded_s)
-        rows.append({"task": task.id, "bare_pytest_s": round(bare_s, 3), "grade_s": round(graded_s, 3),
-                     "ratio": round(graded_s / bare_s, 3), "oracle_rewards": rewards,
-                     "tests": len(task.record.FAIL_TO_PASS) + len(task.record.PASS_TO_PASS)})
-    return {"tasks": rows, "repetitions": repetitions,
-            "bare_pytest_s": round(statistics.median(bare_all), 3), "grade_s": round(statistics.median(graded_all), 3),
-            "grade_vs_bare_pytest": round(statistics.median(graded_all) / statistics.median(bare_all), 3),
-            "defences": ["archive change set", "path policy", "safe path", "no plugin autoload", "hidden checks",
-                         "sentinels and controls", "counterfactual run", "static scan"]}
+        rows.append(
+            {
+                "task": task.id,
+                "bare_pytest_s": round(bare_s, 3),
+                "grade_s": round(graded_s, 3),
+                "ratio": round(graded_s / bare_s, 3),
+                "oracle_rewards": rewards,
+                "tests": len(task.record.FAIL_TO_PASS) + len(task.record.PASS_TO_PASS),
+            }
+        )
+    return {
+        "tasks": rows,
+        "repetitions": repetitions,
+        "bare_pytest_s": round(statistics.median(bare_all), 3),
+        "grade_s": round(statistics.median(graded_all), 3),
+        "grade_vs_bare_pytest": round(statistics.median(graded_all) / statistics.median(bare_all), 3),
+        "defences": [
+            "archive change set",
+            "path policy",
+            "safe path",
+            "no plugin autoload",
+            "hidden checks",
+            "sentinels and controls",
+            "counterfactual run",
+            "static scan",
+        ],
+    }

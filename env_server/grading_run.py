@@ -17,16 +17,71 @@ from proto.tasks import HASH_SEED
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 PYTEST_PREFIXES = (("python", "-m", "pytest"), ("python3", "-m", "pytest"), ("pytest",))
 # Options a task's test command may not carry into a graded run: they choose where results go or what is collected.
-_DROPPED_OPTIONS = frozenset({"--junitxml", "--junit-xml", "--resultlog", "--report-log", "--lf", "--last-failed", "--ff",
-                              "--failed-first", "--sw", "--stepwise", "-k", "-m", "--deselect", "--ignore",
-                              "--ignore-glob", "-c", "--config-file", "--rootdir", "-x", "--exitfirst", "--maxfail"})
-_VALUE_OPTIONS = frozenset({"-o", "--override-ini", "-p", "-c", "--config-file", "-W", "--pythonwarnings", "--tb", "-r",
-                            "--rootdir", "--confcutdir", "--basetemp", "--import-mode", "--timeout", "--maxfail",
-                            "--durations", "--log-level", "-k", "-m", "--deselect", "--ignore", "--ignore-glob",
-                            "--junitxml", "--junit-xml", "--resultlog", "--report-log"})
+_DROPPED_OPTIONS = frozenset(
+    {
+        "--junitxml",
+        "--junit-xml",
+        "--resultlog",
+        "--report-log",
+        "--lf",
+        "--last-failed",
+        "--ff",
+        "--failed-first",
+        "--sw",
+        "--stepwise",
+        "-k",
+        "-m",
+        "--deselect",
+        "--ignore",
+        "--ignore-glob",
+        "-c",
+        "--config-file",
+        "--rootdir",
+        "-x",
+        "--exitfirst",
+        "--maxfail",
+    }
+)
+_VALUE_OPTIONS = frozenset(
+    {
+        "-o",
+        "--override-ini",
+        "-p",
+        "-c",
+        "--config-file",
+        "-W",
+        "--pythonwarnings",
+        "--tb",
+        "-r",
+        "--rootdir",
+        "--confcutdir",
+        "--basetemp",
+        "--import-mode",
+        "--timeout",
+        "--maxfail",
+        "--durations",
+        "--log-level",
+        "-k",
+        "-m",
+        "--deselect",
+        "--ignore",
+        "--ignore-glob",
+        "--junitxml",
+        "--junit-xml",
+        "--resultlog",
+        "--report-log",
+    }
+)
 # Config files pytest reads, in its order of precedence; the ones that need a pytest section name it.
-PYTEST_CONFIGS = (("pytest.toml", None), (".pytest.toml", None), ("pytest.ini", None), (".pytest.ini", None),
-                  ("pyproject.toml", "[tool.pytest"), ("tox.ini", "[pytest]"), ("setup.cfg", "[tool:pytest]"))
+PYTEST_CONFIGS = (
+    ("pytest.toml", None),
+    (".pytest.toml", None),
+    ("pytest.ini", None),
+    (".pytest.ini", None),
+    ("pyproject.toml", "[tool.pytest"),
+    ("tox.ini", "[pytest]"),
+    ("setup.cfg", "[tool:pytest]"),
+)
 GRADING_ENV = {
     "PYTHONSAFEPATH": "1",
     "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
@@ -130,8 +185,10 @@ def pytest_options(test_command: str) -> list[str]:
         if tuple(words[: len(prefix)]) == prefix:
             break
     else:
-        raise UnsupportedTestCommand(f"test command {test_command!r} is not `python -m pytest ...`; re-synthesize the task")
-    options, rest = [], words[len(prefix):]
+        raise UnsupportedTestCommand(
+            f"test command {test_command!r} is not `python -m pytest ...`; re-synthesize the task"
+        )
+    options, rest = [], words[len(prefix) :]
     index = 0
     while index < len(rest):
         word = rest[index]
@@ -157,8 +214,14 @@ def pytest_config(root_files: dict[str, bytes]) -> str | None:
 def pytest_arguments(test_command: str, config: str | None, plugins: Sequence[str], paths: Sequence[str]) -> list[str]:
     """pytest's argument list for a graded run in /workspace."""
     # A test file that no longer imports must not stop the others, the hidden suite's controls among them.
-    arguments = [*pytest_options(test_command), "-p", "no:cacheprovider", "--rootdir=/workspace", "-q",
-                 "--continue-on-collection-errors"]
+    arguments = [
+        *pytest_options(test_command),
+        "-p",
+        "no:cacheprovider",
+        "--rootdir=/workspace",
+        "-q",
+        "--continue-on-collection-errors",
+    ]
     if config:
         arguments += ["-c", f"/workspace/{config}"]
     for plugin in plugins:
@@ -174,6 +237,9 @@ def launcher_source(arguments: list[str], wanted: list[str], report_path: str) -
 def parse_report(data: bytes) -> tuple[int, dict[str, Outcome]]:
     """(pytest's exit code, outcome by node id) from a launcher's report."""
     report = json.loads(data)
-    outcomes = {str(nodeid): outcome for nodeid, outcome in report.get("outcomes", {}).items()
-                if outcome in ("passed", "failed", "error", "skipped")}
+    outcomes = {
+        str(nodeid): outcome
+        for nodeid, outcome in report.get("outcomes", {}).items()
+        if outcome in ("passed", "failed", "error", "skipped")
+    }
     return int(report.get("exit_code", -1)), outcomes

@@ -57,21 +57,35 @@ def tool_call(message: pb.ToolCall) -> ToolCall:
 
 def observation_message(observation: CodingObservation) -> pb.Observation:
     return pb.Observation(
-        output=observation.output, exit_code=observation.exit_code, truncated=observation.truncated,
-        feedback=observation.feedback, problem_statement=observation.problem_statement,
-        tools_json=json.dumps(observation.tools) if observation.tools else "", done=observation.done,
-        reward=observation.reward, metadata_json=json.dumps(observation.metadata, default=str),
+        output=observation.output,
+        exit_code=observation.exit_code,
+        truncated=observation.truncated,
+        feedback=observation.feedback,
+        problem_statement=observation.problem_statement,
+        tools_json=json.dumps(observation.tools) if observation.tools else "",
+        done=observation.done,
+        reward=observation.reward,
+        metadata_json=json.dumps(observation.metadata, default=str),
     )
 
 
 def state_message(state: EpisodeState) -> pb.EpisodeState:
-    return pb.EpisodeState(episode_id=state.episode_id or "", step_count=state.step_count, task_id=state.task_id or "",
-                           done=state.done, steps_left=state.steps_left or 0, seconds_left=state.seconds_left or 0.0)
+    return pb.EpisodeState(
+        episode_id=state.episode_id or "",
+        step_count=state.step_count,
+        task_id=state.task_id or "",
+        done=state.done,
+        steps_left=state.steps_left or 0,
+        seconds_left=state.seconds_left or 0.0,
+    )
 
 
 def _reset(env: CodingEnvironment, request: pb.ResetRequest) -> pb.EpisodeReply:
-    observation = env.reset(task_id=request.task_id or None, seed=request.seed if request.HasField("seed") else None,
-                            split=request.split or None)
+    observation = env.reset(
+        task_id=request.task_id or None,
+        seed=request.seed if request.HasField("seed") else None,
+        split=request.split or None,
+    )
     return pb.EpisodeReply(episode_id=env.episode.id, observation=observation_message(observation))
 
 
@@ -140,7 +154,9 @@ class CodingEnvService(pb_grpc.CodingEnvServicer):
             env.close()
         return pb.CloseReply(episode_id=request.episode_id, closed=env is not None)
 
-    def Episode(self, request_iterator: Iterator[pb.ClientFrame], context: grpc.ServicerContext) -> Iterator[pb.ServerFrame]:
+    def Episode(
+        self, request_iterator: Iterator[pb.ClientFrame], context: grpc.ServicerContext
+    ) -> Iterator[pb.ServerFrame]:
         env = CodingEnvironment(self.runtime)
         # Fires on any end of the RPC, a client cancel included, so the sandbox never outlives the stream.
         context.add_callback(env.close)
@@ -151,8 +167,11 @@ class CodingEnvService(pb_grpc.CodingEnvServicer):
                     yield pb.ServerFrame(observation=_reset(env, frame.reset))
                 elif kind == "step":
                     observation = env.step(tool_call(frame.step))
-                    yield pb.ServerFrame(observation=pb.EpisodeReply(episode_id=env.episode.id,
-                                                                     observation=observation_message(observation)))
+                    yield pb.ServerFrame(
+                        observation=pb.EpisodeReply(
+                            episode_id=env.episode.id, observation=observation_message(observation)
+                        )
+                    )
                 elif kind == "state":
                     yield pb.ServerFrame(state=state_message(env.state))
                 elif kind == "close":
@@ -171,8 +190,10 @@ def start_grpc_server(runtime: EpisodeRuntime, host: str, port: int) -> tuple[gr
     """Start the CodingEnv, health and reflection services; returns the server and its bound port."""
     # Each open Episode stream holds a worker thread for its lifetime.
     workers = max(32, 2 * runtime.settings.max_episodes + 8)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
-                         options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="grpc"),
+        options=[("grpc.max_receive_message_length", 16 * 1024 * 1024)],
+    )
     pb_grpc.add_CodingEnvServicer_to_server(CodingEnvService(runtime), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

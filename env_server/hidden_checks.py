@@ -20,7 +20,7 @@ Role = Literal["check", "control", "sentinel"]
 CONTROLS = 2
 SENTINELS = 2
 
-_HEADER = '''import importlib
+_HEADER = """import importlib
 
 import pytest
 
@@ -30,7 +30,7 @@ def _target(module, qualname):
     for part in qualname.split("."):
         found = getattr(found, part)
     return found
-'''
+"""
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,9 @@ def _name(rng: random.Random) -> str:
 
 def _expectation(value: object) -> str:
     """The right-hand side of the assertion; floats compare approximately, since a correct sum may differ in order."""
-    if isinstance(value, float) or isinstance(value, (list, tuple)) and value and all(isinstance(v, float) for v in value):
+    if isinstance(value, float) or (
+        isinstance(value, (list, tuple)) and value and all(isinstance(v, float) for v in value)
+    ):
         return f"pytest.approx({value!r}, rel=1e-9, abs=1e-12)"
     return repr(value)
 
@@ -100,8 +102,10 @@ def _call(module: str, qualname: str, args: str, kwargs: str) -> str:
 def _check_body(check: IoCheck) -> str:
     call = _call(check.module, check.qualname, check.args, check.kwargs)
     if check.raises:
-        return f"    with pytest.raises(Exception) as raised:\n        {call}\n" \
-               f"    assert type(raised.value).__name__ == {check.raises!r}\n"
+        return (
+            f"    with pytest.raises(Exception) as raised:\n        {call}\n"
+            f"    assert type(raised.value).__name__ == {check.raises!r}\n"
+        )
     return f"    assert {call} == {_expectation(ast.literal_eval(check.result or 'None'))}\n"
 
 
@@ -109,13 +113,15 @@ def _builtin_question(rng: random.Random) -> tuple[str, str, str, object]:
     """A builtin, its arguments and the right answer, drawn at random."""
     word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randrange(3, 12)))
     numbers = [rng.randrange(-999, 999) for _ in range(rng.randrange(2, 6))]
-    return rng.choice([
-        ("len", repr((word,)), "{}", len(word)),
-        ("sorted", repr((numbers,)), "{}", sorted(numbers)),
-        ("max", repr(tuple(numbers)), "{}", max(numbers)),
-        ("sum", repr((numbers,)), "{}", sum(numbers)),
-        ("abs", repr((numbers[0],)), "{}", abs(numbers[0])),
-    ])
+    return rng.choice(
+        [
+            ("len", repr((word,)), "{}", len(word)),
+            ("sorted", repr((numbers,)), "{}", sorted(numbers)),
+            ("max", repr(tuple(numbers)), "{}", max(numbers)),
+            ("sum", repr((numbers,)), "{}", sum(numbers)),
+            ("abs", repr((numbers[0],)), "{}", abs(numbers[0])),
+        ]
+    )
 
 
 def build_hidden_suite(checks: list[IoCheck], test_dir: str, rng: random.Random | None = None) -> HiddenSuite:
@@ -133,17 +139,29 @@ def build_hidden_suite(checks: list[IoCheck], test_dir: str, rng: random.Random 
             wrong = rng.randrange(1000, 100000)  # the recorded call raises; a returned number is wrong
         if wrong is not None:
             call = _call(check.module, check.qualname, check.args, check.kwargs)
-            bodies.append(("sentinel", f"{check.module}.{check.qualname}", f"    assert {call} == {_expectation(wrong)}\n",
-                           None))
+            bodies.append(
+                ("sentinel", f"{check.module}.{check.qualname}", f"    assert {call} == {_expectation(wrong)}\n", None)
+            )
     while sum(body[0] == "sentinel" for body in bodies) < SENTINELS:
         function, args, kwargs, answer = _builtin_question(rng)
-        bodies.append(("sentinel", f"builtins.{function}",
-                       f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(_wrong(answer, rng))}\n",
-                       None))
+        bodies.append(
+            (
+                "sentinel",
+                f"builtins.{function}",
+                f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(_wrong(answer, rng))}\n",
+                None,
+            )
+        )
     for _ in range(CONTROLS):
         function, args, kwargs, answer = _builtin_question(rng)
-        bodies.append(("control", f"builtins.{function}",
-                       f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(answer)}\n", None))
+        bodies.append(
+            (
+                "control",
+                f"builtins.{function}",
+                f"    assert {_call('builtins', function, args, kwargs)} == {_expectation(answer)}\n",
+                None,
+            )
+        )
     rng.shuffle(bodies)
     tests, parts = [], [_HEADER]
     for role, label, body, recorded in bodies:

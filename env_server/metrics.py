@@ -11,19 +11,31 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
-        self.active_episodes = Gauge("regrow_active_episodes", "Episodes holding a sandbox now.", registry=self.registry)
-        self.episodes_total = Counter("regrow_episodes_total", "Episodes ended, by how they ended.", ["status"],
-                                      registry=self.registry)
-        self.step_seconds = Histogram("regrow_step_seconds", "Step latency by tool.", ["tool"], buckets=STEP_BUCKETS,
-                                      registry=self.registry)
-        self.reward = Histogram("regrow_reward", "Rewards of graded episodes.", buckets=REWARD_BUCKETS, registry=self.registry)
-        self.warm_pool_ready = Gauge("regrow_warm_pool_ready", "Started sandboxes waiting in the warm pool.", ["image"],
-                                     registry=self.registry)
-        self.sandbox_failures = Counter("regrow_sandbox_failures_total", "Sandbox operations that failed.", ["operation"],
-                                        registry=self.registry)
+        self.active_episodes = Gauge(
+            "regrow_active_episodes", "Episodes holding a sandbox now.", registry=self.registry
+        )
+        self.episodes_total = Counter(
+            "regrow_episodes_total", "Episodes ended, by how they ended.", ["status"], registry=self.registry
+        )
+        self.step_seconds = Histogram(
+            "regrow_step_seconds", "Step latency by tool.", ["tool"], buckets=STEP_BUCKETS, registry=self.registry
+        )
+        self.reward = Histogram(
+            "regrow_reward", "Rewards of graded episodes.", buckets=REWARD_BUCKETS, registry=self.registry
+        )
+        self.warm_pool_ready = Gauge(
+            "regrow_warm_pool_ready", "Started sandboxes waiting in the warm pool.", ["image"], registry=self.registry
+        )
+        self.sandbox_failures = Counter(
+            "regrow_sandbox_failures_total", "Sandbox operations that failed.", ["operation"], registry=self.registry
+        )
 
-        self.tampered = Counter("regrow_reward_tampered_total", "Graded submissions found forged, by tripwire.",
-                                ["reason"], registry=self.registry)
+        self.tampered = Counter(
+            "regrow_reward_tampered_total",
+            "Graded submissions found forged, by tripwire.",
+            ["reason"],
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

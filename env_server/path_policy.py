@@ -7,10 +7,20 @@ from dataclasses import dataclass
 
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 # Files that decide how tests are found, configured or installed rather than what the code does.
-CONFIG_FILES = frozenset({
-    "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py",
-    "setup.py", "conftest.py",
-})
+CONFIG_FILES = frozenset(
+    {
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "noxfile.py",
+        "setup.py",
+        "conftest.py",
+    }
+)
 STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
 METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".egg")
 COMPILED_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dll", ".dylib")
@@ -50,8 +60,11 @@ class PathPolicy:
             return "not a plain relative path"
         if path in self.test_files:
             return "a pristine test file; the grader restores it"
-        if any(part in TEST_DIRS for part in parts[:-1]) or (name.startswith("test_") and name.endswith(".py")) \
-                or name.endswith("_test.py"):
+        if (
+            any(part in TEST_DIRS for part in parts[:-1])
+            or (name.startswith("test_") and name.endswith(".py"))
+            or name.endswith("_test.py")
+        ):
             return "test code; only the pristine tests are run"
         if name in CONFIG_FILES:
             return "test or build configuration; the pristine configuration is used"
@@ -65,7 +78,9 @@ class PathPolicy:
             return "compiled code is not graded; submit source"
         shadow = self._new_top_level_module(parts) if is_new else None
         if shadow:
-            return f"a new top-level module {shadow!r} could shadow pytest, the standard library or an installed package"
+            return (
+                f"a new top-level module {shadow!r} could shadow pytest, the standard library or an installed package"
+            )
         return None
 
     def _new_top_level_module(self, parts: list[str]) -> str | None:

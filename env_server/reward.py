@@ -20,14 +20,21 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from env_server.change_set import ChangeSet, SubmissionTooLarge, Tree, archive_of, compare, differs_from, read_tree
-from env_server.grading_run import GRADING_ENV, PYTEST_CONFIGS, Outcome, parse_report, pytest_arguments, pytest_config
-from env_server.grading_run import launcher_source
+from env_server.grading_run import (
+    GRADING_ENV,
+    PYTEST_CONFIGS,
+    Outcome,
+    launcher_source,
+    parse_report,
+    pytest_arguments,
+    pytest_config,
+)
 from env_server.hidden_checks import HiddenSuite, build_hidden_suite
 from env_server.path_policy import PathPolicy
 from env_server.settings import GradeLimits
 from env_server.tamper_scan import scan_change_set
-from env_server.tools import WORKSPACE
 from env_server.task_store import Task
+from env_server.tools import WORKSPACE
 from proto.observations import RefusedPath, RewardDetails, TestOutcome
 from sandbox import Sandbox, SandboxError
 
@@ -37,8 +44,9 @@ AGENT_HOME = "/home/agent"
 _ROOT_FOLDERS = ("workspace", "home", "home/agent")
 _CONFIG_NAMES = frozenset(name for name, _ in PYTEST_CONFIGS)
 # Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).
-_PLUGIN_PROBE = ("import importlib.metadata as m\n"
-                 "print('\\n'.join(sorted({e.module for e in m.entry_points(group='pytest11')})))")
+_PLUGIN_PROBE = (
+    "import importlib.metadata as m\nprint('\\n'.join(sorted({e.module for e in m.entry_points(group='pytest11')})))"
+)
 
 
 @dataclass(frozen=True)
@@ -70,8 +78,11 @@ class PristineCache:
             tree = read_tree([gzip.decompress(task.workspace_archive())], keep_sources)
         else:
             tree = read_tree(sb.export_tree(WORKSPACE, limits.tree_cap_bytes), keep_sources)
-        candidates = {name: tree.data[name] if name in tree.data else sb.read_file(f"{WORKSPACE}/{name}")
-                      for name in _CONFIG_NAMES if name in tree.entries}
+        candidates = {
+            name: tree.data[name] if name in tree.data else sb.read_file(f"{WORKSPACE}/{name}")
+            for name in _CONFIG_NAMES
+            if name in tree.entries
+        }
         plugins = task.record.pytest_plugins
         if plugins is None:
             probe = sb.exec(["python", "-I", "-c", _PLUGIN_PROBE], timeout=60, cwd="/")
@@ -90,8 +101,15 @@ class RunResult:
     error: str | None = None
 
 
-def run_graded(sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, suite: HiddenSuite, wanted: list[str],
-               timeout_s: float) -> RunResult:
+def run_graded(
+    sb: Sandbox,
+    task: Task,
+    pristine: Pristine,
+    changes: ChangeSet,
+    suite: HiddenSuite,
+    wanted: list[str],
+    timeout_s: float,
+) -> RunResult:
     """Write `changes`, the pristine tests and the hidden suite into `sb`, run the hardened pytest, read its report."""
     for start in range(0, len(changes.deleted), 500):
         sb.exec(["rm", "-f", "--", *changes.deleted[start : start + 500]], timeout=60, cwd=WORKSPACE)
@@ -105,8 +123,12 @@ def run_graded(sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, 
     files[f"{private[1:]}/run.py"] = launcher_source(arguments, wanted, report).encode()
     # One archive at / for the workspace and the launcher; the folders above them stay as the image has them.
     sb.import_tree("/", archive_of(files, {f"{WORKSPACE[1:]}/{p}" for p in changes.executable}, _ROOT_FOLDERS))
-    ran = sb.exec(["python", "-P", f"{private}/run.py"], timeout=timeout_s, cwd=WORKSPACE,
-                  env={**GRADING_ENV, "PYTHONHASHSEED": str(task.record.hash_seed), "HOME": AGENT_HOME})
+    ran = sb.exec(
+        ["python", "-P", f"{private}/run.py"],
+        timeout=timeout_s,
+        cwd=WORKSPACE,
+        env={**GRADING_ENV, "PYTHONHASHSEED": str(task.record.hash_seed), "HOME": AGENT_HOME},
+    )
     # No freeze before the read: the launcher killed what the tests started before it wrote the report, and a
     # report written by anything else (the launcher died early) is a blanket lie the sentinels and controls see.
     if ran.timed_out:
@@ -121,7 +143,9 @@ def run_graded(sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, 
 
 def excused_source(solution_patch: str) -> str:
     """The added lines of the task's solution: what the original code itself used is no sign of tampering."""
-    return "\n".join(line[1:] for line in solution_patch.splitlines() if line.startswith("+") and not line.startswith("+++"))
+    return "\n".join(
+        line[1:] for line in solution_patch.splitlines() if line.startswith("+") and not line.startswith("+++")
+    )
 
 
 def _outcome(result: RunResult, nodeid: str) -> Outcome:
@@ -133,8 +157,10 @@ def score(task: Task, suite: HiddenSuite, main: RunResult, counter: RunResult, m
     tests = [TestOutcome(nodeid=n, outcome=_outcome(main, n), group="FAIL_TO_PASS") for n in task.record.FAIL_TO_PASS]
     tests += [TestOutcome(nodeid=n, outcome=_outcome(main, n), group="PASS_TO_PASS") for n in task.record.PASS_TO_PASS]
     checks = suite.of_role("check")
-    tests += [TestOutcome(nodeid=f"hidden::{t.label}", outcome=_outcome(main, suite.nodeid(t)), group="HIDDEN")
-              for t in checks]
+    tests += [
+        TestOutcome(nodeid=f"hidden::{t.label}", outcome=_outcome(main, suite.nodeid(t)), group="HIDDEN")
+        for t in checks
+    ]
     if main.error:  # a run that timed out or died earns nothing; it is no evidence of forgery by itself
         return _empty(task, mode, tests=tests, hidden_total=len(checks), error=main.error)
     reasons = []
@@ -161,11 +187,20 @@ def score(task: Task, suite: HiddenSuite, main: RunResult, counter: RunResult, m
         reward = float(intact and len(from_unit) == f2p_total and hidden_passed == len(checks))
     else:
         reward = len(from_unit) / f2p_total * general if intact and f2p_total else 0.0
-    return RewardDetails(reward=0.0 if reasons else reward, mode=mode, f2p_passed=len(from_unit),
-                         f2p_total=len(task.record.FAIL_TO_PASS), p2p_passed=p2p_passed,
-                         p2p_total=len(task.record.PASS_TO_PASS), tests=tests, hidden_passed=hidden_passed,
-                         hidden_total=len(checks), tampered=bool(reasons), tamper_reasons=reasons,
-                         error=counter.error and f"counterfactual run: {counter.error}")
+    return RewardDetails(
+        reward=0.0 if reasons else reward,
+        mode=mode,
+        f2p_passed=len(from_unit),
+        f2p_total=len(task.record.FAIL_TO_PASS),
+        p2p_passed=p2p_passed,
+        p2p_total=len(task.record.PASS_TO_PASS),
+        tests=tests,
+        hidden_passed=hidden_passed,
+        hidden_total=len(checks),
+        tampered=bool(reasons),
+        tamper_reasons=reasons,
+        error=counter.error and f"counterfactual run: {counter.error}",
+    )
 
 
 def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
@@ -184,45 +219,81 @@ def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
 
 
 def _empty(task: Task, mode: str, **update: object) -> RewardDetails:
-    return RewardDetails(reward=0.0, mode=mode, f2p_passed=0, f2p_total=len(task.record.FAIL_TO_PASS), p2p_passed=0,
-                         p2p_total=len(task.record.PASS_TO_PASS), **update)
+    return RewardDetails(
+        reward=0.0,
+        mode=mode,
+        f2p_passed=0,
+        f2p_total=len(task.record.FAIL_TO_PASS),
+        p2p_passed=0,
+        p2p_total=len(task.record.PASS_TO_PASS),
+        **update,
+    )
 
 
-def grade(task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pristine_cache: PristineCache,
-          limits: GradeLimits) -> RewardDetails:
+def grade(
+    task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pristine_cache: PristineCache, limits: GradeLimits
+) -> RewardDetails:
     """Kill the agent's container, take its change set, run the main and the counterfactual test runs, and score."""
     agent.freeze()
     with ThreadPoolExecutor(2, thread_name_prefix="grade") as pool, ExitStack() as stack:
         main_sb, counter_sb = _sandboxes(pool, fresh_sandbox, stack, 2)
         pristine = pristine_cache.get(task, main_sb, limits)
         try:
-            submitted = read_tree(agent.export_tree(WORKSPACE, limits.tree_cap_bytes), differs_from(pristine.tree),
-                                  limits.file_cap_bytes)
+            submitted = read_tree(
+                agent.export_tree(WORKSPACE, limits.tree_cap_bytes), differs_from(pristine.tree), limits.file_cap_bytes
+            )
         except SubmissionTooLarge as error:
             return _empty(task, limits.mode, error=f"the submission is too large to grade: {error}")
-        policy = PathPolicy.for_task(task.record.test_files, [u.path for u in task.record.deleted], pristine.tree.files())
+        policy = PathPolicy.for_task(
+            task.record.test_files, [u.path for u in task.record.deleted], pristine.tree.files()
+        )
         changes = compare(pristine.tree, submitted, policy, limits.file_cap_bytes)
         refused = [RefusedPath(path=path, reason=reason) for path, reason in sorted(changes.refused.items())]
-        found = scan_change_set({path: (pristine.tree.data.get(path), data)
-                                 for path, data in changes.written.items() if path.endswith(".py")},
-                                excused_source(task.record.solution_patch))
+        found = scan_change_set(
+            {
+                path: (pristine.tree.data.get(path), data)
+                for path, data in changes.written.items()
+                if path.endswith(".py")
+            },
+            excused_source(task.record.solution_patch),
+        )
         suite = build_hidden_suite(task.io_checks(), _test_dir(task), random.SystemRandom())
         unit_paths = {unit.path for unit in task.record.deleted}
         watched = [suite.nodeid(t) for t in suite.tests if t.role != "check"]
-        main = pool.submit(run_graded, main_sb, task, pristine, changes, suite,
-                           [*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS, *map(suite.nodeid, suite.tests)],
-                           limits.timeout_s)
-        counter = pool.submit(run_graded, counter_sb, task, pristine, changes.without_modules(unit_paths), suite,
-                              [*task.record.FAIL_TO_PASS, *watched], limits.timeout_s)
+        main = pool.submit(
+            run_graded,
+            main_sb,
+            task,
+            pristine,
+            changes,
+            suite,
+            [*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS, *map(suite.nodeid, suite.tests)],
+            limits.timeout_s,
+        )
+        counter = pool.submit(
+            run_graded,
+            counter_sb,
+            task,
+            pristine,
+            changes.without_modules(unit_paths),
+            suite,
+            [*task.record.FAIL_TO_PASS, *watched],
+            limits.timeout_s,
+        )
         details = score(task, suite, main.result(), counter.result(), limits.mode)
-    update: dict[str, object] = {"refused": refused, "ignored_paths": [r.path for r in refused],
-                                 "tamper_flags": [str(flag) for flag in found]}
+    update: dict[str, object] = {
+        "refused": refused,
+        "ignored_paths": [r.path for r in refused],
+        "tamper_flags": [str(flag) for flag in found],
+    }
     if limits.strict_tamper and any(flag.forgery for flag in found):
         update.update(reward=0.0, tampered=True, tamper_reasons=[*details.tamper_reasons, "static_scan"])
     return details.model_copy(update=update)
 
 
-def _sandboxes(pool: ThreadPoolExecutor, fresh_sandbox: Callable[[], Sandbox], stack: ExitStack, count: int) -> list[Sandbox]:
+def _sandboxes(
+    pool: ThreadPoolExecutor, fresh_sandbox: Callable[[], Sandbox], stack: ExitStack, count: int
+) -> list[Sandbox]:
     """`count` sandboxes started at once, each destroyed with `stack`, none left behind when one fails to start."""
     futures = [pool.submit(fresh_sandbox) for _ in range(count)]
     started, failure = [], None

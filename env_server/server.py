@@ -53,8 +53,9 @@ class RunningServer:
 def start_in_background(settings: ServerSettings, backend: DockerBackend | None = None) -> RunningServer:
     """Start runtime, app and gRPC on the configured (or, for port 0, free) ports; `stop()` undoes it all."""
     runtime = start_runtime(settings, backend)
-    config = uvicorn.Config(build_app(runtime), host=settings.host, port=settings.port, log_level="warning",
-                            ws_max_size=16 * 1024 * 1024)
+    config = uvicorn.Config(
+        build_app(runtime), host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
     thread.start()
@@ -66,7 +67,9 @@ def start_in_background(settings: ServerSettings, backend: DockerBackend | None 
         time.sleep(0.02)
     port = server.servers[0].sockets[0].getsockname()[1]
     grpc_server, grpc_port = start_grpc_server(runtime, settings.host, settings.grpc_port)
-    return RunningServer(runtime, f"http://{settings.host}:{port}", f"{settings.host}:{grpc_port}", server, thread, grpc_server)
+    return RunningServer(
+        runtime, f"http://{settings.host}:{port}", f"{settings.host}:{grpc_port}", server, thread, grpc_server
+    )
 
 
 def serve(settings: ServerSettings) -> None:
@@ -84,8 +87,9 @@ def serve(settings: ServerSettings) -> None:
     app.router.on_shutdown.append(shut_down)
     try:
         # log_config=None: uvicorn's records go through the root handler, which writes JSON lines.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="info", log_config=None,
-                    ws_max_size=16 * 1024 * 1024)
+        uvicorn.run(
+            app, host=settings.host, port=settings.port, log_level="info", log_config=None, ws_max_size=16 * 1024 * 1024
+        )
     finally:
         shut_down()
         runtime.traces.close()

@@ -55,14 +55,23 @@ class ServerSettings(BaseSettings):
     warm_pool_total: int = Field(default=8, ge=0)
     reaper_interval_s: float = Field(default=60.0, gt=0)
     reward_mode: Literal["fraction", "binary"] = "fraction"
-    strict_tamper: bool = Field(default=True, description="A static tamper flag zeroes the reward (else it is reported)")
-    submission_file_cap_bytes: int = Field(default=5 * 1024 * 1024, ge=1, description="Largest file a submission may change")
+    strict_tamper: bool = Field(
+        default=True, description="A static tamper flag zeroes the reward (else it is reported)"
+    )
+    submission_file_cap_bytes: int = Field(
+        default=5 * 1024 * 1024, ge=1, description="Largest file a submission may change"
+    )
     submission_cap_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Largest /workspace a grading reads")
     api_token: SecretStr | None = Field(default=None, description="Bearer token /episodes requires, when set")
 
     def grade_limits(self) -> GradeLimits:
-        return GradeLimits(mode=self.reward_mode, timeout_s=self.grade_timeout_s, strict_tamper=self.strict_tamper,
-                           file_cap_bytes=self.submission_file_cap_bytes, tree_cap_bytes=self.submission_cap_bytes)
+        return GradeLimits(
+            mode=self.reward_mode,
+            timeout_s=self.grade_timeout_s,
+            strict_tamper=self.strict_tamper,
+            file_cap_bytes=self.submission_file_cap_bytes,
+            tree_cap_bytes=self.submission_cap_bytes,
+        )
 
     def trace_path(self) -> Path:
         return self.trace_db or self.tasks_dir / "traces.sqlite"

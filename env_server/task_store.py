@@ -36,7 +36,9 @@ class Task:
         root = self.store_root or self.hidden_dir.parent.parent
         path = root / relative
         if not path.is_file():
-            raise FileNotFoundError(f"task {self.id}: {path} is missing; copy the whole task store, or synthesize it again")
+            raise FileNotFoundError(
+                f"task {self.id}: {path} is missing; copy the whole task store, or synthesize it again"
+            )
         return path.read_bytes()
 
     def workspace_archive(self) -> bytes:
@@ -76,7 +78,6 @@ class Task:
             files[path] = source.read_bytes()
         return files
 
-
     def io_checks(self) -> list[IoCheck]:
         """Recorded calls of the deleted unit that the grader replays as hidden tests; none for older stores."""
         source = self.hidden_dir / "io_checks.json"
@@ -94,7 +95,7 @@ class TaskStore:
         if not jsonl.is_file():
             raise FileNotFoundError(f"{jsonl} not found: point --tasks at a directory written by `regrow synth`")
         self.tasks: dict[str, Task] = {}
-        for number, line in enumerate(jsonl.read_text().splitlines(), 1):
+        for line in jsonl.read_text().splitlines():
             if line.strip():
                 record = TaskRecord.model_validate_json(line)
                 self.tasks[record.instance_id] = Task(record, self.root / "hidden" / record.instance_id, self.root)
@@ -104,8 +105,10 @@ class TaskStore:
             if task.as_files:
                 for relative in (task.record.workspace_archive, f"{task.record.repo_dir}/install.tar.gz"):
                     if not (self.root / relative).is_file():
-                        raise FileNotFoundError(f"task {task.id}: {self.root / relative} is missing; copy the whole task "
-                                                "store, or synthesize it again")
+                        raise FileNotFoundError(
+                            f"task {task.id}: {self.root / relative} is missing; copy the whole task "
+                            "store, or synthesize it again"
+                        )
 
     def missing_images(self, exists) -> list[str]:
         """The images of the store that `exists(tag)` says the engine lacks."""

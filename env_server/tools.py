@@ -81,7 +81,9 @@ def _encoded(text: str, what: str, limit: int) -> bytes:
     except UnicodeEncodeError:
         raise ToolRejected(f"{what} is not valid UTF-8 text (it holds a lone surrogate); send valid text") from None
     if len(data) > limit:
-        raise ToolRejected(f"{what} is {len(data)} bytes, over the {limit}-byte write limit; write smaller files", "TOO_LARGE")
+        raise ToolRejected(
+            f"{what} is {len(data)} bytes, over the {limit}-byte write limit; write smaller files", "TOO_LARGE"
+        )
     return data
 
 
@@ -118,7 +120,9 @@ def _write(sb: Sandbox, path: str, text: str, settings: ServerSettings) -> ToolR
     except FileTooLarge as error:
         raise ToolRejected(str(error), "TOO_LARGE") from None
     feedback = _parse_feedback(path, text)
-    return ToolResult(output=f"wrote {len(data)} bytes to {_relative(path)}", feedback=feedback, error="SYNTAX" if feedback else None)
+    return ToolResult(
+        output=f"wrote {len(data)} bytes to {_relative(path)}", feedback=feedback, error="SYNTAX" if feedback else None
+    )
 
 
 def write_file(sb: Sandbox, args: WriteFileArgs, settings: ServerSettings) -> ToolResult:
@@ -131,24 +135,36 @@ def edit_file(sb: Sandbox, args: EditFileArgs, settings: ServerSettings) -> Tool
     text = _read_text(sb, path)
     count = text.count(args.old)
     if count == 0:
-        raise ToolRejected(f"edit text not found in {_relative(path)}; read_file it and copy the exact text", "EDIT_NOT_FOUND")
+        raise ToolRejected(
+            f"edit text not found in {_relative(path)}; read_file it and copy the exact text", "EDIT_NOT_FOUND"
+        )
     if count > 1:
-        raise ToolRejected(f"edit text occurs {count} times in {_relative(path)}; include more context to make it unique", "EDIT_AMBIGUOUS")
+        raise ToolRejected(
+            f"edit text occurs {count} times in {_relative(path)}; include more context to make it unique",
+            "EDIT_AMBIGUOUS",
+        )
     return _write(sb, path, text.replace(args.old, args.new, 1), settings)
 
 
 def run(sb: Sandbox, args: RunArgs, settings: ServerSettings) -> ToolResult:
     timeout = args.timeout if args.timeout is not None else settings.run_timeout_default_s
     if timeout > settings.run_timeout_cap_s:
-        raise ToolRejected(f"timeout {timeout:g}s is over the server cap of {settings.run_timeout_cap_s:g}s; ask for less")
+        raise ToolRejected(
+            f"timeout {timeout:g}s is over the server cap of {settings.run_timeout_cap_s:g}s; ask for less"
+        )
     result = sb.exec(args.command, timeout=timeout, cwd=WORKSPACE, env=RUN_ENV)
     output = result.stdout + result.stderr
     feedback = error = None
     if result.timed_out:
-        feedback, error = f"command timed out after {timeout:g}s and was killed; make it faster or raise timeout", "TIMEOUT"
+        feedback, error = (
+            f"command timed out after {timeout:g}s and was killed; make it faster or raise timeout",
+            "TIMEOUT",
+        )
     elif result.oom_killed:
         feedback, error = "command ran out of memory and was killed", "OOM"
-    return ToolResult(output=output, exit_code=result.exit_code, truncated=result.truncated, feedback=feedback, error=error)
+    return ToolResult(
+        output=output, exit_code=result.exit_code, truncated=result.truncated, feedback=feedback, error=error
+    )
 
 
 def search(sb: Sandbox, args: SearchArgs, settings: ServerSettings) -> ToolResult:
@@ -158,7 +174,10 @@ def search(sb: Sandbox, args: SearchArgs, settings: ServerSettings) -> ToolResul
         return ToolResult(output="no matches", exit_code=1)
     if result.exit_code != 0:
         return ToolResult(
-            output=result.stderr, exit_code=result.exit_code, feedback=f"search failed: {result.stderr.strip()[:200]}", error="SEARCH"
+            output=result.stderr,
+            exit_code=result.exit_code,
+            feedback=f"search failed: {result.stderr.strip()[:200]}",
+            error="SEARCH",
         )
     output, truncated = _capped(result.stdout.replace(WORKSPACE + "/", ""), settings.read_cap_chars)
     return ToolResult(output=output, exit_code=0, truncated=truncated or result.truncated)

@@ -59,34 +59,60 @@ class TraceStore:
         with self._lock:
             self._db.execute(
                 "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
-                (trace.episode_id, trace.task_id, trace.problem_statement, json.dumps(trace.tools), trace.status,
-                 trace.started_at.isoformat()),
+                (
+                    trace.episode_id,
+                    trace.task_id,
+                    trace.problem_statement,
+                    json.dumps(trace.tools),
+                    trace.status,
+                    trace.started_at.isoformat(),
+                ),
             )
 
     def add_step(self, episode_id: str, step: StepTrace) -> None:
         with self._lock:
             self._db.execute(
                 "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)",
-                (episode_id, step.index, step.action.model_dump_json(), step.observation.model_dump_json(),
-                 step.started_at.isoformat(), step.duration_s),
+                (
+                    episode_id,
+                    step.index,
+                    step.action.model_dump_json(),
+                    step.observation.model_dump_json(),
+                    step.started_at.isoformat(),
+                    step.duration_s,
+                ),
             )
 
     def end_episode(self, episode_id: str, status: str, ended_at: datetime, details: RewardDetails | None) -> None:
         with self._lock:
             self._db.execute(
                 "UPDATE episodes SET status = ?, ended_at = ?, reward = ?, reward_details = ? WHERE episode_id = ?",
-                (status, ended_at.isoformat(), details.reward if details else None,
-                 details.model_dump_json() if details else None, episode_id),
+                (
+                    status,
+                    ended_at.isoformat(),
+                    details.reward if details else None,
+                    details.model_dump_json() if details else None,
+                    episode_id,
+                ),
             )
 
     def list_episodes(
-        self, task_id: str | None = None, status: str | None = None, min_reward: float | None = None,
-        since: datetime | None = None, limit: int = 100, offset: int = 0,
+        self,
+        task_id: str | None = None,
+        status: str | None = None,
+        min_reward: float | None = None,
+        since: datetime | None = None,
+        limit: int = 100,
+        offset: int = 0,
     ) -> list[EpisodeTrace]:
         """Episodes (without their steps), newest first, filtered."""
         clauses, params = [], []
-        for clause, value in (("task_id = ?", task_id), ("status = ?", status), ("reward >= ?", min_reward),
-                              ("started_at >= ?", since.isoformat() if since else None)):
+        for clause, value in (
+            ("task_id = ?", task_id),
+            ("status = ?", status),
+            ("reward >= ?", min_reward),
+            ("started_at >= ?", since.isoformat() if since else None),
+        ):
             if value is not None:
                 clauses.append(clause)
                 params.append(value)
@@ -116,13 +142,23 @@ class TraceStore:
     def _episode(row: tuple, steps: list[tuple]) -> EpisodeTrace:
         episode_id, task_id, problem, tools, status, reward, details, started, ended = row
         return EpisodeTrace(
-            episode_id=episode_id, task_id=task_id, problem_statement=problem, tools=json.loads(tools), status=status,
-            reward=reward, reward_details=RewardDetails.model_validate_json(details) if details else None,
-            started_at=datetime.fromisoformat(started), ended_at=datetime.fromisoformat(ended) if ended else None,
+            episode_id=episode_id,
+            task_id=task_id,
+            problem_statement=problem,
+            tools=json.loads(tools),
+            status=status,
+            reward=reward,
+            reward_details=RewardDetails.model_validate_json(details) if details else None,
+            started_at=datetime.fromisoformat(started),
+            ended_at=datetime.fromisoformat(ended) if ended else None,
             steps=[
-                StepTrace(index=idx, action=ToolCall.model_validate_json(action),
-                          observation=CodingObservation.model_validate_json(observation),
-                          started_at=datetime.fromisoformat(step_started), duration_s=duration)
+                StepTrace(
+                    index=idx,
+                    action=ToolCall.model_validate_json(action),
+                    observation=CodingObservation.model_validate_json(observation),
+                    started_at=datetime.fromisoformat(step_started),
+                    duration_s=duration,
+                )
                 for _, idx, action, observation, step_started, duration in steps
             ],
         )

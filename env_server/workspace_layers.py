@@ -32,7 +32,11 @@ def _members(archive: bytes) -> dict[str, tuple[tarfile.TarInfo, bytes | None, K
         for member in tar:
             data = tar.extractfile(member).read() if member.isfile() else None
             digest = hashlib.sha256(data).hexdigest() if data is not None else ""
-            entries[member.name] = (member, data, (str(member.type), member.linkname, member.mode, member.uid, member.gid, digest))
+            entries[member.name] = (
+                member,
+                data,
+                (str(member.type), member.linkname, member.mode, member.uid, member.gid, digest),
+            )
     return entries
 
 
@@ -80,7 +84,9 @@ class WorkspaceLayers:
         if known is not None:
             return known
         entries = _members(archive)
-        rest = _archive((member, data) for name, (member, data, key) in sorted(entries.items()) if self.base_keys.get(name) != key)
+        rest = _archive(
+            (member, data) for name, (member, data, key) in sorted(entries.items()) if self.base_keys.get(name) != key
+        )
         with self._lock:
             self._rests[task_id] = rest
         return rest

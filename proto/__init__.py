@@ -4,22 +4,22 @@ Both the env server and the trainer import these models; nothing else of regrow 
 """
 
 from proto.actions import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolCall, tool_specs
-from proto.observations import CodingObservation, EpisodeState, TestOutcome, RewardDetails
+from proto.observations import CodingObservation, EpisodeState, RewardDetails, TestOutcome
 from proto.tasks import DeletedUnit, TaskRecord, TaskStats
 from proto.traces import EpisodeTrace, StepTrace
 
 __all__ = [
     "TOOL_ARGS",
     "TOOL_DESCRIPTIONS",
-    "ToolCall",
-    "tool_specs",
     "CodingObservation",
-    "EpisodeState",
-    "TestOutcome",
-    "RewardDetails",
     "DeletedUnit",
+    "EpisodeState",
+    "EpisodeTrace",
+    "RewardDetails",
+    "StepTrace",
     "TaskRecord",
     "TaskStats",
-    "EpisodeTrace",
-    "StepTrace",
+    "TestOutcome",
+    "ToolCall",
+    "tool_specs",
 ]

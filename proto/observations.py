@@ -55,9 +55,14 @@ class RewardDetails(BaseModel):
     refused: list[RefusedPath] = Field(default_factory=list, description="The edits left out, each with its reason.")
     hidden_passed: int = Field(default=0, description="Hidden checks of the deleted unit that passed.")
     hidden_total: int = Field(default=0, description="Hidden checks of the deleted unit the agent never saw.")
-    tampered: bool = Field(default=False, description="The test run was forged: a tripwire fired or the scan found "
-                           "code reaching into the test machinery (strict mode). The reward is 0.")
-    tamper_reasons: list[str] = Field(default_factory=list, description="Which tripwires fired: sentinel_passed, "
-                                      "control_failed, counterfactual_passed, static_scan.")
+    tampered: bool = Field(
+        default=False,
+        description="The test run was forged: a tripwire fired or the scan found "
+        "code reaching into the test machinery (strict mode). The reward is 0.",
+    )
+    tamper_reasons: list[str] = Field(
+        default_factory=list,
+        description="Which tripwires fired: sentinel_passed, control_failed, counterfactual_passed, static_scan.",
+    )
     tamper_flags: list[str] = Field(default_factory=list, description="What the static scan of the change set found.")
     error: str | None = None

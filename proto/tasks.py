@@ -33,8 +33,11 @@ class IoCheck(BaseModel):
     kwargs: str = Field(default="{}", description="Keyword arguments as a dict literal.")
     result: str | None = Field(default=None, description="The return value as a literal; None when the call raised.")
     raises: str | None = Field(default=None, description="The exception's class name when the call raised.")
-    test: str | None = Field(default=None, description="The FAIL_TO_PASS node id that made the call; None for a call "
-                             "no visible test makes. A visible test is credited only if the replays of its calls pass.")
+    test: str | None = Field(
+        default=None,
+        description="The FAIL_TO_PASS node id that made the call; None for a call "
+        "no visible test makes. A visible test is credited only if the replays of its calls pass.",
+    )
 
 
 class TaskStats(BaseModel):
@@ -53,15 +56,21 @@ class TaskRecord(BaseModel):
     instance_id: str
     repo: str
     source_commit: str
-    image: str = Field(description="Docker image an episode starts from: the repository image when the task is stored as "
-                       "files (`workspace_archive` set), else an image that holds the deleted workspace at /workspace.")
+    image: str = Field(
+        description="Docker image an episode starts from: the repository image when the task is stored as "
+        "files (`workspace_archive` set), else an image that holds the deleted workspace at /workspace."
+    )
     workspace_archive: str | None = Field(
-        default=None, description="The task's /workspace (scrubbed, one commit) as a gzipped tar, relative to the task store; "
-        "a reset writes it into a container of `image`. None: the image holds the workspace.")
+        default=None,
+        description="The task's /workspace (scrubbed, one commit) as a gzipped tar, relative to the task store; "
+        "a reset writes it into a container of `image`. None: the image holds the workspace.",
+    )
     repo_dir: str | None = Field(
-        default=None, description="The repository's folder in the task store: `install.tar.gz`, what the editable install "
+        default=None,
+        description="The repository's folder in the task store: `install.tar.gz`, what the editable install "
         "adds to the image's venv (written with the workspace), and `wheels/`, from which `regrow images build --tasks` "
-        "rebuilds `image` on another host.")
+        "rebuilds `image` on another host.",
+    )
     mode: DeletionMode
     deleted: list[DeletedUnit]
     problem_statement: str
@@ -72,10 +81,15 @@ class TaskRecord(BaseModel):
     test_files: list[str] = Field(default_factory=list, description="Pristine tests, under hidden/<id>/.")
     split: str = "train"
     pytest_plugins: list[str] | None = Field(
-        default=None, description="Modules of the pytest11 plugins the repository image installs; the grader names them "
-        "with -p since it turns plugin autoload off. None: the grader reads them from the image.")
-    hash_seed: int = Field(default=HASH_SEED, description="PYTHONHASHSEED every run of the tests used, from the baseline to "
-                           "grading, so that ids and orders built from sets and dicts of strings match from run to run.")
+        default=None,
+        description="Modules of the pytest11 plugins the repository image installs; the grader names them "
+        "with -p since it turns plugin autoload off. None: the grader reads them from the image.",
+    )
+    hash_seed: int = Field(
+        default=HASH_SEED,
+        description="PYTHONHASHSEED every run of the tests used, from the baseline to "
+        "grading, so that ids and orders built from sets and dicts of strings match from run to run.",
+    )
     stats: TaskStats
     created_at: datetime
     synth_version: str

@@ -3,13 +3,14 @@
 import json
 import logging
 import sys
-
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
-app = typer.Typer(help="Train coding agents with RL on tasks synthesized from your own repositories.", no_args_is_help=True)
+app = typer.Typer(
+    help="Train coding agents with RL on tasks synthesized from your own repositories.", no_args_is_help=True
+)
 images_app = typer.Typer(help="Build the images regrow runs on (no registry needed).", no_args_is_help=True)
 bench_app = typer.Typer(help="Benchmarks; each prints one JSON object.", no_args_is_help=True)
 app.add_typer(images_app, name="images")
@@ -54,7 +55,9 @@ def print_json(payload: object) -> None:
 @images_app.command("build")
 def images_build(
     force: bool = typer.Option(False, help="Rebuild the base image even when it exists."),
-    tasks: Path = typer.Option(None, "--tasks", help="Also build the repository images this task store needs, from its wheels."),
+    tasks: Path = typer.Option(
+        None, "--tasks", help="Also build the repository images this task store needs, from its wheels."
+    ),
 ) -> None:
     """Build regrow/base from the machine's apt mirror, unless it exists; with --tasks, the store's repository images."""
     from sandbox import DockerBackend, SandboxError

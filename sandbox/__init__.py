@@ -16,19 +16,19 @@ from sandbox.reaper import Reaper
 from sandbox.warm_pool import WarmPool
 
 __all__ = [
-    "DockerBackend",
-    "ExecResult",
-    "Sandbox",
     "DirEntry",
-    "Hardening",
-    "Limits",
-    "Reaper",
-    "WarmPool",
+    "DockerBackend",
     "DockerUnavailable",
+    "ExecResult",
     "ExecTimeout",
     "FileTooLarge",
+    "Hardening",
     "ImageNotFound",
+    "Limits",
+    "Reaper",
+    "Sandbox",
     "SandboxError",
     "SandboxFileNotFound",
     "SandboxGone",
+    "WarmPool",
 ]

@@ -145,14 +145,36 @@ def build_base_image(backend: DockerBackend, tag: str = BASE_IMAGE, force: bool 
         rootfs = Path(work) / "rootfs"
         try:
             _run(
-                ["debootstrap", "--variant=minbase", f"--include={','.join(BASE_PACKAGES)}", source.suite, str(rootfs), source.uri],
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={','.join(BASE_PACKAGES)}",
+                    source.suite,
+                    str(rootfs),
+                    source.uri,
+                ],
                 "debootstrap",
             )
             for name in LOCALES:
                 language, _, charmap = name.partition(".")
                 _run(["chroot", str(rootfs), "localedef", "-i", language, "-f", charmap, name], f"localedef {name}")
-            _run(["chroot", str(rootfs), "useradd", "--create-home", "--uid", str(AGENT_UID), "--shell", "/bin/bash", "agent"], "useradd")
-            _run(["chroot", str(rootfs), "install", "-d", "-o", "agent", "-g", "agent", "/workspace"], "mkdir /workspace")
+            _run(
+                [
+                    "chroot",
+                    str(rootfs),
+                    "useradd",
+                    "--create-home",
+                    "--uid",
+                    str(AGENT_UID),
+                    "--shell",
+                    "/bin/bash",
+                    "agent",
+                ],
+                "useradd",
+            )
+            _run(
+                ["chroot", str(rootfs), "install", "-d", "-o", "agent", "-g", "agent", "/workspace"], "mkdir /workspace"
+            )
             _run(["sh", "-c", f"rm -rf {rootfs}/var/cache/apt/archives/*.deb {rootfs}/var/lib/apt/lists/*"], "clean-up")
             archive = Path(work) / "rootfs.tar"
             _run(["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(archive), "."], "tar")

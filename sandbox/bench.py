@@ -35,7 +35,13 @@ def run_sandbox_bench(backend: DockerBackend, repetitions: int = 30, image: str 
     """Measure (a) CLI run, (b) SDK create+start, (c) warm acquire, (d) SDK exec, (e) our exec."""
     labels = {**BENCH_LABELS, "regrow.managed": "1", "regrow.owner": backend.owner}
     cli_run = [
-        _timed(lambda: subprocess.run(["docker", "run", "--rm", "--label", "regrow.bench=sandbox", image, "true"], check=True, capture_output=True))
+        _timed(
+            lambda: subprocess.run(
+                ["docker", "run", "--rm", "--label", "regrow.bench=sandbox", image, "true"],
+                check=True,
+                capture_output=True,
+            )
+        )
         for _ in range(repetitions)
     ]
     sdk_create: list[float] = []

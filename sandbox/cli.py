@@ -14,8 +14,12 @@ sandbox_app = typer.Typer(help="Sandbox infrastructure.", no_args_is_help=True)
 
 @sandbox_app.command("proxy")
 def proxy(
-    listen: str = typer.Option(None, help="tcp://HOST:PORT or unix:///PATH (default: REGROW_PROXY_LISTEN, else tcp://127.0.0.1:2375)."),
-    engine: str = typer.Option(None, help="The engine's socket (default: REGROW_PROXY_ENGINE, else unix:///var/run/docker.sock)."),
+    listen: str = typer.Option(
+        None, help="tcp://HOST:PORT or unix:///PATH (default: REGROW_PROXY_LISTEN, else tcp://127.0.0.1:2375)."
+    ),
+    engine: str = typer.Option(
+        None, help="The engine's socket (default: REGROW_PROXY_ENGINE, else unix:///var/run/docker.sock)."
+    ),
 ) -> None:
     """Serve the Docker API to the env server with only the endpoints regrow uses; refuse the rest (403)."""
     import asyncio
@@ -23,7 +27,9 @@ def proxy(
     from sandbox.docker_proxy import ProxySettings, serve
 
     try:
-        asyncio.run(serve(ProxySettings(**{k: v for k, v in {"listen": listen, "engine": engine}.items() if v is not None})))
+        asyncio.run(
+            serve(ProxySettings(**{k: v for k, v in {"listen": listen, "engine": engine}.items() if v is not None}))
+        )
     except (ValueError, OSError) as error:  # a bad setting, or the address is taken
         console.print(f"[bold red]error:[/] cannot start the docker proxy: {error}")
         raise typer.Exit(1) from None

@@ -9,10 +9,10 @@ import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-import docker
 import docker.errors
 import requests.exceptions
 
+import docker
 from sandbox.errors import DockerUnavailable, ExecTimeout, ImageNotFound, SandboxGone
 from sandbox.exec_stream import read_exec_stream
 from sandbox.file_transfer import DirEntry, export_tree, import_tree, list_dir, read_file, search, write_file
@@ -45,7 +45,9 @@ class ExecResult:
 
     def raise_for_timeout(self) -> ExecResult:
         if self.timed_out:
-            raise ExecTimeout(f"command timed out after {self.duration_s:.1f}s; raise its timeout or make it faster", self)
+            raise ExecTimeout(
+                f"command timed out after {self.duration_s:.1f}s; raise its timeout or make it faster", self
+            )
         return self
 
 
@@ -107,7 +109,9 @@ class Sandbox:
         except docker.errors.APIError as error:
             raise _gone_or_raise(error, self.id) from error
         try:
-            stream = read_exec_stream(sock, started + timeout + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes)
+            stream = read_exec_stream(
+                sock, started + timeout + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes
+            )
         finally:
             sock.close()
         exit_code = self._exit_code(exec_id, stream.deadline_hit)
@@ -155,7 +159,11 @@ class Sandbox:
                 return
             log.info("sweep %d in %s exited %s: %s", attempt + 1, self.id[:12], exit_code, output[-200:])
             time.sleep(0.2 * (attempt + 1))
-        log.warning("timed-out processes in %s may have survived %d sweeps; the pids limit still bounds them", self.id[:12], SWEEP_ATTEMPTS)
+        log.warning(
+            "timed-out processes in %s may have survived %d sweeps; the pids limit still bounds them",
+            self.id[:12],
+            SWEEP_ATTEMPTS,
+        )
 
     def _oom_killed_since_last_check(self) -> bool:
         try:
@@ -226,7 +234,11 @@ class DockerBackend:
     def __init__(self, base_url: str | None = None, timeout: float = 60.0):
         base_url = base_url or SandboxSettings().docker_host  # else DOCKER_HOST, else the default socket
         try:
-            self.client = docker.DockerClient(base_url=base_url, timeout=timeout) if base_url else docker.from_env(timeout=timeout)
+            self.client = (
+                docker.DockerClient(base_url=base_url, timeout=timeout)
+                if base_url
+                else docker.from_env(timeout=timeout)
+            )
             self.client.ping()
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             where = base_url or "the default socket (DOCKER_HOST or unix:///var/run/docker.sock)"

@@ -20,10 +20,25 @@ import h11
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sandbox.docker_proxy_policy import (
-    Refused, Route, Scope, check_container_create, check_exec_create, field, refusal, route_request,
+    Refused,
+    Route,
+    Scope,
+    check_container_create,
+    check_exec_create,
+    field,
+    refusal,
+    route_request,
 )  # fmt: skip
 from sandbox.docker_proxy_relay import (
-    Answer, EngineDown, answer, linger, next_event, read_response, relay_until_done, relay_upgrade, upstream_request,
+    Answer,
+    EngineDown,
+    answer,
+    linger,
+    next_event,
+    read_response,
+    relay_until_done,
+    relay_upgrade,
+    upstream_request,
 )  # fmt: skip
 from sandbox.owner import MANAGED_LABEL
 
@@ -51,7 +66,9 @@ class DockerProxy:
 
     def __init__(self, settings: ProxySettings):
         if not settings.engine.startswith("unix://"):
-            raise ValueError(f"the engine must be a unix socket such as unix:///var/run/docker.sock, got {settings.engine!r}")
+            raise ValueError(
+                f"the engine must be a unix socket such as unix:///var/run/docker.sock, got {settings.engine!r}"
+            )
         self.settings = settings
         self.engine_path = settings.engine.removeprefix("unix://")
         self._managed: set[str] = set()  # full ids of containers labelled regrow.managed=1 (labels never change)
@@ -149,10 +166,14 @@ class DockerProxy:
         await answer(writer, method, Answer(refused.status, {"message": str(refused)}))
         return True
 
-    async def _read_body(self, client: h11.Connection, reader: asyncio.StreamReader, request: h11.Request, route: Route) -> bytes:
+    async def _read_body(
+        self, client: h11.Connection, reader: asyncio.StreamReader, request: h11.Request, route: Route
+    ) -> bytes:
         headers = dict(request.headers)
         if b"content-length" in headers and b"transfer-encoding" in headers:
-            raise refusal(route.method, route.path, "both Content-Length and Transfer-Encoding are set", "send one", 400)
+            raise refusal(
+                route.method, route.path, "both Content-Length and Transfer-Encoding are set", "send one", 400
+            )
         limit = self.settings.max_body_mib * 1024 * 1024
         too_large = refusal(route.method, route.path, f"the body is over {self.settings.max_body_mib} MiB",
                             "raise REGROW_PROXY_MAX_BODY_MIB or send less", 413)  # fmt: skip
@@ -204,7 +225,9 @@ class DockerProxy:
                 return Answer(404, {"message": f"No such exec instance: {route.ref}"})
             container_ref = field(info, "ContainerID")
             if status != 200 or not isinstance(container_ref, str):
-                raise EngineDown(f"regrow docker proxy: the engine answered {status} to inspecting exec {route.ref[:12]}")
+                raise EngineDown(
+                    f"regrow docker proxy: the engine answered {status} to inspecting exec {route.ref[:12]}"
+                )
         found = await self._container(container_ref)
         if found is None:
             return Answer(404, {"message": f"No such container: {container_ref}"})
@@ -217,7 +240,10 @@ class DockerProxy:
         if route.foreign_state_only:
             # The reaper asks whether an owner's container still runs; that is all an unmanaged container reveals.
             state = field(info, "State") or {}
-            return Answer(200, {"Id": container_id, "State": {"Status": field(state, "Status"), "Running": field(state, "Running")}})
+            return Answer(
+                200,
+                {"Id": container_id, "State": {"Status": field(state, "Status"), "Running": field(state, "Running")}},
+            )
         raise refusal(route.method, route.path, f"container {container_ref[:12]} does not carry the label {MANAGED_LABEL}=1",
                       "the proxy only touches regrow's sandboxes; create them with DockerBackend.create")  # fmt: skip
 
@@ -231,7 +257,9 @@ class DockerProxy:
         if status == 404:
             return None
         if status != 200 or not isinstance(info.get("Id"), str):
-            raise EngineDown(f"regrow docker proxy: the engine answered {status} to inspecting {ref[:12]}: {info.get('message')}")
+            raise EngineDown(
+                f"regrow docker proxy: the engine answered {status} to inspecting {ref[:12]}: {info.get('message')}"
+            )
         labels = field(field(info, "Config"), "Labels") or {}
         managed = isinstance(labels, dict) and labels.get(MANAGED_LABEL) == "1"
         if managed:
@@ -269,7 +297,9 @@ class DockerProxy:
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # fmt: skip
         upstream_reader, upstream_writer = await self._open_engine()
         try:
-            upstream_writer.write(upstream_request(route.method, forward.target, forward.body, request.headers, route.upgrade))
+            upstream_writer.write(
+                upstream_request(route.method, forward.target, forward.body, request.headers, route.upgrade)
+            )
             if route.method == "DELETE" and forward.container_id:
                 self._managed.discard(forward.container_id)
             if route.upgrade:

@@ -74,7 +74,12 @@ def _split_target(method: str, target: str) -> tuple[str, str, str]:
     raw_path, _, raw_query = target.partition("?")
     path = unquote(raw_path)
     segments = path.split("/")[1:]
-    if not path.startswith("/") or "#" in target or not _PATH_CHARS.match(path) or any(s in ("", ".", "..") for s in segments):
+    if (
+        not path.startswith("/")
+        or "#" in target
+        or not _PATH_CHARS.match(path)
+        or any(s in ("", ".", "..") for s in segments)
+    ):
         raise refusal(method, raw_path[:200], "the path is not in canonical form", "send a plain absolute path", 400)
     version = _VERSION.match(path)
     prefix = version.group(0) if version else ""
@@ -86,7 +91,7 @@ def route_request(method: str, target: str) -> Route:
     """The route of an allowed request; raises Refused for everything else."""
     version, path, query = _split_target(method, target)
     base = {"method": method, "path": path, "version": version, "query": query}
-    if path == "/_ping" and method in ("GET", "HEAD") or path == "/version" and method == "GET":
+    if (path == "/_ping" and method in ("GET", "HEAD")) or (path == "/version" and method == "GET"):
         return Route(**base)
     if path == "/containers/create" and method == "POST":
         return Route(**base, body="container_create")
@@ -97,7 +102,7 @@ def route_request(method: str, target: str) -> Route:
         return Route(**base)
     if match := _CONTAINER_PATH.match(path):
         verb = match.group("verb")
-        if verb is None and method == "DELETE" or (method, verb) in _CONTAINER_VERBS:
+        if (verb is None and method == "DELETE") or (method, verb) in _CONTAINER_VERBS:
             return Route(
                 **base, scope=Scope.CONTAINER, ref=match.group("ref"),
                 body="exec_create" if verb == "exec" else None, foreign_state_only=verb == "json",
@@ -189,7 +194,9 @@ def _host_config_problem(host: dict) -> str | None:
     if not isinstance(mounts, list) or any(field(mount, "Type") != "tmpfs" for mount in mounts):
         return "HostConfig.Mounts may only hold tmpfs mounts (other mounts expose host paths or volumes)"
     options = field(host, "SecurityOpt") or []
-    if not isinstance(options, list) or any(not isinstance(option, str) or option not in _NO_NEW_PRIVILEGES for option in options):
+    if not isinstance(options, list) or any(
+        not isinstance(option, str) or option not in _NO_NEW_PRIVILEGES for option in options
+    ):
         return f"HostConfig.SecurityOpt may only hold no-new-privileges, got {options!r} (no unconfined profiles)"
     return None
 
@@ -199,10 +206,17 @@ def check_container_create(method: str, path: str, body: bytes) -> bytes:
     try:
         config = strict_json(body or b"{}")
     except ValueError as error:
-        raise refusal(method, path, f"the body is not a plain JSON object ({error})", "send the engine's JSON", 400) from None
+        raise refusal(
+            method, path, f"the body is not a plain JSON object ({error})", "send the engine's JSON", 400
+        ) from None
     labels = field(config, "Labels")
     if not isinstance(labels, dict) or labels.get(MANAGED_LABEL) != "1":
-        raise refusal(method, path, f"the container lacks the label {MANAGED_FILTER}", "create sandboxes with DockerBackend.create")
+        raise refusal(
+            method,
+            path,
+            f"the container lacks the label {MANAGED_FILTER}",
+            "create sandboxes with DockerBackend.create",
+        )
     host = field(config, "HostConfig")
     # Engines before API 1.44 also read host settings from the top level of the body.
     for where in (host, config):
@@ -220,7 +234,9 @@ def check_exec_create(method: str, path: str, body: bytes) -> bytes:
     try:
         config = strict_json(body or b"{}")
     except ValueError as error:
-        raise refusal(method, path, f"the body is not a plain JSON object ({error})", "send the engine's JSON", 400) from None
+        raise refusal(
+            method, path, f"the body is not a plain JSON object ({error})", "send the engine's JSON", 400
+        ) from None
     if field(config, "Privileged") not in (None, False):
         raise refusal(method, path, "privileged execs get every capability", "run the command unprivileged")
     return json.dumps(config, separators=(",", ":")).encode()

@@ -28,10 +28,14 @@ class Answer:
     payload: dict
 
 
-def upstream_request(method: str, target: str, body: bytes, client_headers: list[tuple[bytes, bytes]], upgrade: bool) -> bytes:
+def upstream_request(
+    method: str, target: str, body: bytes, client_headers: list[tuple[bytes, bytes]], upgrade: bool
+) -> bytes:
     """The request re-framed by the proxy: its own length, `Connection: close` (or the exec upgrade), few headers."""
     lines = [f"{method} {target} HTTP/1.1", "Host: docker"]
-    lines += [f"{name.decode()}: {value.decode('latin-1')}" for name, value in client_headers if name in _FORWARDED_HEADERS]
+    lines += [
+        f"{name.decode()}: {value.decode('latin-1')}" for name, value in client_headers if name in _FORWARDED_HEADERS
+    ]
     lines += ["Connection: Upgrade", "Upgrade: tcp"] if upgrade else ["Connection: close"]
     if body or method in ("POST", "PUT"):
         lines.append(f"Content-Length: {len(body)}")
@@ -60,7 +64,9 @@ async def read_response(reader: asyncio.StreamReader, method: str, initial: byte
                 chunk = await reader.read(_CHUNK)
                 raw += chunk
                 if len(raw) > _ENGINE_REPLY_LIMIT:
-                    raise EngineDown(f"regrow docker proxy: an engine reply to {method} is over {_ENGINE_REPLY_LIMIT} bytes")
+                    raise EngineDown(
+                        f"regrow docker proxy: an engine reply to {method} is over {_ENGINE_REPLY_LIMIT} bytes"
+                    )
                 parser.receive_data(chunk)
             elif isinstance(event, h11.Response):
                 status = event.status_code

@@ -62,7 +62,7 @@ def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:
         raw.settimeout(remaining)
         try:
             chunk = raw.recv(65536)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             deadline_hit = True
             break
         except OSError:

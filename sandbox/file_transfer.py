@@ -6,8 +6,8 @@ import io
 import posixpath
 import tarfile
 import time
-from dataclasses import dataclass
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import docker.errors
@@ -121,7 +121,9 @@ def _capped(stream: Iterator[bytes], path: str, max_bytes: int) -> Iterator[byte
         for chunk in stream:
             seen += len(chunk)
             if seen > max_bytes:
-                raise FileTooLarge(f"{path}: the archive grew past {max_bytes} bytes; the tree is too large to transfer")
+                raise FileTooLarge(
+                    f"{path}: the archive grew past {max_bytes} bytes; the tree is too large to transfer"
+                )
             yield chunk
     finally:
         close = getattr(stream, "close", None)

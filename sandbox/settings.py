@@ -2,7 +2,7 @@
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sandbox.limits import MiB, Limits
+from sandbox.limits import Limits, MiB
 
 
 class SandboxSettings(BaseSettings):

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from sandbox import Sandbox
 from task_synth.candidates import Unit
 from task_synth.errors import SynthError
+from task_synth.mention_index import mention_index
 from task_synth.pytest_compat import dropped_doctests, project_addopts
 from task_synth.repo_layout import RepoLayout
 from task_synth.test_runs import EXCEPTION_LINE, TestRun, coverage_map, run_tests
-from task_synth.mention_index import mention_index
 
 log = logging.getLogger(__name__)
 # A SIGKILL that was not the sandbox's OOM killer (seen on an engine shared with other test runs): worth one retry.
@@ -48,7 +48,11 @@ def suite_error(run: TestRun) -> str:
     shown = " | ".join(dict.fromkeys(named[-3:])) or (lines[-1] if lines else "no output")
     killed = ""
     if run.exit_code in (137, -9):
-        killed = " (killed: out of memory in the sandbox)" if run.oom_killed else " (killed by SIGKILL from outside pytest, not out of memory)"
+        killed = (
+            " (killed: out of memory in the sandbox)"
+            if run.oom_killed
+            else " (killed by SIGKILL from outside pytest, not out of memory)"
+        )
     return f"exit {run.exit_code}{killed}: {shown}"
 
 
@@ -59,7 +63,11 @@ def unmeasured_package_error(lines: dict[str, dict[int, set[str]]], layout: Repo
     """
     if any(tests for path in layout.modules for tests in lines.get(path, {}).values()):
         return None
-    said = [line.strip() for line in output.splitlines() if "Coverage" in line or "never imported" in line or "not measured" in line]
+    said = [
+        line.strip()
+        for line in output.splitlines()
+        if "Coverage" in line or "never imported" in line or "not measured" in line
+    ]
     measured = f"measured only {', '.join(sorted(lines)[:3])}" if lines else "measured no file"
     return (
         f"the tests never ran the package's code under coverage ({measured}; coverage.py: {said[-1] if said else 'no warning'}): "
@@ -68,7 +76,9 @@ def unmeasured_package_error(lines: dict[str, dict[int, set[str]]], layout: Repo
     )
 
 
-def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, timeout: float, max_failure_fraction: float) -> Baseline:
+def run_baseline(
+    sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, timeout: float, max_failure_fraction: float
+) -> Baseline:
     """Run the suite `runs` times plus once under coverage; raises SynthError when the suite is unusable."""
     passes: list[set[str]] = []
     collected: set[str] = set()
@@ -80,14 +90,26 @@ def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, 
             run = run_tests(sb, test_command, None, timeout)
         executions += run.executions
         if run.timed_out:
-            raise SynthError(f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or pass a narrower --test-cmd")
+            raise SynthError(
+                f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or pass a narrower --test-cmd"
+            )
         if run.exit_code == 5 or (index == 0 and not run.outcomes and run.exit_code == 0):
-            doctests = (" (doctests do not count: its pytest config asks for them, but the agent edits the files they"
-                        " live in)") if dropped_doctests(project_addopts(layout.root)) else ""
-            raise SynthError(f"`{test_command}` collected no tests in {layout.root.name}{doctests}: point --test-cmd at "
-                             "the tests, or pick a repository that has some")
+            doctests = (
+                (
+                    " (doctests do not count: its pytest config asks for them, but the agent edits the files they"
+                    " live in)"
+                )
+                if dropped_doctests(project_addopts(layout.root))
+                else ""
+            )
+            raise SynthError(
+                f"`{test_command}` collected no tests in {layout.root.name}{doctests}: point --test-cmd at "
+                "the tests, or pick a repository that has some"
+            )
         if not run.outcomes:
-            raise SynthError(f"the test suite does not run at baseline ({suite_error(run)}): fix the suite or pass a working --test-cmd")
+            raise SynthError(
+                f"the test suite does not run at baseline ({suite_error(run)}): fix the suite or pass a working --test-cmd"
+            )
         collected |= set(run.outcomes)
         passes.append({test for test, passed in run.outcomes.items() if passed})
     stable = set.intersection(*passes)
@@ -102,7 +124,11 @@ def run_baseline(sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, 
     unmeasured = unmeasured_package_error(lines, layout, run.output_tail)
     if unmeasured:
         raise SynthError(unmeasured)
-    test_texts = {path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files}
+    test_texts = {
+        path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files
+    }
     log.info("baseline: %d tests, %d stable, %d files with coverage", len(collected), len(stable), len(lines))
     flaky = set.union(*passes) - stable
-    return Baseline(stable, collected, lines, layout.top_packages, test_texts, executions, flaky, mention_index(test_texts))
+    return Baseline(
+        stable, collected, lines, layout.top_packages, test_texts, executions, flaky, mention_index(test_texts)
+    )

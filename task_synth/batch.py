@@ -101,9 +101,15 @@ def synthesize_many(
             state[key] = RepoOutcome(key, "failed", wall_s=round(time.monotonic() - started, 1), error=str(error))
         else:
             reports.append(report)
-            state[key] = RepoOutcome(key, "done", report.repo, report.valid, report.candidates,
-                                     {reason: count for reason, count in report.rejections.items() if count},
-                                     round(report.wall_s, 1))
+            state[key] = RepoOutcome(
+                key,
+                "done",
+                report.repo,
+                report.valid,
+                report.candidates,
+                {reason: count for reason, count in report.rejections.items() if count},
+                round(report.wall_s, 1),
+            )
         _write_state(store, state)
     if on_repo:
         on_repo(len(sources), len(sources), "")

@@ -17,7 +17,9 @@ from task_synth.settings import SynthSettings
 from task_synth.validation import validate
 
 
-def run_throughput_bench(source: str, settings: SynthSettings, backend: DockerBackend | None = None, on_progress=None) -> dict:
+def run_throughput_bench(
+    source: str, settings: SynthSettings, backend: DockerBackend | None = None, on_progress=None
+) -> dict:
     """One whole `regrow synth` run into a scratch store: valid tasks per hour, and where the time went.
 
     Preparing the repository (wheelhouse, image, baseline) is paid once per repository, so the candidates' rate is
@@ -29,10 +31,18 @@ def run_throughput_bench(source: str, settings: SynthSettings, backend: DockerBa
     prepare_s = sum(values["s"] for name, values in report.stages.items() if name in prepare)
     candidates_s = report.wall_s - prepare_s
     return {
-        "source": source, "repo": report.repo, "commit": report.commit, "modes": list(settings.modes), "jobs": settings.jobs,
-        "seed": settings.seed, "valid": report.valid, "candidates": report.candidates,
+        "source": source,
+        "repo": report.repo,
+        "commit": report.commit,
+        "modes": list(settings.modes),
+        "jobs": settings.jobs,
+        "seed": settings.seed,
+        "valid": report.valid,
+        "candidates": report.candidates,
         "rejections": {reason: count for reason, count in report.rejections.items() if count},
-        "wall_s": round(report.wall_s, 1), "prepare_s": round(prepare_s, 1), "candidates_s": round(candidates_s, 1),
+        "wall_s": round(report.wall_s, 1),
+        "prepare_s": round(prepare_s, 1),
+        "candidates_s": round(candidates_s, 1),
         "tasks_per_hour": round(report.tasks_per_hour, 1),
         "tasks_per_hour_after_prepare": round(3600 * report.valid / candidates_s, 1) if candidates_s > 0 else 0.0,
         "test_executions_per_task": round(report.test_executions_per_task, 1),
@@ -40,7 +50,9 @@ def run_throughput_bench(source: str, settings: SynthSettings, backend: DockerBa
     }
 
 
-def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backend: DockerBackend | None = None, on_progress=None) -> dict:
+def run_synth_bench(
+    source: str, settings: SynthSettings, candidates: int, backend: DockerBackend | None = None, on_progress=None
+) -> dict:
     """Validate the same candidates both ways in one sandbox and compare test executions, time and F2P sets.
 
     Flaky reruns are off in both ways, so the numbers compare only how F2P is found.
@@ -54,7 +66,9 @@ def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backe
             started = time.monotonic()
             context = prepare_repo(source, settings, backend, Path(scratch), created, lambda name: progress(name, 0, 1))
             prepare_s = time.monotonic() - started
-            pairs = ordered_candidates(context, enumerate_units(context.layout), list(settings.modes), settings.seed, 10 * candidates)
+            pairs = ordered_candidates(
+                context, enumerate_units(context.layout), list(settings.modes), settings.seed, 10 * candidates
+            )
             deletions = []
             for unit, mode in pairs:
                 try:
@@ -71,7 +85,9 @@ def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backe
                     module = context.layout.modules[deletion.unit.path]
                     for way in ways:
                         started = time.monotonic()
-                        ways[way].append(validate(sb, context.baseline, deletion, module, settings, naive=way == "naive"))
+                        ways[way].append(
+                            validate(sb, context.baseline, deletion, module, settings, naive=way == "naive")
+                        )
                         timings[way] += time.monotonic() - started
                     progress("candidates", index + 1, len(deletions))
     except BaseException:
@@ -80,7 +96,9 @@ def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backe
         raise
     guided, naive = ways["guided"], ways["naive"]
     mismatches = [
-        f"{d.mode}:{d.unit.key}" for d, g, n in zip(deletions, guided, naive, strict=True) if set(g.fail_to_pass) != set(n.fail_to_pass)
+        f"{d.mode}:{d.unit.key}"
+        for d, g, n in zip(deletions, guided, naive, strict=True)
+        if set(g.fail_to_pass) != set(n.fail_to_pass)
     ]
     guided_execs = sum(v.test_executions for v in guided)
     naive_execs = sum(v.test_executions for v in naive)
@@ -103,5 +121,8 @@ def run_synth_bench(source: str, settings: SynthSettings, candidates: int, backe
         "f2p_mismatches": mismatches,
         "valid": valid,
         "yield": round(valid / len(deletions), 3) if deletions else 0.0,
-        "rejections": {reason: sum(1 for v in guided if v.rejection == reason) for reason in sorted({v.rejection for v in guided} - {None})},
+        "rejections": {
+            reason: sum(1 for v in guided if v.rejection == reason)
+            for reason in sorted({v.rejection for v in guided} - {None})
+        },
     }

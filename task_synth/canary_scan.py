@@ -170,7 +170,9 @@ def index_image(backend: DockerBackend, image: str, packages: list[str]) -> tupl
 def _installed_pattern(packages: list[str]) -> re.Pattern[str] | None:
     if not packages:
         return None
-    return re.compile(r"^opt/venv/lib/python[0-9.]+/site-packages/(" + "|".join(map(re.escape, packages)) + r")(/|\.py$)")
+    return re.compile(
+        r"^opt/venv/lib/python[0-9.]+/site-packages/(" + "|".join(map(re.escape, packages)) + r")(/|\.py$)"
+    )
 
 
 def _forbidden(path: str, installed: re.Pattern[str] | None) -> list[Hit]:
@@ -194,8 +196,13 @@ def _prefix_of_any(token: bytes, sorted_tokens: list[bytes]) -> bool:
     return index < len(sorted_tokens) and sorted_tokens[index].startswith(token)
 
 
-def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: set[bytes], image_lines: set[bytes] = frozenset(),
-                 sorted_image_tokens: list[bytes] | None = None) -> Canaries:
+def canaries_for(
+    deletion: Deletion,
+    workspace_text: bytes,
+    repo_image_tokens: set[bytes],
+    image_lines: set[bytes] = frozenset(),
+    sorted_image_tokens: list[bytes] | None = None,
+) -> Canaries:
     """What only the deleted code held: tokens, literals and long lines gone from the changed files and absent elsewhere.
 
     An identifier that begins any token of the workspace or the image is no canary: the scan matches prefixes.
@@ -208,7 +215,9 @@ def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: s
     identifiers = {
         token
         for token in set(TOKEN.findall(before.encode())) - set(TOKEN.findall(after.encode()))
-        if len(token) >= MIN_IDENTIFIER and not _prefix_of_any(token, in_workspace) and not _prefix_of_any(token, in_image)
+        if len(token) >= MIN_IDENTIFIER
+        and not _prefix_of_any(token, in_workspace)
+        and not _prefix_of_any(token, in_image)
     }
     literals = set()
     for literal in _literals(before) - _literals(after):
@@ -220,7 +229,8 @@ def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: s
             literals.add(encoded)
     kept = set(distinctive_lines(after.encode()))
     lines = {
-        line for line in set(distinctive_lines(before.encode())) - kept
+        line
+        for line in set(distinctive_lines(before.encode())) - kept
         if line not in workspace_text and line_digest(line) not in image_lines and TOKEN.search(line)
     }
     return Canaries(frozenset(identifiers), frozenset(literals), frozenset(lines))
@@ -229,7 +239,9 @@ def canaries_for(deletion: Deletion, workspace_text: bytes, repo_image_tokens: s
 def _pattern(canaries: Canaries) -> re.Pattern[bytes]:
     # A name must start a token; its end is left open, as in a .pyc a marshal type byte (often a letter) follows it.
     words = b"|".join(re.escape(word) for word in sorted(canaries.identifiers, key=len, reverse=True))
-    literals = b"|".join(re.escape(literal) for literal in sorted(canaries.literals | canaries.lines, key=len, reverse=True))
+    literals = b"|".join(
+        re.escape(literal) for literal in sorted(canaries.literals | canaries.lines, key=len, reverse=True)
+    )
     parts = ([rb"(?<![A-Za-z0-9_])(?:" + words + rb")"] if words else []) + ([literals] if literals else [])
     return re.compile(b"|".join(parts))
 
@@ -262,6 +274,8 @@ def scan_files(
     return hits
 
 
-def scan_image(backend: DockerBackend, image: str, canaries: Canaries, test_paths: set[str], packages: list[str]) -> list[Hit]:
+def scan_image(
+    backend: DockerBackend, image: str, canaries: Canaries, test_paths: set[str], packages: list[str]
+) -> list[Hit]:
     """`scan_files` over every file of an image."""
     return scan_files(image_files(backend, image), canaries, test_paths, packages)

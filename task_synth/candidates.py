@@ -14,7 +14,17 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 from task_synth.repo_layout import RepoLayout
 
 MIN_STATEMENTS = 3
-_BRANCHES = (cst.If, cst.For, cst.While, cst.Try, cst.ExceptHandler, cst.BooleanOperation, cst.IfExp, cst.CompIf, cst.With)
+_BRANCHES = (
+    cst.If,
+    cst.For,
+    cst.While,
+    cst.Try,
+    cst.ExceptHandler,
+    cst.BooleanOperation,
+    cst.IfExp,
+    cst.CompIf,
+    cst.With,
+)
 
 
 @dataclass(frozen=True)
@@ -176,7 +186,9 @@ def _features(path: str, functions: dict[str, Unit], referrers: dict[str, set[st
 def enumerate_units(layout: RepoLayout) -> list[Unit]:
     """Every deletion unit of the repository's package, modules included, in a stable order."""
     texts = {path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.modules}
-    tests_text = "\n".join((layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files)
+    tests_text = "\n".join(
+        (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files
+    )
     units: list[Unit] = []
     for path, text in sorted(texts.items()):
         others = "\n".join(other for other_path, other in texts.items() if other_path != path) + tests_text
@@ -189,7 +201,16 @@ def enumerate_units(layout: RepoLayout) -> list[Unit]:
             lines = text.count("\n") + 1
             module = cst.parse_module(text)
             units.append(
-                Unit(path, layout.modules[path], "module", 1, lines, ((1, lines),), _statements(module), _complexity(module))
+                Unit(
+                    path,
+                    layout.modules[path],
+                    "module",
+                    1,
+                    lines,
+                    ((1, lines),),
+                    _statements(module),
+                    _complexity(module),
+                )
             )
     return units
 

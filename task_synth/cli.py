@@ -19,7 +19,9 @@ def _progress_bars(console):
     """One display: a bar for the repositories (batches only) and one for the current stage, re-described per stage."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+    progress = Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
     state = {"repo": "", "stage": None, "repos": None}
 
     def update(stage: str, done: int, total: int) -> None:
@@ -81,19 +83,31 @@ def _report_rows(report, out: Path) -> list[tuple[str, object]]:
 def synth(
     source: str = typer.Argument(None, help="Local path or git URL of the repository (or use --repos)."),
     out: Path = typer.Option(..., "--out", help="Task store directory (tasks.jsonl, workspaces/, hidden/, repos/)."),
-    repos: Path = typer.Option(None, "--repos", help="A file with one repository per line (`source [ref]`); resumable."),
+    repos: Path = typer.Option(
+        None, "--repos", help="A file with one repository per line (`source [ref]`); resumable."
+    ),
     ref: str = typer.Option(None, help="Git ref to check out."),
     mode: list[str] = typer.Option(["stub"], "--mode", help=MODES_HELP),
     seed: int = typer.Option(0, help="Seed for candidate sampling; the same seed gives the same tasks."),
     max_tasks: int = typer.Option(10, "--max-tasks", "--max-tasks-per-repo", min=1, help="Valid tasks per repository."),
-    max_candidates: int = typer.Option(None, "--max-candidates", min=1, help="Candidates to try at most per repository."),
+    max_candidates: int = typer.Option(
+        None, "--max-candidates", min=1, help="Candidates to try at most per repository."
+    ),
     jobs: int = typer.Option(1, "--jobs", min=1, help="Candidates validated in parallel."),
     test_cmd: str = typer.Option(None, "--test-cmd", help="Base pytest command run in /workspace."),
-    split: str = typer.Option(None, "--split", help="Split of every task (default: drawn per repository, see --test-fraction)."),
+    split: str = typer.Option(
+        None, "--split", help="Split of every task (default: drawn per repository, see --test-fraction)."
+    ),
     split_by: str = typer.Option(None, "--split-by", help="repo (default) or file: what one split draw covers."),
-    test_fraction: float = typer.Option(None, "--test-fraction", min=0, max=1, help="Share of repositories drawn into test."),
-    rewrite_url: str = typer.Option(None, "--rewrite-url", help="OpenAI-compatible endpoint (…/v1) that rewrites problem statements."),
-    rewrite_model: str = typer.Option(None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."),
+    test_fraction: float = typer.Option(
+        None, "--test-fraction", min=0, max=1, help="Share of repositories drawn into test."
+    ),
+    rewrite_url: str = typer.Option(
+        None, "--rewrite-url", help="OpenAI-compatible endpoint (…/v1) that rewrites problem statements."
+    ),
+    rewrite_model: str = typer.Option(
+        None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."
+    ),
 ) -> None:
     """Turn test-heavy Python repositories into validated feature-deletion tasks."""
     from regrow.cli import console, fail
@@ -103,11 +117,24 @@ def synth(
     if (source is None) == (repos is None):
         fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
     try:
-        settings = _settings(ref=ref, modes=mode, seed=seed, max_tasks=max_tasks, max_candidates=max_candidates, jobs=jobs,
-                             test_command=test_cmd, split=split, split_by=split_by, test_fraction=test_fraction,
-                             rewrite_base_url=rewrite_url, rewrite_model=rewrite_model)
+        settings = _settings(
+            ref=ref,
+            modes=mode,
+            seed=seed,
+            max_tasks=max_tasks,
+            max_candidates=max_candidates,
+            jobs=jobs,
+            test_command=test_cmd,
+            split=split,
+            split_by=split_by,
+            test_fraction=test_fraction,
+            rewrite_base_url=rewrite_url,
+            rewrite_model=rewrite_model,
+        )
     except ValueError as error:
-        fail(f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file; --split-by is repo or file)")
+        fail(
+            f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file; --split-by is repo or file)"
+        )
     progress, update, on_repo = _progress_bars(console)
     try:
         if repos is not None:
@@ -138,8 +165,14 @@ def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_
     for source, ref in sources:
         outcome = state.get(f"{source}@{ref}" if ref else source)
         if outcome is not None:
-            table.add_row(outcome.source, outcome.status, str(outcome.valid), str(outcome.candidates),
-                          f"{outcome.wall_s:.0f}", outcome.error.splitlines()[0][:100] if outcome.error else "")
+            table.add_row(
+                outcome.source,
+                outcome.status,
+                str(outcome.valid),
+                str(outcome.candidates),
+                f"{outcome.wall_s:.0f}",
+                outcome.error.splitlines()[0][:100] if outcome.error else "",
+            )
     console.print(table)
     _print_difficulty(console, read_records(out))
 
@@ -148,8 +181,12 @@ def bench_synth(
     source: str = typer.Argument(..., help="Local path or git URL of the repository."),
     max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks the measured run makes."),
     jobs: int = typer.Option(2, "--jobs", min=1, help="Candidates validated in parallel."),
-    compare_naive: int = typer.Option(0, "--compare-naive", min=0, help="Also validate this many candidates both "
-                                      "coverage-guided and naively (whole suite) and compare."),
+    compare_naive: int = typer.Option(
+        0,
+        "--compare-naive",
+        min=0,
+        help="Also validate this many candidates both coverage-guided and naively (whole suite) and compare.",
+    ),
     mode: list[str] = typer.Option(["stub", "remove", "file"], "--mode", help=MODES_HELP),
     seed: int = typer.Option(0),
     ref: str = typer.Option(None),
@@ -175,10 +212,14 @@ def bench_synth(
 
 
 def bench_corpus(
-    only: list[str] = typer.Option(None, "--only", help="Corpus repository to run (its PyPI name); repeat for several. Default: all."),
+    only: list[str] = typer.Option(
+        None, "--only", help="Corpus repository to run (its PyPI name); repeat for several. Default: all."
+    ),
     max_tasks: int = typer.Option(2, "--max-tasks", min=1, help="Tasks to make per repository."),
     max_candidates: int = typer.Option(8, "--max-candidates", min=1, help="Candidates to try per repository at most."),
-    cache_dir: Path = typer.Option(None, "--cache-dir", help="Where sdists and wheelhouses are cached (default REGROW_SYNTH_CACHE_DIR)."),
+    cache_dir: Path = typer.Option(
+        None, "--cache-dir", help="Where sdists and wheelhouses are cached (default REGROW_SYNTH_CACHE_DIR)."
+    ),
     seed: int = typer.Option(0),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
@@ -196,7 +237,9 @@ def bench_corpus(
     progress, _, repositories = _progress_bars(console)
     try:
         with progress:
-            result = run_corpus_bench(settings, repos, on_repo=lambda name, done, total: repositories(done, total, name))
+            result = run_corpus_bench(
+                settings, repos, on_repo=lambda name, done, total: repositories(done, total, name)
+            )
     except SandboxError as error:
         fail(str(error))
     print_json(result)

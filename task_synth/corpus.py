@@ -41,17 +41,42 @@ class CorpusRepo:
 CORPUS = (
     CorpusRepo("more-itertools==10.5.0", "flit", "flat", "unittest TestCases run by pytest; the known-good reference"),
     CorpusRepo("six==1.16.0", "setuptools", "single-module", "one top-level module six.py and test_six.py beside it"),
-    CorpusRepo("python-dateutil==2.9.0.post0", "setuptools-scm", "src", "needs tzdata; its test dep freezegun requires python-dateutil itself"),
-    CorpusRepo("jaraco.functools==4.1.0", "setuptools-scm", "namespace", "namespace package jaraco/, doctests in modules (--doctest-modules)"),
+    CorpusRepo(
+        "python-dateutil==2.9.0.post0",
+        "setuptools-scm",
+        "src",
+        "needs tzdata; its test dep freezegun requires python-dateutil itself",
+    ),
+    CorpusRepo(
+        "jaraco.functools==4.1.0",
+        "setuptools-scm",
+        "namespace",
+        "namespace package jaraco/, doctests in modules (--doctest-modules)",
+    ),
     CorpusRepo("platformdirs==4.3.6", "hatchling+hatch-vcs", "src", "editable build needs `editables`; pytest-mock"),
     CorpusRepo("humanize==4.11.0", "hatchling+hatch-vcs", "src", "locale-dependent i18n tests, freezegun"),
     CorpusRepo("packaging==24.1", "flit", "src", "heavily parametrized pytest suite"),
     CorpusRepo("tomlkit==0.13.2", "poetry-core", "flat", "test deps only in poetry dev-dependencies"),
     CorpusRepo("dep-logic==0.4.9", "pdm-backend", "src", "pdm-backend editable build, nested test directories"),
-    CorpusRepo("toolz==1.0.0", "setuptools", "flat", "no pyproject build table (legacy), tests inside the package, doctest tests"),
+    CorpusRepo(
+        "toolz==1.0.0",
+        "setuptools",
+        "flat",
+        "no pyproject build table (legacy), tests inside the package, doctest tests",
+    ),
     CorpusRepo("cachetools==5.5.0", "setuptools", "src", "a suite written with unittest"),
-    CorpusRepo("pytz==2024.2", "setuptools", "flat", "no pyproject; unittest and doctest suite inside the package, ships tz data"),
-    CorpusRepo("boltons==24.1.0", "setuptools", "flat", "no pyproject; many small modules and stateful containers; pytest.ini asks for doctests"),
+    CorpusRepo(
+        "pytz==2024.2",
+        "setuptools",
+        "flat",
+        "no pyproject; unittest and doctest suite inside the package, ships tz data",
+    ),
+    CorpusRepo(
+        "boltons==24.1.0",
+        "setuptools",
+        "flat",
+        "no pyproject; many small modules and stateful containers; pytest.ini asks for doctests",
+    ),
 )
 # Small and quick enough for the network test: fast suites, few dependencies.
 QUICK = ("six", "cachetools")
@@ -71,11 +96,25 @@ def download_sdist(requirement: str, cache_dir: Path) -> Path:
     found = [path for path in sdists.iterdir() if stem.match(path.name)]
     if found:
         return found[0]
-    command = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", requirement, "-d", str(sdists)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        requirement,
+        "-d",
+        str(sdists),
+    ]
     result = subprocess.run(command, capture_output=True, text=True)
     found = [path for path in sdists.iterdir() if stem.match(path.name)]
     if result.returncode != 0 or not found:
-        raise SynthError(f"cannot download the sdist of {requirement} ({_pip_error(result.stderr)}): check the pin and that PyPI is reachable")
+        raise SynthError(
+            f"cannot download the sdist of {requirement} ({_pip_error(result.stderr)}): check the pin and that PyPI is reachable"
+        )
     return found[0]
 
 
@@ -107,7 +146,13 @@ def select(only: list[str] | None) -> list[CorpusRepo]:
 
 def repo_row(repo: CorpusRepo, report=None, error: str | None = None, wall_s: float = 0.0) -> dict:
     """One JSON row of the bench: what synthesis made of the repo, or the error that stopped it."""
-    row = {"name": repo.name, "requirement": repo.requirement, "backend": repo.backend, "layout": repo.layout, "why": repo.why}
+    row = {
+        "name": repo.name,
+        "requirement": repo.requirement,
+        "backend": repo.backend,
+        "layout": repo.layout,
+        "why": repo.why,
+    }
     candidates = report.candidates if report else 0
     valid = report.valid if report else 0
     row |= {
@@ -172,5 +217,9 @@ def run_corpus_bench(
         log.info("%s: %s", repo.requirement, json.dumps(rows[-1]))
     if on_repo:
         on_repo("", len(repos), len(repos))
-    return {"repos": rows, "totals": corpus_totals(rows), "max_tasks": settings.max_tasks, "candidate_budget": settings.candidate_budget}
-
+    return {
+        "repos": rows,
+        "totals": corpus_totals(rows),
+        "max_tasks": settings.max_tasks,
+        "candidate_budget": settings.candidate_budget,
+    }

@@ -71,7 +71,9 @@ def _fixed_import(small, module_name, is_package, gone_modules, gone_names, lost
 
 def _filtered_all(small: cst.BaseSmallStatement, lost: set[str]) -> cst.BaseSmallStatement | None:
     """`__all__ = [...]` without the lost names; None when the statement is not an `__all__` list."""
-    if not isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or not isinstance(small.value, (cst.List, cst.Tuple)):
+    if not isinstance(small, (cst.Assign, cst.AugAssign, cst.AnnAssign)) or not isinstance(
+        small.value, (cst.List, cst.Tuple)
+    ):
         return None
     targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
     if not any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
@@ -112,7 +114,9 @@ def _import_time_names(definition: cst.FunctionDef | cst.ClassDef) -> set[str]:
     return names
 
 
-def _fixed_module(module: cst.Module, module_name: str, is_package: bool, gone_modules, gone_names) -> tuple[cst.Module, set[str]]:
+def _fixed_module(
+    module: cst.Module, module_name: str, is_package: bool, gone_modules, gone_names
+) -> tuple[cst.Module, set[str]]:
     lost = set(gone_names.get(module_name, set()))
     body: list[cst.BaseStatement] = []
     for statement in module.body:
@@ -155,7 +159,9 @@ def fix_imports(
             if _is_gone_module(module_name, gone_modules):
                 continue
             is_package = path.endswith("__init__.py")
-            fixed, lost = _fixed_module(cst.parse_module(sources[path]), module_name, is_package, gone_modules, gone_names)
+            fixed, lost = _fixed_module(
+                cst.parse_module(sources[path]), module_name, is_package, gone_modules, gone_names
+            )
             if fixed.code != sources[path]:
                 sources[path] = changed[path] = fixed.code
                 progress = True

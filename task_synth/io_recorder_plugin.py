@@ -114,7 +114,11 @@ def _wrap(module):
         function = module.__dict__.get(name)
         if not inspect.isfunction(function) or getattr(function, "__regrow_recorded__", False):
             continue
-        if inspect.isgeneratorfunction(function) or inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        if (
+            inspect.isgeneratorfunction(function)
+            or inspect.iscoroutinefunction(function)
+            or inspect.isasyncgenfunction(function)
+        ):
             continue
         module.__dict__[name] = _recording(function, module.__name__, name)
         swapped[id(function)] = (function, module.__dict__[name])

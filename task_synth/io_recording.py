@@ -48,10 +48,10 @@ REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 DELETION_EXCEPTIONS = {"NotImplementedError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError"}
 # What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
 NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
-PLUGIN_MODULES_SCRIPT = (
-    "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in m.entry_points(group='pytest11')})))"
-)
-Arguments = dict[tuple[str, str], list[tuple[object, object]]]  # (args, kwargs) of recorded calls, by (module, qualname)
+PLUGIN_MODULES_SCRIPT = "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in m.entry_points(group='pytest11')})))"
+Arguments = dict[
+    tuple[str, str], list[tuple[object, object]]
+]  # (args, kwargs) of recorded calls, by (module, qualname)
 
 
 @dataclass(frozen=True)
@@ -202,7 +202,9 @@ def perturbed_values(value: object, depth: int = 2) -> list[object]:
         found = [items[1:], items[:-1], items[::-1], items[:1] + items]
         if depth > 1:
             ends = sorted({0, len(items) - 1}) if items else []
-            found += [[*items[:at], new, *items[at + 1 :]] for at in ends for new in perturbed_values(items[at], depth - 1)]
+            found += [
+                [*items[:at], new, *items[at + 1 :]] for at in ends for new in perturbed_values(items[at], depth - 1)
+            ]
         found = [kind(items) for items in found]
     elif kind is set:
         found = [value - {item} for item in sorted(value, key=canonical)[:3]]
@@ -217,7 +219,9 @@ def perturbed_values(value: object, depth: int = 2) -> list[object]:
     return list({canonical(item): item for item in found if canonical(item) != own}.values())
 
 
-def perturbed_calls(calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES) -> list[IoCheck]:
+def perturbed_calls(
+    calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES
+) -> list[IoCheck]:
     """Up to `limit` calls that change one argument of one of `calls` and equal none of the `recorded` calls.
 
     Each call's variants are drawn in an order from `rng` and the calls give one in turn, so that the unseen calls
@@ -226,12 +230,18 @@ def perturbed_calls(calls: list[Call], recorded: Arguments, rng: random.Random, 
     variants = []
     for call in calls:
         args, kwargs = literal_value(call.check.args), literal_value(call.check.kwargs)
-        mine = [(args[:at] + (new,) + args[at + 1 :], kwargs) for at, arg in enumerate(args) for new in perturbed_values(arg)]
+        mine = [
+            (args[:at] + (new,) + args[at + 1 :], kwargs)
+            for at, arg in enumerate(args)
+            for new in perturbed_values(arg)
+        ]
         mine += [(args, {**kwargs, name: new}) for name, value in kwargs.items() for new in perturbed_values(value)]
         rng.shuffle(mine)
         variants.append([(call.key[:2], arguments) for arguments in mine])
     chosen: dict[tuple[str, str, str, str], IoCheck] = {}
-    for (module, qualname), (args, kwargs) in (item for turn in itertools.zip_longest(*variants) for item in turn if item):
+    for (module, qualname), (args, kwargs) in (
+        item for turn in itertools.zip_longest(*variants) for item in turn if item
+    ):
         key = (module, qualname, canonical(args), canonical(kwargs))
         if len(chosen) >= limit or key in chosen or (args, kwargs) in recorded.get((module, qualname), ()):
             continue
@@ -257,7 +267,9 @@ def unseen_checks(calls: list[Call], linked: list[Call], limit: int = MAX_UNSEEN
     return selected_checks(kept, limit)
 
 
-def record_io_checks(sb: Sandbox, deletion: Deletion, layout: RepoLayout, fail_to_pass: list[str], settings: SynthSettings) -> Recording:
+def record_io_checks(
+    sb: Sandbox, deletion: Deletion, layout: RepoLayout, fail_to_pass: list[str], settings: SynthSettings
+) -> Recording:
     """Checks of the deleted functions from its F2P tests, in a sandbox whose workspace has the solution applied."""
     functions = recorded_functions(deletion, layout.modules[deletion.unit.path])
     if not functions or not fail_to_pass:
@@ -284,8 +296,16 @@ def record_io_checks(sb: Sandbox, deletion: Deletion, layout: RepoLayout, fail_t
     log.info(
         "%s: %d distinct calls recorded, %d agree under two hash seeds, %d reproduce alone; %d perturbed calls run, "
         "%d give an outcome, %d reproduce; %d checks kept, %d of them unseen (%.1fs)",
-        deletion.unit.key, len(candidates), len(agreed), len(linked), len(probes), len(probed), len(reproduced) - len(linked),
-        len(checks), sum(check.test is None for check in checks), time.monotonic() - started,
+        deletion.unit.key,
+        len(candidates),
+        len(agreed),
+        len(linked),
+        len(probes),
+        len(probed),
+        len(reproduced) - len(linked),
+        len(checks),
+        sum(check.test is None for check in checks),
+        time.monotonic() - started,
     )
     return Recording(checks, executions + more)
 
@@ -319,7 +339,9 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     sb.write_file(calls, json.dumps([[check.module, check.qualname, check.args, check.kwargs] for check in checks]))
     result = sb.exec(
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
-        timeout=budget_s + 30, cwd="/workspace", env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR},
+        timeout=budget_s + 30,
+        cwd="/workspace",
+        env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR},
     )
     found: list[Call | None] = [None] * len(checks)
     for line in result.stdout.splitlines():
@@ -361,7 +383,8 @@ def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:
     if result.exit_code != 0 or not isinstance(modules, list) or not all(isinstance(name, str) for name in modules):
         log.warning(
             "could not list the image's pytest11 plugins (exit %d: %s); the grader will read them from the image",
-            result.exit_code, (result.stderr or result.stdout).strip()[-300:],
+            result.exit_code,
+            (result.stderr or result.stdout).strip()[-300:],
         )
         return None
     return modules

@@ -80,7 +80,9 @@ class SynthReport:
         return self.test_executions / self.valid if self.valid else float(self.test_executions)
 
 
-def ordered_candidates(context: RepoContext, units: list[Unit], modes: list[str], seed: int, budget: int) -> list[tuple[Unit, str]]:
+def ordered_candidates(
+    context: RepoContext, units: list[Unit], modes: list[str], seed: int, budget: int
+) -> list[tuple[Unit, str]]:
     """Units sampled per mode by rank weight, interleaved across modes, deterministic for a seed."""
     per_mode = []
     for mode in modes:
@@ -130,12 +132,16 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[Built
     settings = context.settings
     sb = pool.get()
     try:
-        verdict = validate(sb, context.baseline, deletion, context.layout.modules[unit.path], settings, clock=context.clock)
+        verdict = validate(
+            sb, context.baseline, deletion, context.layout.modules[unit.path], settings, clock=context.clock
+        )
     finally:
         pool.put(sb)
     if verdict.rejection:
         log.info("%s (%s): %s %s", unit.key, mode, verdict.rejection, verdict.detail)
-        return BuiltTask(None, verdict.rejection, None, verdict.test_executions, verdict.detail), verdict.test_executions
+        return BuiltTask(
+            None, verdict.rejection, None, verdict.test_executions, verdict.detail
+        ), verdict.test_executions
     built = build_task(context, deletion, verdict)
     if built.rejection:
         log.info("%s (%s): %s %s", unit.key, mode, built.rejection, built.detail)
@@ -161,16 +167,31 @@ def synthesize(
     created_images: list[str] = []
     try:
         with tempfile.TemporaryDirectory(prefix="regrow-synth-") as scratch:
-            context = prepare_repo(source, settings, backend, Path(scratch), created_images, lambda name: progress(name, 0, 1))
-            report.repo, report.commit, report.repo_image = context.checkout.repo_name, context.checkout.commit, context.repo_image
+            context = prepare_repo(
+                source, settings, backend, Path(scratch), created_images, lambda name: progress(name, 0, 1)
+            )
+            report.repo, report.commit, report.repo_image = (
+                context.checkout.repo_name,
+                context.checkout.commit,
+                context.repo_image,
+            )
             report.baseline_tests, report.stable_tests = len(context.baseline.collected), len(context.baseline.stable)
             report.test_executions = context.baseline.test_executions
-            candidates = ordered_candidates(context, enumerate_units(context.layout), list(settings.modes), settings.seed, settings.candidate_budget)
+            candidates = ordered_candidates(
+                context, enumerate_units(context.layout), list(settings.modes), settings.seed, settings.candidate_budget
+            )
             _run_candidates(context, candidates, settings, report, progress)
             if report.records:
                 repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)
-                write_store(out_dir, report.records, context.checkout.root, report.io_checks, report.workspaces, repo,
-                            mixed_splits=settings.split_by == "file")
+                write_store(
+                    out_dir,
+                    report.records,
+                    context.checkout.root,
+                    report.io_checks,
+                    report.workspaces,
+                    repo,
+                    mixed_splits=settings.split_by == "file",
+                )
     except BaseException:
         for image in created_images:
             remove_image(backend, image)
@@ -187,7 +208,10 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
     """
     progress("candidates", 0, len(candidates))
     outcomes: list[tuple[str | None, str]] = []
-    with context.sandbox_pool(min(settings.jobs, max(1, len(candidates)))) as pool, ThreadPoolExecutor(settings.jobs) as executor:
+    with (
+        context.sandbox_pool(min(settings.jobs, max(1, len(candidates)))) as pool,
+        ThreadPoolExecutor(settings.jobs) as executor,
+    ):
         index = 0
         while index < len(candidates) and report.valid < settings.max_tasks:
             batch = candidates[index : index + settings.jobs]

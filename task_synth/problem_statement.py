@@ -25,7 +25,9 @@ def _find(module: cst.Module, qualname: str) -> cst.FunctionDef | cst.ClassDef |
 
 def signature(node: cst.FunctionDef | cst.ClassDef) -> str:
     """The definition line(s) with an ellipsis body and no decorators."""
-    header = node.with_changes(decorators=[], body=cst.SimpleStatementSuite([cst.Expr(cst.Ellipsis())]), leading_lines=[])
+    header = node.with_changes(
+        decorators=[], body=cst.SimpleStatementSuite([cst.Expr(cst.Ellipsis())]), leading_lines=[]
+    )
     return cst.Module(body=[header]).code.strip()
 
 
@@ -55,7 +57,9 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
     lines: list[str] = []
     if unit.kind == "module":
         others = sorted(path for path in deletion.changed if path != unit.path)
-        lines.append(f"The module `{module_name}` (`{unit.path}`) is missing. Recreate it so that the test suite passes again.")
+        lines.append(
+            f"The module `{module_name}` (`{unit.path}`) is missing. Recreate it so that the test suite passes again."
+        )
         if others:
             lines.append(f"Imports of it were also removed from: {', '.join(f'`{p}`' for p in others)}; restore them.")
         lines += ["", "It defined:", *(f"    {sig}" for sig in _public_signatures(original))]
@@ -64,7 +68,9 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
         kind = {"feature": "function", "method": "method", "class": "class", "function": "function"}[unit.kind]
         where = f"`{unit.path}` (module `{module_name}`)"
         if deletion.mode == "stub":
-            lines.append(f"The {kind} `{unit.qualname}` in {where} is not implemented: it raises `NotImplementedError`.")
+            lines.append(
+                f"The {kind} `{unit.qualname}` in {where} is not implemented: it raises `NotImplementedError`."
+            )
         else:
             lines.append(f"The {kind} `{unit.qualname}` has been removed from {where}.")
         lines.append("Implement it so that the test suite passes again.")

@@ -37,7 +37,9 @@ def legacy_hooks(source: str) -> list[str]:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name in LEGACY_HOOK_ARGUMENTS:
             legacy = LEGACY_HOOK_ARGUMENTS[node.name]
-            if legacy in {argument.arg for argument in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}:
+            if legacy in {
+                argument.arg for argument in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]
+            }:
                 found.append(f"{node.name}({legacy})")
     return found
 
@@ -56,8 +58,12 @@ def pytest_requirement(root: Path) -> str:
     for conftest in conftest_files(root):
         hooks = legacy_hooks(conftest.read_text(encoding="utf-8", errors="replace"))
         if hooks:
-            log.info("%s implements %s, removed in pytest 9: installing %s",
-                     conftest.relative_to(root), ", ".join(hooks), BEFORE_LEGACY_REMOVAL)
+            log.info(
+                "%s implements %s, removed in pytest 9: installing %s",
+                conftest.relative_to(root),
+                ", ".join(hooks),
+                BEFORE_LEGACY_REMOVAL,
+            )
             return BEFORE_LEGACY_REMOVAL
     return "pytest"
 
@@ -70,8 +76,13 @@ DOCTEST_OPTIONS = ("--doctest-modules", "--doctest-glob")
 
 def project_addopts(root: Path) -> list[str]:
     """The `addopts` of the config file pytest would read at `root`, split into words ([] when there is none)."""
-    for name, section in (("pytest.ini", "pytest"), (".pytest.ini", "pytest"), ("pyproject.toml", None),
-                          ("tox.ini", "pytest"), ("setup.cfg", "tool:pytest")):
+    for name, section in (
+        ("pytest.ini", "pytest"),
+        (".pytest.ini", "pytest"),
+        ("pyproject.toml", None),
+        ("tox.ini", "pytest"),
+        ("setup.cfg", "tool:pytest"),
+    ):
         path = root / name
         if not path.is_file():
             continue

@@ -19,8 +19,8 @@ from task_synth.pytest_compat import dropped_doctests, kept_options, project_add
 from task_synth.repo_image import SYNTH_LABEL, build_repo_image, repo_image_tag
 from task_synth.repo_layout import RepoLayout, read_layout
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
-from task_synth.stage_clock import StageClock
 from task_synth.source import Checkout, checkout
+from task_synth.stage_clock import StageClock
 from task_synth.test_runs import capture_install, install_workspace
 from task_synth.wheelhouse import build_wheelhouse
 
@@ -47,7 +47,9 @@ class RepoContext:
 
     def sandbox(self) -> Sandbox:
         """A sandbox from the repo image with the original workspace installed editable."""
-        sb = self.backend.create(self.repo_image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "validate"}, workdir="/workspace")
+        sb = self.backend.create(
+            self.repo_image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "validate"}, workdir="/workspace"
+        )
         try:
             install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
         except BaseException:
@@ -82,7 +84,12 @@ def with_project_options(settings: SynthSettings, root: Path) -> SynthSettings:
 
 
 def prepare_repo(
-    source: str, settings: SynthSettings, backend: DockerBackend, scratch: Path, created_images: list[str], on_stage=None
+    source: str,
+    settings: SynthSettings,
+    backend: DockerBackend,
+    scratch: Path,
+    created_images: list[str],
+    on_stage=None,
 ) -> RepoContext:
     """Check out, build the wheelhouse and repo image, and run the baseline; SynthError on bad input.
 
@@ -94,9 +101,13 @@ def prepare_repo(
     checked = checkout(source, settings.ref, scratch)
     layout = read_layout(checked.root)
     if not layout.test_files:
-        raise SynthError(f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest suite")
+        raise SynthError(
+            f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest suite"
+        )
     if not layout.modules:
-        raise SynthError(f"{source} has no importable package (no directory with __init__.py): pick a Python package repository")
+        raise SynthError(
+            f"{source} has no importable package (no directory with __init__.py): pick a Python package repository"
+        )
     settings = with_project_options(settings, checked.root)
     stage("wheelhouse")
     build_copy = scratch / "wheel-build"
@@ -106,12 +117,19 @@ def prepare_repo(
     stage("repo image")
     if build_repo_image(backend, tag, wheelhouse):
         created_images.append(tag)
-    context = RepoContext(backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock)
+    context = RepoContext(
+        backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock
+    )
     stage("baseline")
     with context.sandbox() as sb:
         context.install_archive = capture_install(sb)
         context.baseline = run_baseline(
-            sb, layout, settings.test_command, settings.baseline_runs, settings.test_timeout_s, settings.max_baseline_failure_fraction
+            sb,
+            layout,
+            settings.test_command,
+            settings.baseline_runs,
+            settings.test_timeout_s,
+            settings.max_baseline_failure_fraction,
         )
     stage("image scan")
     context.image_index, hits = index_image(backend, tag, context.baseline.packages)

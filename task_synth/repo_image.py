@@ -30,7 +30,9 @@ def repo_image_tag(repo_name: str, wheelhouse_key: str) -> str:
     return f"regrow/repo-{slug(repo_name)}:{wheelhouse_key}-{BASE_IMAGE.partition(':')[2]}"
 
 
-def _build(backend: DockerBackend, context: Path, dockerfile: str, tag: str, buildargs: dict[str, str], labels: dict[str, str]) -> None:
+def _build(
+    backend: DockerBackend, context: Path, dockerfile: str, tag: str, buildargs: dict[str, str], labels: dict[str, str]
+) -> None:
     shutil.copy(DOCKERFILES / dockerfile, context / "Dockerfile")
     try:
         backend.client.images.build(
@@ -39,7 +41,9 @@ def _build(backend: DockerBackend, context: Path, dockerfile: str, tag: str, bui
     except docker.errors.BuildError as error:
         output = "".join(str(step.get("stream", "")) for step in error.build_log) + "\n" + str(error.msg)
         detail = " | ".join(pip_error_lines(output))
-        raise SynthError(f"building image {tag} failed ({detail}): check that the wheelhouse holds every dependency") from error
+        raise SynthError(
+            f"building image {tag} failed ({detail}): check that the wheelhouse holds every dependency"
+        ) from error
 
 
 def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool:

@@ -10,7 +10,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Mode = Literal["stub", "remove", "file"]
 # xunit1 puts each test's file into the JUnit XML, so that a grader can rebuild pytest node ids from it.
-DEFAULT_TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts="" -o junit_family=xunit1 --continue-on-collection-errors'
+DEFAULT_TEST_COMMAND = (
+    'python -m pytest -p no:cacheprovider -o addopts="" -o junit_family=xunit1 --continue-on-collection-errors'
+)
 
 
 class SynthSettings(BaseSettings):
@@ -19,7 +21,9 @@ class SynthSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REGROW_SYNTH_")
 
     ref: str | None = Field(None, description="Git ref to check out (branch, tag or commit).")
-    modes: list[Mode] = Field(default_factory=lambda: ["stub"], description="Deletion modes; tasks alternate between them.")
+    modes: list[Mode] = Field(
+        default_factory=lambda: ["stub"], description="Deletion modes; tasks alternate between them."
+    )
     seed: int = 0
     max_tasks: int = Field(10, ge=1)
     max_candidates: int | None = Field(None, description="Candidates to try at most; default 4 x max_tasks + 8.")
@@ -32,15 +36,22 @@ class SynthSettings(BaseSettings):
     test_timeout_s: float = Field(600, gt=0)
     find_links: list[Path] = Field(default_factory=list, description="Local wheel directories searched first.")
     offline: bool = Field(False, description="Resolve dependencies from find_links only (no package index).")
-    rewrite_base_url: str | None = Field(None, description="OpenAI-compatible endpoint (…/v1) that rewrites problem statements; off when unset.")
+    rewrite_base_url: str | None = Field(
+        None, description="OpenAI-compatible endpoint (…/v1) that rewrites problem statements; off when unset."
+    )
     rewrite_model: str | None = Field(None, description="Model name sent to the rewrite endpoint.")
-    rewrite_api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the endpoint's key.")
+    rewrite_api_key_env: str | None = Field(
+        "OPENAI_API_KEY", description="Environment variable holding the endpoint's key."
+    )
     rewrite_timeout_s: float = Field(60, gt=0)
     rewrite_max_tokens: int = Field(800, ge=16)
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "regrow" / "synth")
     split: str | None = Field(None, description="Split of every task; unset: drawn per repository (see split_by).")
-    split_by: Literal["repo", "file"] = Field("repo", description="What one split draw covers: a repository, or the file "
-                                              "of the deleted unit (train workspaces then show test tasks' code).")
+    split_by: Literal["repo", "file"] = Field(
+        "repo",
+        description="What one split draw covers: a repository, or the file "
+        "of the deleted unit (train workspaces then show test tasks' code).",
+    )
     test_fraction: float = Field(0.0, ge=0, le=1, description="Share of repositories (or files) drawn into `test`.")
 
     @property

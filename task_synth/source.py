@@ -13,7 +13,19 @@ import git
 from task_synth.errors import SynthError
 from task_synth.repo_layout import SKIPPED_DIRS
 
-CACHE_NAMES = ("__pycache__", "*.pyc", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", ".coverage", ".coverage.*", "*.egg-info", ".tox", ".nox")
+CACHE_NAMES = (
+    "__pycache__",
+    "*.pyc",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".hypothesis",
+    ".coverage",
+    ".coverage.*",
+    "*.egg-info",
+    ".tox",
+    ".nox",
+)
 
 
 @dataclass(frozen=True)
@@ -54,7 +66,9 @@ def checkout(source: str, ref: str | None, scratch: Path) -> Checkout:
                 repo.git.checkout(ref)
         except git.GitCommandError as error:
             detail = (error.stderr or str(error)).strip().splitlines()[-1]
-            raise SynthError(f"cannot clone {source} at {ref or 'HEAD'} ({detail}): check the URL or path and --ref") from error
+            raise SynthError(
+                f"cannot clone {source} at {ref or 'HEAD'} ({detail}): check the URL or path and --ref"
+            ) from error
         commit = repo.head.commit.hexsha
         _copy_clean(clone_dir, destination)
         shutil.rmtree(clone_dir)
@@ -63,6 +77,8 @@ def checkout(source: str, ref: str | None, scratch: Path) -> Checkout:
     if not path.is_dir():
         raise SynthError(f"source {source} does not exist or is not a directory: pass a repository path or a git URL")
     if ref:
-        raise SynthError(f"--ref {ref} needs a git repository, but {source} is a plain directory: drop --ref or pass a clone")
+        raise SynthError(
+            f"--ref {ref} needs a git repository, but {source} is a plain directory: drop --ref or pass a clone"
+        )
     _copy_clean(path, destination)
     return Checkout(destination, path.resolve().name, _content_digest(destination))

@@ -9,7 +9,7 @@ import libcst as cst
 from task_synth.deletion import Deletion, _stubbed
 
 # Equal to everything, truthy, empty, and itself under any attribute or call: it passes any test that only compares.
-_ALWAYS_EQUAL = '''
+_ALWAYS_EQUAL = """
 def _():
     class _AlwaysEqual:
         def __eq__(self, other):
@@ -37,7 +37,7 @@ def _():
             return self
 
     return _AlwaysEqual()
-'''
+"""
 
 
 _RETURN_NONE = "def _():\n    return None\n"
@@ -118,8 +118,10 @@ def _bodies(unit, definitions: list) -> dict[str, list[str]]:
     if unit.qualname.endswith(".__init__"):  # __init__ may return nothing but None
         return {"return None": [_RETURN_NONE] * len(definitions)}
     # The always-equal object first: it passes the most tests, so the later runs have the fewest left to run.
-    bodies = {"return an always-equal object": [_ALWAYS_EQUAL] * len(definitions),
-              "return None": [_RETURN_NONE] * len(definitions)}
+    bodies = {
+        "return an always-equal object": [_ALWAYS_EQUAL] * len(definitions),
+        "return None": [_RETURN_NONE] * len(definitions),
+    }
     arguments = [_first_argument(f, unit.kind == "method") for f in definitions]
     if all(arguments):
         bodies["return the first argument"] = [f"def _():\n    return {argument}\n" for argument in arguments]
@@ -128,7 +130,11 @@ def _bodies(unit, definitions: list) -> dict[str, list[str]]:
 
 def _dispatch(sources: list[str]) -> str:
     """One function body that runs the `n`th source's body in round `n`."""
-    lines = ["def _():", "    import os as _regrow_os", f"    _regrow_round = _regrow_os.environ.get({ROUND_VARIABLE!r}, '0')"]
+    lines = [
+        "def _():",
+        "    import os as _regrow_os",
+        f"    _regrow_round = _regrow_os.environ.get({ROUND_VARIABLE!r}, '0')",
+    ]
     for index, source in enumerate(sources):
         body = cst.Module(body=_statements(source)).code
         lines.append(f"    if _regrow_round == {str(index)!r}:")
@@ -147,9 +153,18 @@ def stand_ins(deletion: Deletion) -> list[StandIn]:
         return []
     module, definitions = found
     if deletion.unit.kind == "class":
-        return [_stand_in(deletion, module, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d in definitions})]
+        return [
+            _stand_in(
+                deletion, module, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d in definitions}
+            )
+        ]
     return [
-        _stand_in(deletion, module, name, {f: _with_body(f, _statements(body)) for f, body in zip(definitions, sources, strict=True)})
+        _stand_in(
+            deletion,
+            module,
+            name,
+            {f: _with_body(f, _statements(body)) for f, body in zip(definitions, sources, strict=True)},
+        )
         for name, sources in _bodies(deletion.unit, definitions).items()
     ]
 
@@ -166,7 +181,10 @@ def combined_stand_in(deletion: Deletion) -> tuple[StandIn, list[str]] | None:
     if len(bodies) < 2:
         return None
     per_definition = zip(*bodies.values(), strict=True)  # each definition's bodies, in answer order
-    replacements = {f: _with_body(f, _statements(_dispatch(list(sources)))) for f, sources in zip(definitions, per_definition, strict=True)}
+    replacements = {
+        f: _with_body(f, _statements(_dispatch(list(sources))))
+        for f, sources in zip(definitions, per_definition, strict=True)
+    }
     return _stand_in(deletion, module, "every trivial answer", replacements), list(bodies)
 
 
@@ -179,6 +197,8 @@ def _located(deletion: Deletion) -> tuple[cst.Module, list] | None:
     return (module, definitions) if definitions else None
 
 
-def _stand_in(deletion: Deletion, module: cst.Module, name: str, replacements: dict[cst.CSTNode, cst.CSTNode]) -> StandIn:
+def _stand_in(
+    deletion: Deletion, module: cst.Module, name: str, replacements: dict[cst.CSTNode, cst.CSTNode]
+) -> StandIn:
     originals = {path: deletion.original[path] for path in deletion.changed}
     return StandIn(name, {**originals, deletion.unit.path: module.visit(_Replacer(replacements)).code})

@@ -102,11 +102,18 @@ def check_leaks(context: RepoContext, deletion: Deletion, archive: bytes) -> tup
     """
     found, total = vendored_copy(removed_source(deletion), context.image_index)
     if is_vendored(found, total):
-        return Canaries(frozenset(), frozenset()), [Hit(context.repo_image, f"copy of {found} of {total} deleted lines")]
+        return Canaries(frozenset(), frozenset()), [
+            Hit(context.repo_image, f"copy of {found} of {total} deleted lines")
+        ]
     index = context.image_index
     canaries = canaries_for(deletion, workspace_text(archive), index.tokens, index.lines, index.sorted_tokens)
-    log.debug("%s canaries: %s %s %s", deletion.unit.key, sorted(canaries.identifiers), sorted(canaries.literals),
-              sorted(canaries.lines))
+    log.debug(
+        "%s canaries: %s %s %s",
+        deletion.unit.key,
+        sorted(canaries.identifiers),
+        sorted(canaries.literals),
+        sorted(canaries.lines),
+    )
     files = itertools.chain(archive_files(archive), archive_files(context.install_archive))
     return canaries, scan_files(files, canaries, set(context.layout.test_files), context.baseline.packages)
 
@@ -127,16 +134,22 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
         seed_workspace(sb, context.install_archive, archive)
         invariants = sb.exec(WORKSPACE_INVARIANTS, timeout=60, cwd="/workspace")
         if invariants.exit_code != 0:
-            return OracleRun("leak", 0, detail="the workspace is not one clean commit: " + invariants.stderr.strip()[-200:])
+            return OracleRun(
+                "leak", 0, detail="the workspace is not one clean commit: " + invariants.stderr.strip()[-200:]
+            )
         sb.write_file(f"{SCRATCH}/solution.patch", patch)
         applied = sb.exec(f"git apply {SCRATCH}/solution.patch", timeout=60, cwd="/workspace")
         if applied.exit_code != 0:
             log.info("solution patch does not apply to %s: %s", image, applied.stderr.strip())
-            return OracleRun("oracle_failed", 0, detail=f"the solution patch does not apply: {applied.stderr.strip()[-200:]}")
+            return OracleRun(
+                "oracle_failed", 0, detail=f"the solution patch does not apply: {applied.stderr.strip()[-200:]}"
+            )
         with clock.stage("task: oracle tests"):
             run = run_tests(sb, context.settings.test_command, tests, context.settings.test_timeout_s)
         if run.timed_out:
-            return OracleRun("timeout", run.executions, detail=f"the tests ran past {context.settings.test_timeout_s:g}s")
+            return OracleRun(
+                "timeout", run.executions, detail=f"the tests ran past {context.settings.test_timeout_s:g}s"
+            )
         failed = run.failed(tests)
         if failed:
             last = (run.output_tail.strip().splitlines() or ["no output"])[-1]
@@ -181,15 +194,28 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
         workspace_archive=f"workspaces/{identifier}.tar.gz",
         repo_dir=repo_dir(context),
         mode=deletion.mode,
-        deleted=[DeletedUnit(path=unit.path, qualname=unit.qualname, kind=unit.kind, start_line=unit.start_line, end_line=unit.end_line)],
+        deleted=[
+            DeletedUnit(
+                path=unit.path,
+                qualname=unit.qualname,
+                kind=unit.kind,
+                start_line=unit.start_line,
+                end_line=unit.end_line,
+            )
+        ],
         problem_statement=statement,
         FAIL_TO_PASS=verdict.fail_to_pass,
         PASS_TO_PASS=verdict.pass_to_pass,
         test_command=context.settings.test_command,
         solution_patch=patch,
         test_files=list(context.layout.test_files),
-        split=split_of(context.checkout.repo_name, unit.path, fixed=context.settings.split, by=context.settings.split_by,
-                       test_fraction=context.settings.test_fraction),
+        split=split_of(
+            context.checkout.repo_name,
+            unit.path,
+            fixed=context.settings.split,
+            by=context.settings.split_by,
+            test_fraction=context.settings.test_fraction,
+        ),
         pytest_plugins=oracle.pytest_plugins,
         stats=TaskStats(
             lines_deleted=sum(1 for line in patch.splitlines() if line.startswith("+") and not line.startswith("+++")),

@@ -58,8 +58,15 @@ def read_records(store: Path) -> list[TaskRecord]:
     return [TaskRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def write_store(store: Path, records: list[TaskRecord], checkout_root: Path, io_checks: Mapping[str, list[IoCheck]],
-                workspaces: Mapping[str, bytes], repo: RepoFiles, mixed_splits: bool = False) -> None:
+def write_store(
+    store: Path,
+    records: list[TaskRecord],
+    checkout_root: Path,
+    io_checks: Mapping[str, list[IoCheck]],
+    workspaces: Mapping[str, bytes],
+    repo: RepoFiles,
+    mixed_splits: bool = False,
+) -> None:
     """Add `records` (replacing same ids) with their files; tasks.jsonl is replaced last and atomically, so a store
     never lists a task whose files are not all written.
 
@@ -70,9 +77,11 @@ def write_store(store: Path, records: list[TaskRecord], checkout_root: Path, io_
     mixed = mixed_snapshots(merged)
     if mixed and not mixed_splits:
         snapshot, splits = next(iter(mixed.items()))
-        raise SynthError(f"{store} would hold {snapshot} tasks in splits {', '.join(splits)}: a test task beside train "
-                         "tasks of the same snapshot has its code on display. Remedy: keep the store's split for this "
-                         "repository (--split), write to another store, or pass --split-by file to accept it")
+        raise SynthError(
+            f"{store} would hold {snapshot} tasks in splits {', '.join(splits)}: a test task beside train "
+            "tasks of the same snapshot has its code on display. Remedy: keep the store's split for this "
+            "repository (--split), write to another store, or pass --split-by file to accept it"
+        )
     store.mkdir(parents=True, exist_ok=True)
     write_repo_files(store, repo)
     for record in records:

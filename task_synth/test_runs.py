@@ -38,7 +38,7 @@ EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)(: |$)")
 # Colour codes, as the engine wraps each stderr line of a `docker build` step in red.
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 # Measures coverage inside pytest and switches its dynamic context to each test's node id, for any pytest command.
-CONTEXT_PLUGIN = '''
+CONTEXT_PLUGIN = """
 import os
 
 import coverage
@@ -61,13 +61,13 @@ def pytest_runtest_protocol(item, nextitem):
 def pytest_unconfigure(config):
     _coverage.stop()
     _coverage.save()
-'''
+"""
 
 
 ROUNDS_PATH = f"{SCRATCH}/rounds.json"
 # Runs the selected tests `REGROW_REPEAT` times in one process, round after round, tells each test its round
 # (REGROW_ROUND) and writes each round's outcomes, so that reruns and trivial stand-ins cost one pytest start in all.
-REPEAT_PLUGIN = '''
+REPEAT_PLUGIN = """
 import json
 import os
 from collections import Counter
@@ -98,7 +98,7 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session):
     with open(os.environ["REGROW_ROUNDS_OUT"], "w") as out:
         json.dump([_rounds.get(index, {}) for index in range(int(os.environ["REGROW_REPEAT"]))], out)
-'''
+"""
 
 
 @dataclass
@@ -141,7 +141,9 @@ def tree_archive(root: Path, prefix: str = "", mtime: int | None = None) -> byte
 
 # --use-pep517: a project without pyproject.toml (six, pytz) otherwise goes through `setup.py develop`, which new
 # setuptools runs as a pip subprocess with build isolation, and that needs an index.
-EDITABLE_INSTALL = "pip install -q --no-deps --no-build-isolation --use-pep517 --disable-pip-version-check -e /workspace"
+EDITABLE_INSTALL = (
+    "pip install -q --no-deps --no-build-isolation --use-pep517 --disable-pip-version-check -e /workspace"
+)
 
 
 def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
@@ -154,7 +156,9 @@ def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
         from task_synth.errors import SynthError
 
         detail = " | ".join(pip_error_lines(result.stdout + "\n" + result.stderr))
-        raise SynthError(f"the repository does not install editable in its image ({detail}): check its build configuration")
+        raise SynthError(
+            f"the repository does not install editable in its image ({detail}): check its build configuration"
+        )
 
 
 def capture_install(sb: Sandbox) -> bytes:
@@ -217,7 +221,11 @@ def parse_junit(xml_text: str) -> dict[str, bool]:
 
 
 def run_tests(
-    sb: Sandbox, test_command: str, node_ids: list[str] | None, timeout: float, env: dict[str, str] | None = None,
+    sb: Sandbox,
+    test_command: str,
+    node_ids: list[str] | None,
+    timeout: float,
+    env: dict[str, str] | None = None,
     repeat: int = 1,
 ) -> TestRun:
     """Run the suite (node_ids None) or the given tests, with TEST_ENV; a timeout yields a run with `timed_out` set.
@@ -229,8 +237,11 @@ def run_tests(
     if repeat > 1:
         sb.write_file(f"{PLUGIN_DIR}/regrow_repeat.py", REPEAT_PLUGIN)
         test_command = f"{test_command} -p regrow_repeat"
-        env.update(REGROW_REPEAT=str(repeat), REGROW_ROUNDS_OUT=ROUNDS_PATH,
-                   PYTHONPATH=":".join(filter(None, [PLUGIN_DIR, env.get("PYTHONPATH")])))
+        env.update(
+            REGROW_REPEAT=str(repeat),
+            REGROW_ROUNDS_OUT=ROUNDS_PATH,
+            PYTHONPATH=":".join(filter(None, [PLUGIN_DIR, env.get("PYTHONPATH")])),
+        )
     script = f'{test_command} -q {RUN_OPTIONS} --junitxml={JUNIT_PATH} "$@"'
     result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env=env)
     run = TestRun(
@@ -261,7 +272,7 @@ def run_tests(
 
 # Reads coverage's data in the sandbox and prints line -> context indices per file: `coverage json --show-contexts`
 # repeats each node id per line and grew to 785 MB on a suite of 2,000 parametrized tests.
-COVERAGE_LINES_SCRIPT = '''
+COVERAGE_LINES_SCRIPT = """
 import json, sys
 import coverage
 
@@ -274,7 +285,7 @@ for path in data.measured_files():
     by_line = data.contexts_by_lineno(path)
     files[path] = {line: sorted(index[c] for c in names if c in index) for line, names in by_line.items()}
 json.dump({"contexts": contexts, "files": files}, open(sys.argv[2], "w"), separators=(",", ":"))
-'''
+"""
 COVERAGE_LINES_PY = f"{SCRATCH}/regrow_coverage_lines.py"
 COVERAGE_DATA = f"{SCRATCH}/coverage.data"
 
@@ -294,7 +305,9 @@ def coverage_rc(packages: list[str]) -> str:
     return f"[run]\nsource_pkgs = {', '.join(packages)}\nrelative_files = True\ndata_file = {COVERAGE_DATA}\n"
 
 
-def coverage_map(sb: Sandbox, test_command: str, packages: list[str], timeout: float) -> tuple[TestRun, dict[str, dict[int, set[str]]]]:
+def coverage_map(
+    sb: Sandbox, test_command: str, packages: list[str], timeout: float
+) -> tuple[TestRun, dict[str, dict[int, set[str]]]]:
     """One suite run under coverage.py with per-test contexts: path -> line -> node ids that executed it."""
     sb.write_file(f"{PLUGIN_DIR}/regrow_test_context.py", CONTEXT_PLUGIN)
     sb.write_file(COVERAGE_LINES_PY, COVERAGE_LINES_SCRIPT)

@@ -20,7 +20,15 @@ from task_synth.test_runs import TestRun, run_tests
 
 log = logging.getLogger(__name__)
 REJECTIONS = (
-    "no_f2p", "no_p2p", "flaky", "trivially_solvable", "import_broken", "leak", "unscannable", "oracle_failed", "timeout",
+    "no_f2p",
+    "no_p2p",
+    "flaky",
+    "trivially_solvable",
+    "import_broken",
+    "leak",
+    "unscannable",
+    "oracle_failed",
+    "timeout",
 )
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3
@@ -78,8 +86,12 @@ def mentioned_names(deletion: Deletion) -> set[str]:
     owner, _, member = deletion.unit.qualname.partition(".")
     if deletion.unit.kind == "module":
         tree = parse_python(deletion.original[deletion.unit.path]) or ast.Module(body=[], type_ignores=[])
-        defined = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
-        defined |= {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+        defined = {
+            node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        }
+        defined |= {
+            t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+        }
         return {owner.rsplit(".", 1)[-1], *defined}
     if member:
         return {owner} if member.startswith("_") else {member}
@@ -149,7 +161,9 @@ def _drop(deletion: Deletion, verdict: Verdict, name: str, passed: list[str]) ->
     return True
 
 
-def drop_trivially_passed(sb: Sandbox, deletion: Deletion, verdict: Verdict, test_command: str, timeout: float) -> Verdict:
+def drop_trivially_passed(
+    sb: Sandbox, deletion: Deletion, verdict: Verdict, test_command: str, timeout: float
+) -> Verdict:
     """Run the F2P tests against every trivial stand-in and drop those any stand-in passes; a task left with none is
     `trivially_solvable`. A function's answers share one pytest process (a round each); when that run times out, they
     run one by one. Leaves a stand-in in /workspace: the caller restores it.
@@ -172,13 +186,22 @@ def drop_trivially_passed(sb: Sandbox, deletion: Deletion, verdict: Verdict, tes
         run = run_tests(sb, test_command, verdict.fail_to_pass, timeout)
         verdict.stand_in_executions += run.executions
         verdict.test_executions += run.executions
-        if _drop(deletion, verdict, stand_in.name, sorted(set(verdict.fail_to_pass) - run.failed(verdict.fail_to_pass))):
+        if _drop(
+            deletion, verdict, stand_in.name, sorted(set(verdict.fail_to_pass) - run.failed(verdict.fail_to_pass))
+        ):
             break
     return verdict
 
 
-def validate(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool = False,
-             clock: StageClock | None = None) -> Verdict:
+def validate(
+    sb: Sandbox,
+    baseline: Baseline,
+    deletion: Deletion,
+    module_name: str,
+    settings: SynthSettings,
+    naive: bool = False,
+    clock: StageClock | None = None,
+) -> Verdict:
     """Apply the deletion, find F2P/P2P, check flakiness, drop the F2P tests a trivial stand-in passes, and always
     restore the workspace.
 
@@ -192,8 +215,15 @@ def validate(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: s
         apply_deletion(sb, deletion, restore=True)
 
 
-def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str, settings: SynthSettings, naive: bool,
-           clock: StageClock) -> Verdict:
+def _judge(
+    sb: Sandbox,
+    baseline: Baseline,
+    deletion: Deletion,
+    module_name: str,
+    settings: SynthSettings,
+    naive: bool,
+    clock: StageClock,
+) -> Verdict:
     test_command, timeout = settings.test_command, settings.test_timeout_s
     with clock.stage("validate: import check"):
         error = import_check(sb, baseline.packages, timeout)
@@ -235,7 +265,9 @@ def _judge(sb: Sandbox, baseline: Baseline, deletion: Deletion, module_name: str
         # Every rerun in one process, a round each: a F2P test that passes in any round is flaky.
         reruns = settings.flaky_reruns
         with clock.stage("validate: flaky reruns"):
-            rerun = run_tests(sb, test_command, pytest_arguments(fail_to_pass, whole_files), timeout * reruns, repeat=reruns)
+            rerun = run_tests(
+                sb, test_command, pytest_arguments(fail_to_pass, whole_files), timeout * reruns, repeat=reruns
+            )
         verdict.test_executions += rerun.executions
         if rerun.timed_out:
             verdict.rejection = "timeout"

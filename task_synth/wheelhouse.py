@@ -71,9 +71,15 @@ class BuildSystem:
 
 
 def build_system(root: Path) -> BuildSystem:
-    table = tomllib.loads((root / "pyproject.toml").read_text()).get("build-system", {}) if (root / "pyproject.toml").exists() else {}
+    table = (
+        tomllib.loads((root / "pyproject.toml").read_text()).get("build-system", {})
+        if (root / "pyproject.toml").exists()
+        else {}
+    )
     requires, backend = LEGACY_BUILD_SYSTEM
-    return BuildSystem(list(table.get("requires", requires)), table.get("build-backend", backend), table.get("backend-path"))
+    return BuildSystem(
+        list(table.get("requires", requires)), table.get("build-backend", backend), table.get("backend-path")
+    )
 
 
 def editable_requirements(root: Path, wheels: Path) -> list[str]:
@@ -85,19 +91,36 @@ def editable_requirements(root: Path, wheels: Path) -> list[str]:
     with tempfile.TemporaryDirectory(prefix="regrow-build-env-") as env:
         python = str(Path(env) / "bin" / "python")
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", env], check=True, capture_output=True)
-        install = [sys.executable, "-m", "pip", "--python", python, "install", "-q", "--disable-pip-version-check",
-                   "--no-index", f"--find-links={wheels}", *system.requires]
+        install = [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "-q",
+            "--disable-pip-version-check",
+            "--no-index",
+            f"--find-links={wheels}",
+            *system.requires,
+        ]
         installed = subprocess.run(install, capture_output=True, text=True) if system.requires else None
         if installed and installed.returncode != 0:
-            raise SynthError(f"cannot install the build requirements of {root.name} ({_pip_error(installed.stderr)}): "
-                             "check [build-system] requires in its pyproject.toml")
+            raise SynthError(
+                f"cannot install the build requirements of {root.name} ({_pip_error(installed.stderr)}): "
+                "check [build-system] requires in its pyproject.toml"
+            )
         caller = BuildBackendHookCaller(str(root), system.backend, system.backend_path, quiet_subprocess_runner, python)
         try:
             return list(caller.get_requires_for_build_editable())
         except subprocess.CalledProcessError as error:
-            lines = [line for line in error.output.decode(errors="replace").splitlines() if line.strip()] or ["no output"]
-            raise SynthError(f"the build backend {system.backend} of {root.name} fails to say what an editable build needs "
-                             f"({lines[-1].strip()}): check its build configuration") from None
+            lines = [line for line in error.output.decode(errors="replace").splitlines() if line.strip()] or [
+                "no output"
+            ]
+            raise SynthError(
+                f"the build backend {system.backend} of {root.name} fails to say what an editable build needs "
+                f"({lines[-1].strip()}): check its build configuration"
+            ) from None
 
 
 def _pip_error(stderr: str) -> str:
@@ -112,17 +135,23 @@ def _pip_wheel(root: Path, target: Path, arguments: list[str], find_links: tuple
     result = subprocess.run(command, capture_output=True, text=True, cwd=root)
     if result.returncode != 0:
         shutil.rmtree(target, ignore_errors=True)
-        raise SynthError(f"cannot resolve the dependencies of {root.name} ({_pip_error(result.stderr)}): fix the requirement or its index")
+        raise SynthError(
+            f"cannot resolve the dependencies of {root.name} ({_pip_error(result.stderr)}): fix the requirement or its index"
+        )
 
 
 def _extras(root: Path) -> list[str]:
     """The test extras the project declares (pip ignores none it knows, so a guess from setup.py is safe)."""
     declared: set[str] = set()
     if (root / "pyproject.toml").exists():
-        declared |= set(tomllib.loads((root / "pyproject.toml").read_text()).get("project", {}).get("optional-dependencies", {}))
+        declared |= set(
+            tomllib.loads((root / "pyproject.toml").read_text()).get("project", {}).get("optional-dependencies", {})
+        )
     for name in ("setup.cfg", "setup.py"):
         if (root / name).exists():
-            declared |= set(re.findall(r"""["']?(\w+)["']?\s*[:=]\s*[\[\n]""", (root / name).read_text(errors="replace")))
+            declared |= set(
+                re.findall(r"""["']?(\w+)["']?\s*[:=]\s*[\[\n]""", (root / name).read_text(errors="replace"))
+            )
     return [extra for extra in TEST_EXTRAS if extra in declared]
 
 

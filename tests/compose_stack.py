@@ -29,7 +29,9 @@ class ComposeProject:
         self.url = f"http://127.0.0.1:{self.env['REGROW_HTTP_PORT']}"
 
     def run(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.argv, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [*self.argv, *args], env=self.env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        )
 
     def logs(self, tail: int = 60) -> str:
         return self.run("logs", "--no-color", "--tail", str(tail)).stdout
@@ -43,13 +45,18 @@ class ComposeProject:
     def leftovers(self, docker_backend) -> list[str]:
         """Containers, networks and volumes of this project, and sandboxes whose owning container is gone."""
         api = docker_backend.api
-        left = [f"container {c['Names']}" for c in api.containers(all=True, filters={"label": f"com.docker.compose.project={self.project}"})]
+        left = [
+            f"container {c['Names']}"
+            for c in api.containers(all=True, filters={"label": f"com.docker.compose.project={self.project}"})
+        ]
         for sandbox in docker_backend.managed_containers():
             owner = (sandbox.get("Labels") or {}).get("regrow.owner.container")
             if owner and not docker_backend.container_running(owner):
                 left.append(f"sandbox {sandbox['Id'][:12]}")
         left += [f"network {n['Name']}" for n in api.networks() if n["Name"].startswith(self.project)]
-        left += [f"volume {v['Name']}" for v in api.volumes().get("Volumes") or [] if v["Name"].startswith(self.project)]
+        left += [
+            f"volume {v['Name']}" for v in api.volumes().get("Volumes") or [] if v["Name"].startswith(self.project)
+        ]
         return left
 
 

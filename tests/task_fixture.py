@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
@@ -44,15 +44,18 @@ def clamp(value, low, high):
     return max(low, min(value, high))
 '''
 
-DELETED_OPS = ORIGINAL_OPS.split("def clamp")[0] + '''def clamp(value, low, high):
+DELETED_OPS = (
+    ORIGINAL_OPS.split("def clamp")[0]
+    + '''def clamp(value, low, high):
     """Return value limited to the closed range [low, high]."""
     raise NotImplementedError
 '''
+)
 
 # A plausible wrong solution the reward tests pair with each cheat.
 WRONG_OPS = DELETED_OPS.replace("    raise NotImplementedError\n", "    return value\n")
 
-TESTS = '''from calc.ops import add, clamp, mul, sub
+TESTS = """from calc.ops import add, clamp, mul, sub
 
 
 def test_add():
@@ -80,17 +83,17 @@ def test_clamp_rejects_empty_range():
 
     with pytest.raises(ValueError):
         clamp(1, 5, 0)
-'''
+"""
 
-CONFTEST = '''import pytest
+CONFTEST = """import pytest
 
 
 @pytest.fixture
 def numbers():
     return [1, 2, 3]
-'''
+"""
 
-PYPROJECT = '''[build-system]
+PYPROJECT = """[build-system]
 requires = ["setuptools"]
 build-backend = "setuptools.build_meta"
 
@@ -100,10 +103,10 @@ version = "0.1.0"
 
 [tool.setuptools]
 packages = ["calc"]
-'''
+"""
 
 # The repository image: dependencies only, as `regrow synth` builds one; the task's files are written in at reset.
-DOCKERFILE = '''ARG BASE_IMAGE
+DOCKERFILE = """ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 COPY wheels /tmp/wheels
 RUN python3 -m venv /opt/venv \\
@@ -114,10 +117,14 @@ RUN python3 -m venv /opt/venv \\
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 WORKDIR /workspace
 USER agent
-'''
+"""
 REPO_DIR = "repos/demo-calc"
 
-F2P = ["tests/test_ops.py::test_clamp_below", "tests/test_ops.py::test_clamp_above", "tests/test_ops.py::test_clamp_rejects_empty_range"]
+F2P = [
+    "tests/test_ops.py::test_clamp_below",
+    "tests/test_ops.py::test_clamp_above",
+    "tests/test_ops.py::test_clamp_rejects_empty_range",
+]
 P2P = ["tests/test_ops.py::test_add", "tests/test_ops.py::test_sub", "tests/test_ops.py::test_mul"]
 TEST_FILES = ["tests/test_ops.py", "tests/conftest.py"]
 # The calls of clamp the F2P tests make, as synthesis records them for the grader's hidden checks.
@@ -194,7 +201,9 @@ def _git_workspace(root: Path) -> Path:
     git = ["git", "-c", "init.templateDir=", "-C", str(root)]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
     subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-q", "--no-gpg-sign", "-m", "task"], check=True, env={"PATH": "/usr/bin:/bin", **GIT_ENV})
+    subprocess.run(
+        [*git, "commit", "-q", "--no-gpg-sign", "-m", "task"], check=True, env={"PATH": "/usr/bin:/bin", **GIT_ENV}
+    )
     return root
 
 
@@ -221,7 +230,9 @@ def demo_record(image: str) -> TaskRecord:
         workspace_archive=f"workspaces/{DEMO_TASK_ID}.tar.gz",
         repo_dir=REPO_DIR,
         mode="stub",
-        deleted=[DeletedUnit(path="calc/ops.py", qualname="clamp", kind="function", start_line=start, end_line=start + 4)],
+        deleted=[
+            DeletedUnit(path="calc/ops.py", qualname="clamp", kind="function", start_line=start, end_line=start + 4)
+        ],
         problem_statement="Implement `clamp(value, low, high)` in calc/ops.py: limit value to [low, high]; "
         "raise ValueError when low > high.",
         FAIL_TO_PASS=F2P,
@@ -231,7 +242,7 @@ def demo_record(image: str) -> TaskRecord:
         test_files=TEST_FILES,
         split="train",
         stats=TaskStats(lines_deleted=3, covering_tests=3, complexity=2),
-        created_at=datetime(2026, 1, 1, tzinfo=timezone.utc),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
         synth_version="hand-made",
     )
 

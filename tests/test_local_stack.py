@@ -35,8 +35,11 @@ def stack(docker_backend, base_image):
         project.wait_healthy()
         tasks = project.run("exec", "-T", "env-server", "cat", "/tasks/tasks.jsonl")
         assert tasks.returncode == 0, tasks.stderr
-        yield {"project": project, "url": project.url,
-               "tasks": [json.loads(line) for line in tasks.stdout.splitlines() if line.strip()]}
+        yield {
+            "project": project,
+            "url": project.url,
+            "tasks": [json.loads(line) for line in tasks.stdout.splitlines() if line.strip()],
+        }
     finally:
         project.run("down", "-v", "--remove-orphans")
 
@@ -54,7 +57,9 @@ def test_openenv_client_plays_an_oracle_episode_to_reward_one(stack):
         first = env.reset(task_id=task["instance_id"])
         assert first.observation["problem_statement"]
         patch = task["solution_patch"] if task["solution_patch"].endswith("\n") else task["solution_patch"] + "\n"
-        applied = env.step({"tool": "run", "args": {"command": f"git apply <<'REGROW_PATCH_END'\n{patch}REGROW_PATCH_END\n"}})
+        applied = env.step(
+            {"tool": "run", "args": {"command": f"git apply <<'REGROW_PATCH_END'\n{patch}REGROW_PATCH_END\n"}}
+        )
         assert applied.observation["exit_code"] == 0, applied.observation
         final = env.step({"tool": "submit", "args": {}})
     assert final.done and final.reward == 1.0
@@ -71,7 +76,9 @@ def test_openenv_client_scores_an_empty_episode_zero(stack):
 
 
 def test_readme_snippet_for_your_own_trainer_runs_against_the_stack(stack, capsys):
-    snippet = next(block for block in re.findall(r"```python\n(.*?)```", README, re.DOTALL) if "GenericEnvClient" in block)
+    snippet = next(
+        block for block in re.findall(r"```python\n(.*?)```", README, re.DOTALL) if "GenericEnvClient" in block
+    )
     exec(compile(snippet.replace("http://127.0.0.1:8000", stack["url"]), "README.md", "exec"), {})
     assert "reward" in capsys.readouterr().out
 
@@ -82,10 +89,35 @@ def test_regrow_train_runs_two_steps_against_the_stack(stack, tmp_path):
     save_tiny_policy(tmp_path / "policy")
     regrow = str(Path(sys.executable).parent / "regrow")
     trained = subprocess.run(
-        [regrow, "train", "--env", stack["url"], "--model", str(tmp_path / "policy"), "--output-dir", str(tmp_path / "run"),
-         "--steps", "2", "--group-size", "2", "--groups-per-step", "1", "--workers", "2", "--max-turns", "2",
-         "--max-turn-tokens", "32", "--logger", "none", "--device", "cpu"],
-        capture_output=True, text=True, timeout=1500,
+        [
+            regrow,
+            "train",
+            "--env",
+            stack["url"],
+            "--model",
+            str(tmp_path / "policy"),
+            "--output-dir",
+            str(tmp_path / "run"),
+            "--steps",
+            "2",
+            "--group-size",
+            "2",
+            "--groups-per-step",
+            "1",
+            "--workers",
+            "2",
+            "--max-turns",
+            "2",
+            "--max-turn-tokens",
+            "32",
+            "--logger",
+            "none",
+            "--device",
+            "cpu",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1500,
     )
     assert trained.returncode == 0, output_tail(trained)
     assert (tmp_path / "run").is_dir()

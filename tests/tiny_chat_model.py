@@ -19,12 +19,16 @@ def train_chatml_tokenizer(corpus: list[str], vocab_size: int):
         vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bpe.train_from_iterator(corpus, trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
     tokenizer.chat_template = CHATML
     return tokenizer
 
 
-def random_qwen2(tokenizer, hidden_size: int, intermediate_size: int, max_positions: int, tie_embeddings: bool, seed: int = 0):
+def random_qwen2(
+    tokenizer, hidden_size: int, intermediate_size: int, max_positions: int, tie_embeddings: bool, seed: int = 0
+):
     """A 2-layer Qwen2 with random weights sized for `tokenizer`."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM

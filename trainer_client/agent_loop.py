@@ -148,7 +148,10 @@ async def play_episode(
             hint = turn_feedback(observations)
         logger.debug(
             "episode %s: %d turns, stop=%s, reward=%.3f",
-            reset_options, len(trajectory.turns), trajectory.stop_reason, trajectory.reward,
+            reset_options,
+            len(trajectory.turns),
+            trajectory.stop_reason,
+            trajectory.reward,
         )
         return trajectory
 

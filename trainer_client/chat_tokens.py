@@ -42,7 +42,9 @@ class EpisodeTokenizer:
 
     def _suffix(self, longer: list[int], prefix: list[int], what: str) -> list[int]:
         if longer[: len(prefix)] != prefix:
-            raise ValueError(f"the chat template does not render {what} as a pure suffix; it cannot be used for training")
+            raise ValueError(
+                f"the chat template does not render {what} as a pure suffix; it cannot be used for training"
+            )
         return longer[len(prefix) :]
 
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:

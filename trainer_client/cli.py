@@ -16,9 +16,15 @@ _SETTING_OF_PARAMETER = {"task_id": "task_ids", "vllm_timeout": "vllm_timeout_s"
 
 def train(
     ctx: typer.Context,
-    env: str = typer.Option(None, "--env", help="Env server: http://host:port (WebSocket) or grpc://host:port [REGROW_TRAIN_ENV]."),
-    model: str = typer.Option("smollm2", "--model", help="save_pretrained folder, .gguf file, or 'smollm2' (offline demo)."),
-    output_dir: Path = typer.Option(Path("runs/regrow"), "--output-dir", help="Checkpoints, TensorBoard logs (runs/), the final model."),
+    env: str = typer.Option(
+        None, "--env", help="Env server: http://host:port (WebSocket) or grpc://host:port [REGROW_TRAIN_ENV]."
+    ),
+    model: str = typer.Option(
+        "smollm2", "--model", help="save_pretrained folder, .gguf file, or 'smollm2' (offline demo)."
+    ),
+    output_dir: Path = typer.Option(
+        Path("runs/regrow"), "--output-dir", help="Checkpoints, TensorBoard logs (runs/), the final model."
+    ),
     task_id: list[str] = typer.Option([], "--task-id", help="Train on these tasks (repeat); default: sample by seed."),
     steps: int = typer.Option(100, min=1, help="Optimizer steps."),
     group_size: int = typer.Option(4, min=2, help="Episodes per task in one GRPO group."),
@@ -30,19 +36,28 @@ def train(
     max_completion_tokens: int = typer.Option(3072, min=64, help="Token budget of all turns and env replies."),
     learning_rate: float = typer.Option(1e-6, "--lr"),
     temperature: float = typer.Option(1.0),
-    loss_type: str = typer.Option("dr_grpo", help="TRL objective: dr_grpo (default), grpo, dapo, bnpo, cispo, sapo, ..."),
+    loss_type: str = typer.Option(
+        "dr_grpo", help="TRL objective: dr_grpo (default), grpo, dapo, bnpo, cispo, sapo, ..."
+    ),
     alpha_sdpo: float = typer.Option(0.0, "--alpha-sdpo", min=0.0, help="Weight of SDPO on hinted turns (0: off)."),
     sdpo_teacher: str = typer.Option("live", help="SDPO teacher weights: live, ema or initial."),
     sdpo_jsd_alpha: float = typer.Option(0.5, min=0.0, max=1.0, help="0 forward KL, 1 reverse KL, between: JSD."),
     sdpo_top_k: int = typer.Option(None, min=1, help="Distil only the student's top-k tokens plus a tail bucket."),
-    pairs: Path = typer.Option(None, "--pairs", exists=True, dir_okay=False, help="Replay pairs JSONL (regrow replay)."),
+    pairs: Path = typer.Option(
+        None, "--pairs", exists=True, dir_okay=False, help="Replay pairs JSONL (regrow replay)."
+    ),
     beta_dpo: float = typer.Option(0.0, "--beta-dpo", min=0.0, help="Weight of the replay-DPO channel (0: off)."),
     dpo_beta: float = typer.Option(0.1, "--dpo-beta", help="The DPO loss's own beta."),
-    dpo_pairs_per_step: int = typer.Option(4, "--dpo-pairs-per-step", min=1, help="Replay pairs in each optimizer step."),
-    dpo_context_grad: bool = typer.Option(
-        True, help="Backpropagate DPO through the pairs' contexts (exact); --no-dpo-context-grad: only the actions, cheaper."
+    dpo_pairs_per_step: int = typer.Option(
+        4, "--dpo-pairs-per-step", min=1, help="Replay pairs in each optimizer step."
     ),
-    sdpo_importance_clip: float = typer.Option(2.0, min=0.0, help="Upper clip of pi_theta/pi_rollout per distilled token."),
+    dpo_context_grad: bool = typer.Option(
+        True,
+        help="Backpropagate DPO through the pairs' contexts (exact); --no-dpo-context-grad: only the actions, cheaper.",
+    ),
+    sdpo_importance_clip: float = typer.Option(
+        2.0, min=0.0, help="Upper clip of pi_theta/pi_rollout per distilled token."
+    ),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
     bf16: bool = typer.Option(True, help="bf16 autocast on a GPU."),
     logger: str = typer.Option("tensorboard", help="tensorboard or none."),
@@ -50,11 +65,14 @@ def train(
     resume: bool = typer.Option(True, help="Continue from the last checkpoint in --output-dir."),
     seed: int = typer.Option(0),
     vllm_server: str = typer.Option(
-        None, "--vllm-server",
+        None,
+        "--vllm-server",
         help="Generate turns on this vLLM server (http://host:8100, from `trl vllm-serve --model <same --model>`) and "
         "push the weights to it every step; needs CUDA and vllm here too. Default: the HF model generates.",
     ),
-    vllm_timeout: float = typer.Option(10.0, "--vllm-timeout", min=0.1, help="Seconds to wait for the vLLM server at startup."),
+    vllm_timeout: float = typer.Option(
+        10.0, "--vllm-timeout", min=0.1, help="Seconds to wait for the vLLM server at startup."
+    ),
 ) -> None:
     """Train a policy on env episodes: Dr.GRPO, plus SDPO on hinted turns and DPO on replay pairs.
 
@@ -101,13 +119,17 @@ def bench_train(
     turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
     hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),
     pairs: int = typer.Option(4, min=1, help="DPO pairs per batch."),
-    dpo_context_grad: bool = typer.Option(True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."),
+    dpo_context_grad: bool = typer.Option(
+        True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."
+    ),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
     """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
     from trainer_client.train_bench import run_train_bench
 
-    sys.stdout.write(json.dumps(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), indent=2) + "\n")
+    sys.stdout.write(
+        json.dumps(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), indent=2) + "\n"
+    )
 
 
 def bench_rollouts(

@@ -62,7 +62,9 @@ def observation_from_wire(data: dict[str, Any]) -> CodingObservation:
     try:
         return CodingObservation.model_validate(fields)
     except ValidationError as error:
-        raise EnvRequestError(f"env server sent an observation that does not fit proto.CodingObservation: {error}") from error
+        raise EnvRequestError(
+            f"env server sent an observation that does not fit proto.CodingObservation: {error}"
+        ) from error
 
 
 class WebSocketConnection:
@@ -102,7 +104,9 @@ class WebSocketConnection:
                 ) from error
             except (ConnectionClosed, OSError) as error:
                 self.broken = True
-                raise EnvTransportError(f"connection to {self._url} dropped during {frame['type']!r}: {error}") from error
+                raise EnvTransportError(
+                    f"connection to {self._url} dropped during {frame['type']!r}: {error}"
+                ) from error
         reply = json.loads(raw)
         if reply.get("type") == "error":
             data = reply.get("data") or {}

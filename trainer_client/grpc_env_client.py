@@ -51,7 +51,9 @@ class GrpcConnection:
             await asyncio.wait_for(channel.channel_ready(), timeout=open_timeout)
         except TimeoutError as error:
             await channel.close()
-            raise EnvTransportError(f"cannot reach the gRPC env server at {target} within {open_timeout:.0f}s; is `regrow serve` running?") from error
+            raise EnvTransportError(
+                f"cannot reach the gRPC env server at {target} within {open_timeout:.0f}s; is `regrow serve` running?"
+            ) from error
         return cls(channel, target, request_timeout)
 
     async def _request(self, frame: pb.ClientFrame, what: str) -> pb.EpisodeReply:
@@ -63,10 +65,14 @@ class GrpcConnection:
                 reply = await asyncio.wait_for(self._stream.read(), timeout=self._request_timeout)
             except TimeoutError as error:
                 self.broken = True
-                raise EnvTransportError(f"no reply to {what!r} from {self._target} within {self._request_timeout:.0f}s") from error
+                raise EnvTransportError(
+                    f"no reply to {what!r} from {self._target} within {self._request_timeout:.0f}s"
+                ) from error
             except grpc.aio.AioRpcError as error:
                 self.broken = True
-                raise EnvTransportError(f"gRPC stream to {self._target} failed during {what!r}: {error.code().name} {error.details()}") from error
+                raise EnvTransportError(
+                    f"gRPC stream to {self._target} failed during {what!r}: {error.code().name} {error.details()}"
+                ) from error
         if reply is grpc.aio.EOF:
             self.broken = True
             raise EnvTransportError(f"the gRPC env server at {self._target} ended the episode stream during {what!r}")

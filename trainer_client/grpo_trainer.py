@@ -17,8 +17,8 @@ from trl import GRPOConfig, GRPOTrainer
 
 from trainer_client.dpo_loss import sigmoid_dpo_loss
 from trainer_client.policy_forward import head_logits, pair_logps
-from trainer_client.prefix_cache import Prefix, RecordedForward, recorded_forward
 from trainer_client.preference_pairs import EncodedPair, PreferencePair, encode_pair
+from trainer_client.prefix_cache import Prefix, RecordedForward, recorded_forward
 from trainer_client.sdpo_loss import sdpo_token_loss
 from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_row
 
@@ -29,18 +29,24 @@ logger = logging.getLogger(__name__)
 class RegrowGRPOConfig(GRPOConfig):
     """GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels."""
 
-    loss_type: str = field(default="dr_grpo", metadata={"help": "TRL loss; Dr.GRPO by default, any TRL objective works."})
+    loss_type: str = field(
+        default="dr_grpo", metadata={"help": "TRL loss; Dr.GRPO by default, any TRL objective works."}
+    )
     scale_rewards: str = field(default="none", metadata={"help": "Dr.GRPO does not divide advantages by the std."})
     beta: float = field(default=0.0, metadata={"help": "KL to a reference model; 0 loads no reference model."})
     gradient_checkpointing: bool = field(
         default=False,
-        metadata={"help": "Off: rollout workers generate with the live model, and checkpointing disables its KV cache."},
+        metadata={
+            "help": "Off: rollout workers generate with the live model, and checkpointing disables its KV cache."
+        },
     )
     alpha_sdpo: float = field(default=0.0, metadata={"help": "Weight of the SDPO channel; 0 turns it off."})
     sdpo_jsd_alpha: float = field(
         default=0.5, metadata={"help": "Generalized JSD interpolation: 0 forward KL(T||S), 1 reverse KL(S||T)."}
     )
-    sdpo_top_k: int | None = field(default=None, metadata={"help": "Compare only the student's top-k tokens plus a tail."})
+    sdpo_top_k: int | None = field(
+        default=None, metadata={"help": "Compare only the student's top-k tokens plus a tail."}
+    )
     sdpo_importance_clip: float = field(default=2.0, metadata={"help": "Upper clip of pi_theta/pi_rollout per token."})
     sdpo_teacher: str = field(default="live", metadata={"help": "Teacher weights: live, ema or initial."})
     sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})
@@ -67,9 +73,13 @@ class _TeacherFollowsPolicy(TrainerCallback):
 class RegrowGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose loss adds SDPO on hinted turns and DPO on replay pairs."""
 
-    def __init__(self, model, args: RegrowGRPOConfig, pair_batches: Iterator[list[PreferencePair]] | None = None, **kwargs):
+    def __init__(
+        self, model, args: RegrowGRPOConfig, pair_batches: Iterator[list[PreferencePair]] | None = None, **kwargs
+    ):
         # The teacher copies the weights before GRPOTrainer patches the model's forward.
-        self.sdpo_teacher = SDPOTeacher(TeacherWeights(args.sdpo_teacher), model, args.sdpo_ema_decay) if args.alpha_sdpo else None
+        self.sdpo_teacher = (
+            SDPOTeacher(TeacherWeights(args.sdpo_teacher), model, args.sdpo_ema_decay) if args.alpha_sdpo else None
+        )
         if args.beta_dpo and pair_batches is None:
             raise ValueError("beta_dpo > 0 needs preference pairs: pass --pairs pairs.jsonl")
         self.pair_batches = pair_batches if args.beta_dpo else None
@@ -134,7 +144,9 @@ class RegrowGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["sdpo/loss"].append(0.0)
             return None
         student_logits = head_logits(policy, torch.cat(student_rows), self.temperature)
-        teacher_logits = self.sdpo_teacher.logits(policy, teacher_rows, self._pad_token_id, self.temperature, student_prefix)
+        teacher_logits = self.sdpo_teacher.logits(
+            policy, teacher_rows, self._pad_token_id, self.temperature, student_prefix
+        )
         result = sdpo_token_loss(
             student_logits,
             teacher_logits,

@@ -50,7 +50,9 @@ class HFTurnSampler:
             while not self._queue.empty() and len(batch) < self.max_batch:
                 batch.append(self._queue.get_nowait())
             try:
-                turns = await asyncio.to_thread(self.generate_batch, [r.context_ids for r in batch], [r.max_new_tokens for r in batch])
+                turns = await asyncio.to_thread(
+                    self.generate_batch, [r.context_ids for r in batch], [r.max_new_tokens for r in batch]
+                )
             except Exception as error:  # hand the failure to every waiting worker
                 for request in batch:
                     request.future.set_exception(error)
@@ -80,7 +82,11 @@ class HFTurnSampler:
         finished = torch.zeros(len(contexts), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         output = self.model(
-            input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, logits_to_keep=1
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=True,
+            logits_to_keep=1,
         )
         for step in range(max(max_new_tokens)):
             step_logprobs = torch.log_softmax(output.logits[:, -1].float() / self.temperature, dim=-1)
@@ -94,7 +100,9 @@ class HFTurnSampler:
             attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)
             position_ids = position_ids[:, -1:] + 1
             if output.past_key_values is None:
-                raise RuntimeError("the policy returned no KV cache; turn gradient checkpointing off for streamed rollouts")
+                raise RuntimeError(
+                    "the policy returned no KV cache; turn gradient checkpointing off for streamed rollouts"
+                )
             output = self.model(
                 input_ids=token.unsqueeze(-1),
                 attention_mask=attention_mask,
@@ -109,5 +117,7 @@ class HFTurnSampler:
             ids = new_tokens[row, :limit].tolist()
             stop = next((i for i, t in enumerate(ids) if t in self.stop_ids), None)
             end = len(ids) if stop is None else stop + 1
-            turns.append(GeneratedTurn(ids=ids[:end], logprobs=new_logprobs[row, :end].tolist(), finished=stop is not None))
+            turns.append(
+                GeneratedTurn(ids=ids[:end], logprobs=new_logprobs[row, :end].tolist(), finished=stop is not None)
+            )
         return turns

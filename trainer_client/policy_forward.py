@@ -17,7 +17,9 @@ def head_logits(model: torch.nn.Module, hidden: torch.Tensor, temperature: float
     return model.get_output_embeddings()(hidden).float() / temperature
 
 
-def token_logps(model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 64) -> torch.Tensor:
+def token_logps(
+    model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 64
+) -> torch.Tensor:
     """Logprob (temperature 1) of `targets[i]` after hidden state i, (N,); full-vocab logits live one chunk at a time."""
     out = []
     for first in range(0, hidden.size(0), rows_per_chunk):
@@ -84,14 +86,22 @@ def pair_logps(
         raise ValueError("every prompt and completion of a pair needs at least one token")
     shared = min(_common_start(prompts), min(len(p) for p in prompts) - 1)  # each prompt keeps its last token
     with torch.set_grad_enabled(torch.is_grad_enabled() and context_grad):
-        start = _shared_start(model, prefix if context_grad or prefix is None else prefix.detached(), prompts[0][:shared], pad_token_id, device)
+        start = _shared_start(
+            model,
+            prefix if context_grad or prefix is None else prefix.detached(),
+            prompts[0][:shared],
+            pad_token_id,
+            device,
+        )
         context = start.take([0] * len(pairs))
         trunks = [prompt[shared:] for prompt in prompts]
         if not context_grad:
             if any(len(trunk) > 1 for trunk in trunks):
                 _, context = continue_prefix(model, context, [trunk[:-1] for trunk in trunks], pad_token_id)
             trunks = [trunk[-1:] for trunk in trunks]
-    hidden = branched_hidden(model, context, trunks, [[chosen, rejected] for _, chosen, rejected in pairs], pad_token_id)
+    hidden = branched_hidden(
+        model, context, trunks, [[chosen, rejected] for _, chosen, rejected in pairs], pad_token_id
+    )
     states, targets, lengths = [], [], []
     for row, (trunk, (_, chosen, rejected)) in enumerate(zip(trunks, pairs, strict=True)):
         at = len(trunk)

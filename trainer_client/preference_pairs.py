@@ -58,9 +58,7 @@ class EncodedPair:
 def completion_ids(tokenizer: Any, messages: list[dict[str, Any]], assistant_text: str) -> tuple[list[int], list[int]]:
     """(prompt ids, completion ids) of `assistant_text` as the next assistant turn, via the chat template."""
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    full = tokenizer.apply_chat_template(
-        messages + [{"role": "assistant", "content": assistant_text}], tokenize=True
-    )
+    full = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": assistant_text}], tokenize=True)
     prompt, full = _as_ids(prompt), _as_ids(full)
     if full[: len(prompt)] != prompt or len(full) == len(prompt):
         raise ValueError(

@@ -88,7 +88,9 @@ def continue_prefix(
     positions = prefix.next_positions().unsqueeze(1) + torch.arange(input_ids.size(1), device=input_ids.device)
     hidden, layers = _forward(model, prefix, input_ids, new_mask, positions)
     mask = torch.cat([prefix.mask, new_mask], dim=1)
-    return hidden, Prefix(layers, torch.cat([prefix.ids, input_ids], 1), mask, torch.cat([prefix.positions, positions], 1))
+    return hidden, Prefix(
+        layers, torch.cat([prefix.ids, input_ids], 1), mask, torch.cat([prefix.positions, positions], 1)
+    )
 
 
 def branched_hidden(
@@ -100,7 +102,10 @@ def branched_hidden(
     nor shifts their positions. One row per trunk is cheaper than one row per branch, which would
     copy the prefix and rerun the trunk for each.
     """
-    rows = [trunk + [t for branch in row_branches for t in branch] for trunk, row_branches in zip(trunks, branches, strict=True)]
+    rows = [
+        trunk + [t for branch in row_branches for t in branch]
+        for trunk, row_branches in zip(trunks, branches, strict=True)
+    ]
     device = prefix.mask.device
     input_ids, new_mask = _right_padded(rows, pad_token_id, device)
     start = prefix.next_positions().tolist()

@@ -58,5 +58,7 @@ class StreamedRollouts:
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         self.stream.sampler.version = trainer.state.global_step  # episodes started from now on use these weights
-        groups = self.stream.next_groups(len(prompts) // trainer.num_generations, trainer.state.global_step, self.timeout_s)
+        groups = self.stream.next_groups(
+            len(prompts) // trainer.num_generations, trainer.state.global_step, self.timeout_s
+        )
         return trajectory_rows([t for group in groups for t in group], self.tokens)

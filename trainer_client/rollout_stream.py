@@ -102,7 +102,9 @@ class RolloutStream:
             try:
                 item = self._ready.get(timeout=timeout)
             except queue.Empty as error:
-                raise TimeoutError(f"no rollout group finished within {timeout}s; is the env server responsive?") from error
+                raise TimeoutError(
+                    f"no rollout group finished within {timeout}s; is the env server responsive?"
+                ) from error
             if isinstance(item, BaseException):
                 raise item
             assert self._loop is not None and self._buffer is not None
@@ -177,4 +179,6 @@ class RolloutStream:
                 last_error = error
                 self.stats.episode_retries += 1
                 logger.warning("episode %s failed (%s); replaying it from a fresh reset", options, error)
-        raise EnvError(f"episode {options} failed {self._episode_retries + 1} times; last error: {last_error}") from last_error
+        raise EnvError(
+            f"episode {options} failed {self._episode_retries + 1} times; last error: {last_error}"
+        ) from last_error

@@ -122,7 +122,9 @@ def sdpo_token_loss(
     Gradients flow only through `student_logits`.
     """
     if top_k is None or top_k >= student_logits.size(-1):
-        divergence, sampled = _JSDOfLogits.apply(student_logits, teacher_logits.detach(), tokens, jsd_alpha, rows_per_chunk)
+        divergence, sampled = _JSDOfLogits.apply(
+            student_logits, teacher_logits.detach(), tokens, jsd_alpha, rows_per_chunk
+        )
         ratio = torch.exp(sampled - rollout_logprobs.float()).clamp(max=importance_clip)
         return SDPOTokenLoss(per_token=divergence * ratio, importance_ratio=ratio)
     student = torch.log_softmax(student_logits.float(), dim=-1)

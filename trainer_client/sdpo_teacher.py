@@ -47,7 +47,9 @@ class TeacherRow:
         return self.context + self.continuation
 
 
-def teacher_row(row: int, prompt_width: int, prompt: list[int], completion: list[int], turn: HintedTurn, end: int) -> TeacherRow:
+def teacher_row(
+    row: int, prompt_width: int, prompt: list[int], completion: list[int], turn: HintedTurn, end: int
+) -> TeacherRow:
     """The teacher's input for one hinted turn of a batch row, distilling that turn's tokens up to `end`."""
     if not turn.hint_ids:
         raise ValueError("a hinted turn needs the hint message's token ids; the chat template rendered none")

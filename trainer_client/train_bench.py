@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from proto import ToolCall, tool_specs
-from trainer_client.agent_loop import TurnRecord, Trajectory
+from trainer_client.agent_loop import Trajectory, TurnRecord
 from trainer_client.chat_format import format_tool_call, hint_message, initial_messages
 from trainer_client.chat_tokens import EpisodeTokenizer
 
@@ -41,7 +41,9 @@ def synthetic_trajectories(
             ids = rng.choices(vocab, k=TURN_TOKENS - 1) + [tokens.end_of_turn_id]
             trajectory.append(ids, [-2.0] * len(ids), from_policy=True)
             hint = "edit text not found in calc/ops.py" if (row, turn) in hinted else None
-            trajectory.turns.append(TurnRecord(start, start + len(ids), "", 1, [], None, hint, hint_at if hint else None))
+            trajectory.turns.append(
+                TurnRecord(start, start + len(ids), "", 1, [], None, hint, hint_at if hint else None)
+            )
             if turn < turns - 1:
                 trajectory.append(rng.choices(vocab, k=RESPONSE_TOKENS), None, from_policy=False)
                 hint_at = len(trajectory.completion_ids)
@@ -62,8 +64,15 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
     for index in range(count):
         context = initial_messages(PROBLEM, tool_specs())
         for turn in range(context_turns):
-            context.append({"role": "assistant", "content": format_tool_call(ToolCall(tool="run", args={"command": f"ls {turn}"}))})
-            context.append({"role": "user", "content": "<tool_response>\n" + "calc/ops.py tests/ " * rng.randint(8, 16) + "\n</tool_response>"})
+            context.append(
+                {"role": "assistant", "content": format_tool_call(ToolCall(tool="run", args={"command": f"ls {turn}"}))}
+            )
+            context.append(
+                {
+                    "role": "user",
+                    "content": "<tool_response>\n" + "calc/ops.py tests/ " * rng.randint(8, 16) + "\n</tool_response>",
+                }
+            )
         chosen = format_tool_call(ToolCall(tool="read_file", args={"path": "calc/ops.py"}))
         rejected = format_tool_call(ToolCall(tool="run", args={"command": f"rm -rf {index}"}))
         prompt, chosen_ids = completion_ids(tokenizer, context, chosen)
@@ -72,13 +81,21 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
             reference = completion_logps(model, [(prompt, chosen_ids), (prompt, rejected_ids)], tokenizer.pad_token_id)
         pairs.append(
             PreferencePair(
-                trace_id=f"bench-{index}", task_id="bench", step_index=context_turns, context=context,
+                trace_id=f"bench-{index}",
+                task_id="bench",
+                step_index=context_turns,
+                context=context,
                 chosen=ToolCall(tool="read_file", args={"path": "calc/ops.py"}),
                 rejected=ToolCall(tool="run", args={"command": f"rm -rf {index}"}),
-                chosen_text=chosen, rejected_text=rejected,
-                reference_chosen_logp=float(reference[0]), reference_rejected_logp=float(reference[1]),
-                chosen_tokens=len(chosen_ids), rejected_tokens=len(rejected_ids),
-                reference_policy="bench", teachers=["bench"], agreement=1.0,
+                chosen_text=chosen,
+                rejected_text=rejected,
+                reference_chosen_logp=float(reference[0]),
+                reference_rejected_logp=float(reference[1]),
+                chosen_tokens=len(chosen_ids),
+                rejected_tokens=len(rejected_ids),
+                reference_policy="bench",
+                teachers=["bench"],
+                agreement=1.0,
             )
         )
     return pairs
@@ -93,8 +110,14 @@ def _bench_model(spec: str) -> tuple[Any, Any]:
         gguf = demo_gguf_path()  # the demo tokenizer and chat template, with a small random model
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
         config = Qwen2Config(
-            vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-            num_key_value_heads=2, max_position_embeddings=8192, eos_token_id=tokenizer.eos_token_id,
+            vocab_size=len(tokenizer),
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=8192,
+            eos_token_id=tokenizer.eos_token_id,
             pad_token_id=tokenizer.pad_token_id,
         )
         tokenizer.padding_side = "left"
@@ -113,13 +136,24 @@ def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path,
     from trainer_client.rollout_rows import env_reward, episode_slots, trajectory_rows
 
     args = RegrowGRPOConfig(
-        output_dir=str(workdir), per_device_train_batch_size=len(trajectories), num_generations=2,
-        max_completion_length=len(trajectories[0].completion_ids), learning_rate=1e-6, report_to=[],
-        save_strategy="no", use_cpu=True, seed=0, **channels,
+        output_dir=str(workdir),
+        per_device_train_batch_size=len(trajectories),
+        num_generations=2,
+        max_completion_length=len(trajectories[0].completion_ids),
+        learning_rate=1e-6,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=0,
+        **channels,
     )
     trainer = RegrowGRPOTrainer(
-        model=copy.deepcopy(model), args=args, reward_funcs=env_reward, train_dataset=episode_slots(len(trajectories) // 2),
-        processing_class=tokenizer, rollout_func=lambda prompts, t: trajectory_rows(trajectories, tokens),
+        model=copy.deepcopy(model),
+        args=args,
+        reward_funcs=env_reward,
+        train_dataset=episode_slots(len(trajectories) // 2),
+        processing_class=tokenizer,
+        rollout_func=lambda prompts, t: trajectory_rows(trajectories, tokens),
         pair_batches=PairBatches(pairs, len(pairs)) if channels.get("beta_dpo") else None,
     )
     trainer.create_optimizer()
@@ -137,7 +171,13 @@ def _timed_step(trainer, slots: list[dict]) -> float:
 
 
 def run_train_bench(
-    model_spec: str, steps: int, rows: int, turns: int, hinted_share: float, pair_count: int, dpo_context_grad: bool = True
+    model_spec: str,
+    steps: int,
+    rows: int,
+    turns: int,
+    hinted_share: float,
+    pair_count: int,
+    dpo_context_grad: bool = True,
 ) -> dict:
     """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio.
 
@@ -157,11 +197,19 @@ def run_train_bench(
     with tempfile.TemporaryDirectory() as workdir:
         grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo")
         three = _bench_trainer(
-            model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "three",
-            alpha_sdpo=1.0, beta_dpo=0.1, sdpo_teacher="live", dpo_context_grad=dpo_context_grad,
+            model,
+            tokenizer,
+            trajectories,
+            tokens,
+            pairs,
+            Path(workdir) / "three",
+            alpha_sdpo=1.0,
+            beta_dpo=0.1,
+            sdpo_teacher="live",
+            dpo_context_grad=dpo_context_grad,
         )
         plain, both = [], []
-        for step in range(steps + 1):  # alternate, so that load from other processes hits both alike
+        for _ in range(steps + 1):  # alternate, so that load from other processes hits both alike
             plain.append(_timed_step(grpo, slots))
             both.append(_timed_step(three, slots))
         metrics = {name: values[-1] for name, values in three._metrics["train"].items()}
@@ -185,11 +233,15 @@ def run_train_bench(
         "dpo_pairs_used_per_batch": metrics.get("dpo/pairs"),
         "sdpo_loss": metrics.get("sdpo/loss"),
         "dpo_loss": metrics.get("dpo/loss"),
-        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),  # both trainers, all steps
+        "peak_rss_gib": round(
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2
+        ),  # both trainers, all steps
     }
 
 
-def run_rollout_bench(env_url: str, model_spec: str, workers: int, episodes: int, max_turns: int, task_ids: list[str]) -> dict:
+def run_rollout_bench(
+    env_url: str, model_spec: str, workers: int, episodes: int, max_turns: int, task_ids: list[str]
+) -> dict:
     """Episodes per minute that `workers` rollout workers sustain against a live env server."""
     import itertools
 
@@ -200,10 +252,21 @@ def run_rollout_bench(env_url: str, model_spec: str, workers: int, episodes: int
     model, tokenizer = _bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
     sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
-    options = ({"task_id": t} for t in itertools.cycle(task_ids)) if task_ids else ({"seed": n} for n in itertools.count())
+    options = (
+        ({"task_id": t} for t in itertools.cycle(task_ids)) if task_ids else ({"seed": n} for n in itertools.count())
+    )
     limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=48, max_completion_tokens=2048)
-    stream = RolloutStream(env_url, sampler, tokens, limits, options, workers=workers, group_size=1, max_staleness=10**9,
-                           max_buffered_groups=workers * 2)
+    stream = RolloutStream(
+        env_url,
+        sampler,
+        tokens,
+        limits,
+        options,
+        workers=workers,
+        group_size=1,
+        max_staleness=10**9,
+        max_buffered_groups=workers * 2,
+    )
     started = time.perf_counter()
     with stream:
         played = [t for group in stream.next_groups(episodes, policy_version=0) for t in group]

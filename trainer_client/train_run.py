@@ -108,15 +108,23 @@ def run_training(settings: TrainSettings) -> TrainSummary:
     if settings.vllm_server:
         sampler = VLLMTurnSampler.connect(settings.vllm_server, tokens.stop_ids, settings.temperature, settings.workers)
     else:
-        sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, settings.temperature, max_batch=settings.workers)
+        sampler = HFTurnSampler(
+            model, tokenizer.pad_token_id, tokens.stop_ids, settings.temperature, max_batch=settings.workers
+        )
     limits = EpisodeLimits(
         max_turns=settings.max_turns,
         max_turn_tokens=settings.max_turn_tokens,
         max_completion_tokens=settings.max_completion_tokens,
     )
     stream = RolloutStream(
-        settings.env, sampler, tokens, limits, reset_options(settings), workers=settings.workers,
-        group_size=settings.group_size, max_staleness=settings.max_staleness,
+        settings.env,
+        sampler,
+        tokens,
+        limits,
+        reset_options(settings),
+        workers=settings.workers,
+        group_size=settings.group_size,
+        max_staleness=settings.max_staleness,
         max_buffered_groups=2 * settings.groups_per_step,
     )
     trainer = RegrowGRPOTrainer(

@@ -54,7 +54,9 @@ class TrainSettings(BaseSettings):
         description="vLLM server (http://host:8100, from `trl vllm-serve`) that generates the turns; the trainer "
         "pushes its weights to it every step. None: the HF model generates.",
     )
-    vllm_timeout_s: float = Field(default=10.0, gt=0, description="Longest wait for the vLLM server to answer at startup.")
+    vllm_timeout_s: float = Field(
+        default=10.0, gt=0, description="Longest wait for the vLLM server to answer at startup."
+    )
 
     @field_validator("vllm_server")
     @classmethod

@@ -43,7 +43,11 @@ def check_vllm_ready(url: str, device: str, timeout_s: float) -> None:
             f"no vLLM server answers at {url} ({type(error).__name__} on GET /health within {timeout_s:g} s): {START_SERVER}"
         ) from error
     if models is None or models.status_code != 200:
-        answer = f"GET /health answered {health.status_code}" if models is None else f"GET /v1/models answered {models.status_code}"
+        answer = (
+            f"GET /health answered {health.status_code}"
+            if models is None
+            else f"GET /v1/models answered {models.status_code}"
+        )
         raise VLLMServerError(f"{url} is not a ready vLLM server ({answer}): {START_SERVER}")
     if device != "cuda":
         raise VLLMServerError(
@@ -120,7 +124,9 @@ class VLLMTurnSampler:
 def parsed_turn(output: dict[str, Any], stop_ids: list[int]) -> GeneratedTurn:
     """The turn in `VLLMClient.generate`'s output for one prompt: its ids up to the first stop id, with logprobs."""
     if output["logprobs"] is None:
-        raise VLLMServerError("the vLLM server returned no logprobs; it must run with --max-logprobs >= 0 (trl vllm-serve does)")
+        raise VLLMServerError(
+            "the vLLM server returned no logprobs; it must run with --max-logprobs >= 0 (trl vllm-serve does)"
+        )
     ids = list(output["completion_ids"][0])
     ranked = zip(ids, output["logprob_token_ids"][0], output["logprobs"][0], strict=True)
     logprobs = [_sampled_logprob(token, ranked_ids, ranked_logprobs) for token, ranked_ids, ranked_logprobs in ranked]

@@ -16,8 +16,15 @@ def demo_task_store(docker_backend, base_image, tmp_path_factory) -> Path:
 def make_settings(store: Path, tmp_path: Path, **overrides):
     from env_server.settings import ServerSettings
 
-    values = dict(tasks_dir=store, trace_db=tmp_path / "traces.sqlite", max_episodes=4, warm_pool_per_image=1,
-                  warm_pool_total=1, idle_timeout_s=300.0, reaper_interval_s=3600.0)
+    values = dict(
+        tasks_dir=store,
+        trace_db=tmp_path / "traces.sqlite",
+        max_episodes=4,
+        warm_pool_per_image=1,
+        warm_pool_total=1,
+        idle_timeout_s=300.0,
+        reaper_interval_s=3600.0,
+    )
     values.update(overrides)
     return ServerSettings(**values)
 
@@ -27,7 +34,9 @@ def make_runtime(docker_backend, settings):
     from env_server.task_store import TaskStore
     from env_server.trace_store import TraceStore
 
-    return EpisodeRuntime(settings, TaskStore(settings.tasks_dir), docker_backend, TraceStore(settings.trace_path())).start()
+    return EpisodeRuntime(
+        settings, TaskStore(settings.tasks_dir), docker_backend, TraceStore(settings.trace_path())
+    ).start()
 
 
 @pytest.fixture(scope="module")

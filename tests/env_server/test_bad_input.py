@@ -66,14 +66,19 @@ def test_oversize_write_is_refused_and_nothing_is_written(session):
 
 def test_invalid_utf8_text_is_refused(session):
     # A JSON escape of a lone surrogate is the one way invalid UTF-8 text reaches a tool through valid JSON.
-    reply = exchange(session, '{"type": "step", "data": {"tool": "write_file", "args": {"path": "u.py", "content": "\\udcff"}}}')
+    reply = exchange(
+        session, '{"type": "step", "data": {"tool": "write_file", "args": {"path": "u.py", "content": "\\udcff"}}}'
+    )
     assert "not valid UTF-8" in reply["data"]["observation"]["feedback"]
 
 
 def test_invalid_utf8_bytes_over_http_get_a_4xx(server):
     with httpx.Client(base_url=server.http_url) as http:
-        answer = http.post("/step", content=b'{"action": {"tool": "run", "args": {"command": "\xff\xfe"}}}',
-                           headers={"content-type": "application/json"})
+        answer = http.post(
+            "/step",
+            content=b'{"action": {"tool": "run", "args": {"command": "\xff\xfe"}}}',
+            headers={"content-type": "application/json"},
+        )
     assert 400 <= answer.status_code < 500
 
 
@@ -90,7 +95,10 @@ def test_symlinks_out_of_the_workspace_are_refused(session):
     wrote = step(session, "write_file", path="venv_link/lib/python3.11/site-packages/evil.pth", content="import os\n")
     assert "through a symlink" in wrote["observation"]["feedback"]
     assert "through a symlink" in step(session, "read_file", path="host_link")["observation"]["feedback"]
-    assert step(session, "run", command="ls /opt/venv/lib/python3.11/site-packages/evil.pth")["observation"]["exit_code"] != 0
+    assert (
+        step(session, "run", command="ls /opt/venv/lib/python3.11/site-packages/evil.pth")["observation"]["exit_code"]
+        != 0
+    )
 
 
 @pytest.mark.parametrize("timeout, hint", [(-1, "greater than 0"), (0, "greater than 0"), (1e9, "over the server cap")])
@@ -114,7 +122,10 @@ def test_step_before_reset_gets_an_error_frame(server):
         assert exchange(ws, {"type": "reset", "data": {"task_id": DEMO_TASK_ID}})["type"] == "observation"
 
 
-@pytest.mark.parametrize("body", [b'{"action": ', b'{}', b'{"action": {"args": {}}}', b'{"action": {"tool": "run", "args": {}}, "timeout_s": -1}'])
+@pytest.mark.parametrize(
+    "body",
+    [b'{"action": ', b"{}", b'{"action": {"args": {}}}', b'{"action": {"tool": "run", "args": {}}, "timeout_s": -1}'],
+)
 def test_malformed_or_incomplete_http_steps_get_a_4xx(server, body):
     with httpx.Client(base_url=server.http_url) as http:
         answer = http.post("/step", content=body, headers={"content-type": "application/json"})

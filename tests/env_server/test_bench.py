@@ -11,8 +11,23 @@ pytestmark = pytest.mark.docker
 
 
 def test_bench_server_prints_overheads_warm_reset_and_load_as_json(demo_task_store):
-    result = CliRunner().invoke(regrow_app, ["bench", "server", "--tasks", str(demo_task_store), "--repetitions", "5",
-                                             "--episodes", "2", "--steps", "2", "--store-size", "12"])
+    result = CliRunner().invoke(
+        regrow_app,
+        [
+            "bench",
+            "server",
+            "--tasks",
+            str(demo_task_store),
+            "--repetitions",
+            "5",
+            "--episodes",
+            "2",
+            "--steps",
+            "2",
+            "--store-size",
+            "12",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     for key in ("direct_exec", "ws_step", "grpc_step", "warm_reset", "cold_create"):

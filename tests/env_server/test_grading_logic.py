@@ -9,37 +9,74 @@ import tarfile
 import pytest
 
 from env_server.change_set import ChangeSet, SubmissionTooLarge, archive_of, compare, differs_from, read_tree
-from env_server.grading_run import UnsupportedTestCommand, launcher_source, parse_report, pytest_arguments, pytest_config
-from env_server.grading_run import pytest_options
+from env_server.grading_run import (
+    UnsupportedTestCommand,
+    launcher_source,
+    parse_report,
+    pytest_arguments,
+    pytest_config,
+    pytest_options,
+)
 from env_server.hidden_checks import build_hidden_suite
 from env_server.path_policy import PathPolicy
 from proto.tasks import IoCheck
 
-PRISTINE = {"pyproject.toml": b"[project]\n", "calc/__init__.py": b"", "calc/ops.py": b"def f(): ...\n",
-            "tests/__init__.py": b"", "tests/test_ops.py": b"def test(): ...\n", "README.md": b"hi\n"}
+PRISTINE = {
+    "pyproject.toml": b"[project]\n",
+    "calc/__init__.py": b"",
+    "calc/ops.py": b"def f(): ...\n",
+    "tests/__init__.py": b"",
+    "tests/test_ops.py": b"def test(): ...\n",
+    "README.md": b"hi\n",
+}
 
 
 def policy() -> PathPolicy:
     return PathPolicy.for_task(["tests/test_ops.py"], ["calc/ops.py"], set(PRISTINE))
 
 
-@pytest.mark.parametrize("path", [
-    "tests/test_ops.py", "tests/helpers.py", "calc/test_more.py", "calc/more_test.py", "conftest.py", "calc/conftest.py",
-    "pytest.ini", ".pytest.ini", "pytest.toml", ".pytest.toml", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py",
-    "setup.py", "calc/evil.pth", "sitecustomize.py", "calc/usercustomize.py", "sitecustomize/__init__.py",
-    "evil-1.0.dist-info/entry_points.txt", "calc.egg-info/PKG-INFO", "calc/_speed.so", "calc/ops.pyc",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "tests/test_ops.py",
+        "tests/helpers.py",
+        "calc/test_more.py",
+        "calc/more_test.py",
+        "conftest.py",
+        "calc/conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "tox.ini",
+        "setup.cfg",
+        "pyproject.toml",
+        "noxfile.py",
+        "setup.py",
+        "calc/evil.pth",
+        "sitecustomize.py",
+        "calc/usercustomize.py",
+        "sitecustomize/__init__.py",
+        "evil-1.0.dist-info/entry_points.txt",
+        "calc.egg-info/PKG-INFO",
+        "calc/_speed.so",
+        "calc/ops.pyc",
+    ],
+)
 def test_policy_refuses_what_decides_how_tests_run(path):
     assert policy().refusal(path, is_new=path not in PRISTINE)
 
 
-@pytest.mark.parametrize("path", ["pytest.py", "_pytest/__init__.py", "shlex.py", "src/json.py", "pluggy/x.py", "lib/os.py"])
+@pytest.mark.parametrize(
+    "path", ["pytest.py", "_pytest/__init__.py", "shlex.py", "src/json.py", "pluggy/x.py", "lib/os.py"]
+)
 def test_policy_refuses_new_top_level_modules(path):
     assert "top-level module" in policy().refusal(path, is_new=True)
 
 
-@pytest.mark.parametrize("path", ["calc/ops.py", "calc/_bounds.py", "calc/sub/deep.py", "notes.txt", "docs/guide.md",
-                                  "calc/data.json"])
+@pytest.mark.parametrize(
+    "path", ["calc/ops.py", "calc/_bounds.py", "calc/sub/deep.py", "notes.txt", "docs/guide.md", "calc/data.json"]
+)
 def test_policy_allows_the_package_and_plain_files(path):
     assert policy().refusal(path, is_new=path not in PRISTINE) is None
 
@@ -126,9 +163,11 @@ def test_the_archive_of_a_change_set_is_owned_by_the_agent_and_keeps_executables
     assert {member.uid for member in members.values()} == {1000}
 
 
-CHECKS = [IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0"),
-          IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError"),
-          IoCheck(module="calc.ops", qualname="clamp", args="(0.5, 0.0, 1.0)", result="0.5")]
+CHECKS = [
+    IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(0.5, 0.0, 1.0)", result="0.5"),
+]
 
 
 def run_suite(suite, namespace_extra):
@@ -205,7 +244,9 @@ def test_pytest_options_keep_the_tasks_options_and_drop_what_steers_results():
 
 
 def test_the_pristine_config_is_chosen_in_pytests_order():
-    assert pytest_config({"pyproject.toml": b"[tool.pytest.ini_options]\n", "tox.ini": b"[pytest]\n"}) == "pyproject.toml"
+    assert (
+        pytest_config({"pyproject.toml": b"[tool.pytest.ini_options]\n", "tox.ini": b"[pytest]\n"}) == "pyproject.toml"
+    )
     assert pytest_config({"pyproject.toml": b"[project]\n", "setup.cfg": b"[tool:pytest]\n"}) == "setup.cfg"
     assert pytest_config({"pytest.toml": b"", "pytest.ini": b""}) == "pytest.toml"
     assert pytest_config({"pyproject.toml": b"[project]\n"}) is None
@@ -218,7 +259,10 @@ def test_node_ids_and_the_report_path_stay_out_of_argv():
     source = launcher_source(arguments, ["tests/test_ops.py::test_a"], "/home/agent/.x/report.json")
     compile(source, "run.py", "exec")
     assert "tests/test_ops.py::test_a" in source and "/home/agent/.x/report.json" in source
-    assert parse_report(json.dumps({"exit_code": 1, "outcomes": {"a": "passed", "b": "bogus"}}).encode()) == (1, {"a": "passed"})
+    assert parse_report(json.dumps({"exit_code": 1, "outcomes": {"a": "passed", "b": "bogus"}}).encode()) == (
+        1,
+        {"a": "passed"},
+    )
 
 
 def token_app(token: str | None):

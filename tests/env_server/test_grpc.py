@@ -18,8 +18,20 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_generated_stubs_match_the_proto_file(tmp_path):
-    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", "-I.", f"--python_out={tmp_path}", f"--pyi_out={tmp_path}",
-                    f"--grpc_python_out={tmp_path}", "proto/coding_env.proto"], cwd=ROOT, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            "-I.",
+            f"--python_out={tmp_path}",
+            f"--pyi_out={tmp_path}",
+            f"--grpc_python_out={tmp_path}",
+            "proto/coding_env.proto",
+        ],
+        cwd=ROOT,
+        check=True,
+    )
     for name in ("coding_env_pb2.py", "coding_env_pb2.pyi", "coding_env_pb2_grpc.py"):
         assert (tmp_path / "proto" / name).read_text() == (ROOT / "proto" / name).read_text(), (
             f"proto/{name} is stale: regenerate it with the command at the top of proto/coding_env.proto"
@@ -43,7 +55,9 @@ def test_unary_calls_play_an_episode_to_reward_one(channel):
     assert "clamp" in reset.observation.problem_statement
     assert len(json.loads(reset.observation.tools_json)) == 7
     episode = reset.episode_id
-    wrote = stub.Step(pb.StepRequest(episode_id=episode, action=call("write_file", path="calc/ops.py", content=ORIGINAL_OPS)))
+    wrote = stub.Step(
+        pb.StepRequest(episode_id=episode, action=call("write_file", path="calc/ops.py", content=ORIGINAL_OPS))
+    )
     assert not wrote.observation.HasField("feedback")
     assert stub.State(pb.EpisodeRef(episode_id=episode)).step_count == 1
     final = stub.Step(pb.StepRequest(episode_id=episode, action=call("submit")))

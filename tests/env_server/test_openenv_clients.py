@@ -22,8 +22,16 @@ def test_generic_env_client_plays_a_whole_episode_to_reward_one(server):
         assert "ops.py" in listed.observation["output"]
         read = env.step({"tool": "read_file", "args": {"path": "calc/ops.py", "start_line": 16}})
         assert "raise NotImplementedError" in read.observation["output"]
-        edited = env.step({"tool": "edit_file", "args": {"path": "calc/ops.py", "old": "    raise NotImplementedError\n",
-                                                         "new": ORIGINAL_OPS.split('high]."""\n')[1]}})
+        edited = env.step(
+            {
+                "tool": "edit_file",
+                "args": {
+                    "path": "calc/ops.py",
+                    "old": "    raise NotImplementedError\n",
+                    "new": ORIGINAL_OPS.split('high]."""\n')[1],
+                },
+            }
+        )
         assert edited.observation["feedback"] is None
         ran = env.step({"tool": "run", "args": {"command": "python -m pytest -q tests 2>&1 | tail -1"}})
         assert "6 passed" in ran.observation["output"] and ran.observation["exit_code"] == 0
@@ -67,13 +75,19 @@ def test_http_reset_and_step_continue_an_episode_named_by_episode_id(server):
     with httpx.Client(base_url=server.http_url, timeout=120) as http:
         reset = http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": "http-episode-1"})
         assert reset.status_code == 200 and reset.json()["metadata"]["episode_id"] == "http-episode-1"
-        step = http.post("/step", json={"action": {"tool": "run", "args": {"command": "echo hi"}}, "episode_id": "http-episode-1"})
+        step = http.post(
+            "/step", json={"action": {"tool": "run", "args": {"command": "echo hi"}}, "episode_id": "http-episode-1"}
+        )
         assert step.json()["observation"]["output"] == "hi\n"
-        final = http.post("/step", json={"action": {"tool": "submit", "args": {}}, "episode_id": "http-episode-1"}).json()
+        final = http.post(
+            "/step", json={"action": {"tool": "submit", "args": {}}, "episode_id": "http-episode-1"}
+        ).json()
         assert final["done"] is True and final["reward"] == 0.0
         trace = http.get("/episodes/http-episode-1").json()
         assert trace["status"] == "submitted" and [s["action"]["tool"] for s in trace["steps"]] == ["run", "submit"]
-        over = http.post("/step", json={"action": {"tool": "run", "args": {"command": "true"}}, "episode_id": "http-episode-1"})
+        over = http.post(
+            "/step", json={"action": {"tool": "run", "args": {"command": "true"}}, "episode_id": "http-episode-1"}
+        )
         assert over.status_code == 404 and over.json()["code"] == "UNKNOWN_EPISODE"
 
 

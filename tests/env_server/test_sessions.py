@@ -135,16 +135,33 @@ def test_graceful_shutdown_destroys_every_container_the_server_owns(docker_backe
 def start_serve_process(store, tmp_path, port: int) -> subprocess.Popen:
     env = {**os.environ, "REGROW_SERVER_WARM_POOL_PER_IMAGE": "1", "REGROW_SERVER_MAX_EPISODES": "2"}
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--port", str(port),
-         "--grpc-port", str(free_port()), "--traces", str(tmp_path / "serve.sqlite")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        [
+            str(Path(sys.executable).parent / "regrow"),
+            "serve",
+            "--tasks",
+            str(store),
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(free_port()),
+            "--traces",
+            str(tmp_path / "serve.sqlite"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     wait_healthy(f"http://127.0.0.1:{port}", process)
     return process
 
 
 def containers_of(backend, pid: int) -> list[str]:
-    return [c["Id"] for c in backend.managed_containers() if c["Labels"].get("regrow.owner", "").split(":")[1:2] == [str(pid)]]
+    return [
+        c["Id"]
+        for c in backend.managed_containers()
+        if c["Labels"].get("regrow.owner", "").split(":")[1:2] == [str(pid)]
+    ]
 
 
 def test_sigterm_shuts_down_gracefully_destroying_every_container(docker_backend, demo_task_store, tmp_path):
@@ -164,7 +181,9 @@ def test_sigterm_shuts_down_gracefully_destroying_every_container(docker_backend
     assert all("ts" in e and "level" in e for e in events)  # every log line is one JSON object
 
 
-def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(docker_backend, demo_task_store, tmp_path):
+def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(
+    docker_backend, demo_task_store, tmp_path
+):
     port = free_port()
     process = start_serve_process(demo_task_store, tmp_path, port)
     try:

@@ -30,7 +30,7 @@ FORGERIES = {
     "pytest_plugins": ("pytest_plugins = ['pkg.forge']\n", "pytest_hook"),
     "argv": ("import sys\nreport = [arg for arg in sys.argv if arg.endswith('.xml')]\n", "argv_read"),
     "junit_flag": ("option = '--junitxml'\n", "test_machinery_string"),
-    "junit_xml": ("REPORT = '<testsuite tests=\"1\" failures=\"0\"/>'\n", "test_machinery_string"),
+    "junit_xml": ('REPORT = \'<testsuite tests="1" failures="0"/>\'\n', "test_machinery_string"),
     "reads_the_tests": ("expected = open('tests/test_impl.py').read()\n", "test_machinery_string"),
     "globs_the_tests": ("import glob\nfiles = glob.glob('**/test_*.py', recursive=True)\n", "test_machinery_string"),
     "proc_cmdline": ("command = open('/proc/self/cmdline').read()\n", "test_machinery_string"),
@@ -59,7 +59,10 @@ FORGERIES = {
     "dunder_builtins": ("__builtins__['len'] = None\n", "builtins_access"),
     "dunder_import": ("module = __import__(name)\n", "dynamic_import"),
     "import_module": ("import importlib\nmodule = importlib.import_module(prefix + name)\n", "dynamic_import"),
-    "import_module_pytest": ("import importlib\nrunner = importlib.import_module('_pytest.runner')\n", "pytest_internals"),
+    "import_module_pytest": (
+        "import importlib\nrunner = importlib.import_module('_pytest.runner')\n",
+        "pytest_internals",
+    ),
     "exec": ("exec(code)\n", "dynamic_code"),
     "eval": ("value = eval(expression)\n", "dynamic_code"),
     "compile": ("code = compile(source, 'forge', 'exec')\n", "dynamic_code"),
@@ -78,7 +81,10 @@ FORGERIES = {
     "always_equal": ("class Anything:\n    def __eq__(self, other):\n        return True\n", "always_equal"),
     "always_equal_lambda": ("class Anything:\n    __eq__ = lambda self, other: True\n", "always_equal"),
     "never_unequal": ("class Anything:\n    def __ne__(self, other):\n        return False\n", "always_equal"),
-    "always_instance": ("class Meta(type):\n    def __instancecheck__(cls, obj):\n        return True\n", "always_equal"),
+    "always_instance": (
+        "class Meta(type):\n    def __instancecheck__(cls, obj):\n        return True\n",
+        "always_equal",
+    ),
     "always_equal_patched_in": ("Result.__eq__ = lambda self, other: True\n", "always_equal"),
     "always_equal_built_by_type": ("Anything = type('Anything', (), {'__eq__': lambda s, o: True})\n", "always_equal"),
     "always_equal_by_setattr": ("setattr(Result, '__eq__', lambda self, other: True)\n", "always_equal"),
@@ -122,8 +128,10 @@ OBFUSCATED = {
     "function_alias": ("from os import _exit as leave\nleave(0)\n", {"process_exit"}),
     "import_at_the_bottom": ("def leave():\n    o._exit(0)\nimport os as o\n", {"process_exit"}),
     "getattr_of_sys": ("import sys\nmods = getattr(sys, 'mod' + 'ules')\n", {"module_surgery", "obfuscated_name"}),
-    "sys_modules_lookup": ("import sys\nsys.modules['_pytest.runner'].CallInfo = None\n",
-                           {"module_surgery", "pytest_internals", "monkeypatch"}),
+    "sys_modules_lookup": (
+        "import sys\nsys.modules['_pytest.runner'].CallInfo = None\n",
+        {"module_surgery", "pytest_internals", "monkeypatch"},
+    ),
     "eval_passed_around": ("run = eval\nresult = run(text)\n", {"dynamic_code"}),
     "builtins_exec": ("import builtins\nbuiltins.exec(payload)\n", {"dynamic_code", "builtins_access"}),
 }
@@ -325,10 +333,13 @@ def test_construct_already_in_the_pristine_file_is_not_flagged():
         def loaded(name):
             return name in sys.modules
         """
-    submitted = pristine + """
+    submitted = (
+        pristine
+        + """
         def double(x):
             return 2 * x
         """
+    )
     assert scan(submitted, pristine=pristine) == []
 
 
@@ -401,7 +412,12 @@ def test_flags_carry_the_line_of_the_construct():
 def test_flags_are_sorted_by_path_then_line():
     forged = b"import os\n\nos.system('true')\nimport ctypes\n"
     flags = scan_change_set({"pkg/z.py": (None, forged), "pkg/a.py": (None, forged)})
-    assert [(flag.path, flag.line) for flag in flags] == [("pkg/a.py", 3), ("pkg/a.py", 4), ("pkg/z.py", 3), ("pkg/z.py", 4)]
+    assert [(flag.path, flag.line) for flag in flags] == [
+        ("pkg/a.py", 3),
+        ("pkg/a.py", 4),
+        ("pkg/z.py", 3),
+        ("pkg/z.py", 4),
+    ]
 
 
 def test_assignment_to_a_module_of_the_own_package_is_not_monkeypatching():

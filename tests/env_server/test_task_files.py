@@ -12,10 +12,22 @@ from proto.tasks import TaskRecord, TaskStats
 
 def _record(identifier: str, image="regrow/repo-x:1", repo_dir="repos/x-1", as_files=True) -> TaskRecord:
     return TaskRecord(
-        instance_id=identifier, repo="x", source_commit="c" * 40, image=image, mode="stub", deleted=[],
-        workspace_archive=f"workspaces/{identifier}.tar.gz" if as_files else None, repo_dir=repo_dir if as_files else None,
-        problem_statement="p", FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], test_command="pytest", solution_patch="diff",
-        stats=TaskStats(lines_deleted=1, covering_tests=1, complexity=1), created_at=datetime.now(UTC), synth_version="0",
+        instance_id=identifier,
+        repo="x",
+        source_commit="c" * 40,
+        image=image,
+        mode="stub",
+        deleted=[],
+        workspace_archive=f"workspaces/{identifier}.tar.gz" if as_files else None,
+        repo_dir=repo_dir if as_files else None,
+        problem_statement="p",
+        FAIL_TO_PASS=["t"],
+        PASS_TO_PASS=["u"],
+        test_command="pytest",
+        solution_patch="diff",
+        stats=TaskStats(lines_deleted=1, covering_tests=1, complexity=1),
+        created_at=datetime.now(UTC),
+        synth_version="0",
     )
 
 
@@ -33,7 +45,12 @@ def _store(root, records):
 
 
 def test_tasks_of_one_repository_share_one_pool_and_image_tasks_keep_their_own(tmp_path):
-    records = [_record("a"), _record("b"), _record("c", repo_dir="repos/x-2"), _record("d", image="regrow/task:d", as_files=False)]
+    records = [
+        _record("a"),
+        _record("b"),
+        _record("c", repo_dir="repos/x-2"),
+        _record("d", image="regrow/task:d", as_files=False),
+    ]
     store = TaskStore(_store(tmp_path, records))
     keys = store.pool_keys()
     assert sorted(keys) == ["regrow/repo-x:1 repos/x-1", "regrow/repo-x:1 repos/x-2", "regrow/task:d"]
@@ -83,7 +100,9 @@ def test_workspace_layers_split_what_every_task_shares_from_each_tasks_rest(tmp_
             (root / "pkg" / "gone.py").write_text("y = 2\n")  # a task that kept what another deleted
         subprocess.run(["git", "init", "-q", str(root)], check=True)
         subprocess.run(["git", "-C", str(root), "add", "-A"], check=True)
-        subprocess.run(["git", "-C", str(root), "-c", "user.name=r", "-c", "user.email=r@x", "commit", "-qm", "t"], check=True)
+        subprocess.run(
+            ["git", "-C", str(root), "-c", "user.name=r", "-c", "user.email=r@x", "commit", "-qm", "t"], check=True
+        )
         archives[name] = workspace_archive(root)
     archives["c"] = archives["b"]  # b's version of ops.py is now the most common one
     layers = WorkspaceLayers.of(archives.values())

@@ -72,15 +72,20 @@ def test_episode_list_filters_by_task_status_and_reward(server, played):
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_traces_export_writes_every_episode(server, played, tmp_path, fmt):
     out = tmp_path / f"traces.{fmt}"
-    result = CliRunner().invoke(regrow_app, ["traces", "export", "--db", str(server.runtime.traces.path), "--out", str(out),
-                                             "--format", fmt])
+    result = CliRunner().invoke(
+        regrow_app, ["traces", "export", "--db", str(server.runtime.traces.path), "--out", str(out), "--format", fmt]
+    )
     assert result.exit_code == 0, result.output
     if fmt == "jsonl":
         traces = {t.episode_id: t for t in map(EpisodeTrace.model_validate_json, out.read_text().splitlines())}
         assert set(played) <= set(traces) and len(traces[played[0]].steps) == 3
     else:
         rows = {row["episode_id"]: row for row in pq.read_table(out).to_pylist()}
-        assert rows[played[0]]["reward"] == 1.0 and [s["tool"] for s in rows[played[0]]["steps"]] == ["run", "write_file", "submit"]
+        assert rows[played[0]]["reward"] == 1.0 and [s["tool"] for s in rows[played[0]]["steps"]] == [
+            "run",
+            "write_file",
+            "submit",
+        ]
 
 
 def test_metrics_report_episodes_latency_rewards_pool_and_failures(server, played):

@@ -5,8 +5,8 @@ import inspect
 import pytest
 
 from proto.actions import TOOL_ARGS
-from trainer_client.trl_environment import RegrowCodingEnv
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
+from trainer_client.trl_environment import RegrowCodingEnv
 
 transformers_utils = pytest.importorskip("transformers.utils", reason="the train extra is not installed")
 pytest.importorskip("trl", reason="the train extra is not installed")
@@ -16,13 +16,19 @@ pytestmark = [pytest.mark.docker, pytest.mark.train]
 def trl_tool_methods(instance) -> list:
     """The methods GRPOTrainer exposes as tools (trl 1.16.0, grpo_trainer.py: public functions but reset/get_reward)."""
     members = inspect.getmembers(type(instance), predicate=inspect.isfunction)
-    return [getattr(instance, name) for name, _ in members if name not in ("reset", "get_reward") and not name.startswith("_")]
+    return [
+        getattr(instance, name)
+        for name, _ in members
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    ]
 
 
 def test_trl_extracts_a_json_schema_per_tool_matching_the_server(server, monkeypatch):
     monkeypatch.setattr(RegrowCodingEnv, "base_url", server.http_url)
     env = RegrowCodingEnv()
-    schemas = {s["function"]["name"]: s["function"] for s in map(transformers_utils.get_json_schema, trl_tool_methods(env))}
+    schemas = {
+        s["function"]["name"]: s["function"] for s in map(transformers_utils.get_json_schema, trl_tool_methods(env))
+    }
     assert set(schemas) == set(TOOL_ARGS)
     for name, args_model in TOOL_ARGS.items():
         server_schema = args_model.model_json_schema()

@@ -31,7 +31,10 @@ def run_teacher_dir(read_teacher_dir, tmp_path_factory) -> Path:
     from trainer_client.chat_format import format_tool_call
 
     return relabel_reply(
-        read_teacher_dir, tmp_path_factory.mktemp("run-teacher"), format_tool_call(READ_CORE), format_tool_call(RUN_TESTS)
+        read_teacher_dir,
+        tmp_path_factory.mktemp("run-teacher"),
+        format_tool_call(READ_CORE),
+        format_tool_call(RUN_TESTS),
     )
 
 

@@ -46,8 +46,11 @@ class FaultProxy:
         if self.faults.stall_s:
             await asyncio.sleep(self.faults.stall_s)
         async with httpx.AsyncClient(timeout=300) as client:
-            answer = await client.post(f"{self.upstream}/chat/completions", content=await request.body(),
-                                       headers={"content-type": "application/json"})
+            answer = await client.post(
+                f"{self.upstream}/chat/completions",
+                content=await request.body(),
+                headers={"content-type": "application/json"},
+            )
         if self.faults.drop_usage and answer.status_code == 200:
             return JSONResponse({k: v for k, v in answer.json().items() if k != "usage"})
         return Response(answer.content, status_code=answer.status_code, media_type="application/json")

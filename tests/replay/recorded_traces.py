@@ -1,16 +1,18 @@
 """Two small recorded episodes as `regrow traces export` writes them, for replay tests without a server."""
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from proto.actions import ToolCall, tool_specs
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace, StepTrace
 
-START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+START = datetime(2026, 1, 1, tzinfo=UTC)
 PROBLEM = "Fix the failing test in mathlib. The function add should return the sum of its arguments."
 
 
-def _step(index: int, action: ToolCall, output: str, exit_code: int | None = 0, feedback: str | None = None) -> StepTrace:
+def _step(
+    index: int, action: ToolCall, output: str, exit_code: int | None = 0, feedback: str | None = None
+) -> StepTrace:
     return StepTrace(
         index=index,
         action=action,
@@ -42,7 +44,12 @@ def recorded_traces() -> list[EpisodeTrace]:
         problem_statement=PROBLEM,
         tools=tool_specs(),
         steps=[
-            _step(0, ToolCall(tool="run", args={"command": "python -m pytest -q"}), "FAILED tests/test_core.py::test_add", 1),
+            _step(
+                0,
+                ToolCall(tool="run", args={"command": "python -m pytest -q"}),
+                "FAILED tests/test_core.py::test_add",
+                1,
+            ),
             _step(
                 1,
                 ToolCall(tool="edit_file", args={"path": "mathlib/core.py", "old": "return 1", "new": "return a + b"}),

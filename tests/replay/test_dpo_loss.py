@@ -25,7 +25,9 @@ def test_loss_at_initialisation_is_ln2_per_pair():
 def test_loss_falls_when_chosen_action_gains_logprob():
     reference_chosen, reference_rejected = torch.tensor([-5.0, -6.0]), torch.tensor([-4.0, -4.0])
     at_init = sigmoid_dpo_loss(reference_chosen, reference_rejected, reference_chosen, reference_rejected, beta=0.5)
-    gained = sigmoid_dpo_loss(reference_chosen + 1.0, reference_rejected, reference_chosen, reference_rejected, beta=0.5)
+    gained = sigmoid_dpo_loss(
+        reference_chosen + 1.0, reference_rejected, reference_chosen, reference_rejected, beta=0.5
+    )
     assert gained.loss.item() < at_init.loss.item()
     assert gained.metrics()["rewards/chosen"] == pytest.approx(0.5)
     assert gained.metrics()["rewards/margins"] == pytest.approx(0.5)

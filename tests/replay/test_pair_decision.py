@@ -72,14 +72,14 @@ def test_spellings_of_one_action_compare_equal():
 
 def test_different_arguments_or_tools_stay_different():
     assert action_key(READ_CORE) != action_key(ToolCall(tool="read_file", args={"path": "mathlib/other.py"}))
-    assert action_key(READ_CORE) != action_key(ToolCall(tool="read_file", args={"path": "mathlib/core.py", "end_line": 9}))
+    assert action_key(READ_CORE) != action_key(
+        ToolCall(tool="read_file", args={"path": "mathlib/core.py", "end_line": 9})
+    )
     assert action_key(ToolCall(tool="bogus", args={"x": 1})) != action_key(ToolCall(tool="bogus", args={"x": 2}))
 
 
 def test_consensus_counts_equal_spellings_together():
-    ballot = votes(
-        ToolCall(tool="read_file", args={"path": "/workspace/mathlib/core.py"}), READ_CORE, RUN_TESTS
-    )
+    ballot = votes(ToolCall(tool="read_file", args={"path": "/workspace/mathlib/core.py"}), READ_CORE, RUN_TESTS)
     decision = decide_step(SUBMIT, ballot, min_agreement=0.6)
     assert decision.outcome is Outcome.PAIR
     assert decision.teachers == ["t0", "t1"]

@@ -18,7 +18,10 @@ def make_pair(step_index: int = 3, chosen_tokens: int = 5, rejected_tokens: int 
         trace_id="ep-1",
         task_id="task-1",
         step_index=step_index,
-        context=[ChatMessage(role="system", content="You are a coding agent."), ChatMessage(role="user", content="Fix add.")],
+        context=[
+            ChatMessage(role="system", content="You are a coding agent."),
+            ChatMessage(role="user", content="Fix add."),
+        ],
         chosen=ToolCall(tool="read_file", args={"path": "mathlib/core.py"}),
         rejected=ToolCall(tool="submit", args={}),
         chosen_text='<tool_call>{"name": "read_file", "arguments": {"path": "mathlib/core.py"}}</tool_call>',

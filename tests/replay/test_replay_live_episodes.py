@@ -14,13 +14,13 @@ from typer.testing import CliRunner
 
 pytest.importorskip("torch")
 
-from regrow.cli import app as regrow_app  # noqa: E402
-from tests.live_process import free_port, wait_healthy  # noqa: E402
-from tests.replay.tool_caller import READ_CORE  # noqa: E402
-from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
-from trainer_client.preference_pairs import read_pairs  # noqa: E402
-from trainer_client.replay.action_key import action_key  # noqa: E402
-from trainer_client.replay.replay_run import read_traces  # noqa: E402
+from regrow.cli import app as regrow_app
+from tests.live_process import free_port, wait_healthy
+from tests.replay.tool_caller import READ_CORE
+from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store
+from trainer_client.preference_pairs import read_pairs
+from trainer_client.replay.action_key import action_key
+from trainer_client.replay.replay_run import read_traces
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
 
@@ -42,9 +42,23 @@ def live_server(docker_backend, base_image, tmp_path_factory):
     port, db = free_port(), work / "serve.sqlite"
     env = {**os.environ, "REGROW_SERVER_WARM_POOL_PER_IMAGE": "0", "REGROW_SERVER_MAX_EPISODES": "4"}
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--host", "127.0.0.1",
-         "--port", str(port), "--grpc-port", str(free_port()), "--traces", str(db)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(Path(sys.executable).parent / "regrow"),
+            "serve",
+            "--tasks",
+            str(store),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(free_port()),
+            "--traces",
+            str(db),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     try:
         wait_healthy(f"http://127.0.0.1:{port}", server)
@@ -89,7 +103,16 @@ def live_pairs(live_traces, read_teacher_dir, openai_server, tiny_model_dir, tmp
     pairs_path = work / "pairs.jsonl"
     result = CliRunner().invoke(
         regrow_app,
-        ["replay", str(live_traces), "--teachers", str(teachers), "--out", str(pairs_path), "--policy", str(tiny_model_dir)],
+        [
+            "replay",
+            str(live_traces),
+            "--teachers",
+            str(teachers),
+            "--out",
+            str(pairs_path),
+            "--policy",
+            str(tiny_model_dir),
+        ],
     )
     assert result.exit_code == 0, result.output
     return pairs_path
@@ -111,16 +134,34 @@ def test_regrow_replay_turns_live_episodes_into_pairs_and_a_report(live_traces, 
     assert report["step_latency"]["p95_s"] >= report["step_latency"]["p50_s"] > 0
 
 
-def test_three_training_steps_with_all_three_channels_use_the_replay_pairs(live_server, live_pairs, tiny_model_dir, tmp_path):
+def test_three_training_steps_with_all_three_channels_use_the_replay_pairs(
+    live_server, live_pairs, tiny_model_dir, tmp_path
+):
     from trainer_client.train_run import run_training
     from trainer_client.train_settings import TrainSettings
 
     url, _ = live_server
     settings = TrainSettings(
-        env=url, model=str(tiny_model_dir), output_dir=tmp_path / "run", task_ids=[DEMO_TASK_ID], steps=3,
-        group_size=2, groups_per_step=1, workers=2, max_turns=3, max_turn_tokens=32, max_completion_tokens=1024,
-        learning_rate=1e-3, alpha_sdpo=1.0, pairs=live_pairs, beta_dpo=1.0, dpo_pairs_per_step=2, logger="none",
-        device="cpu", save_steps=100, episode_timeout_s=600,
+        env=url,
+        model=str(tiny_model_dir),
+        output_dir=tmp_path / "run",
+        task_ids=[DEMO_TASK_ID],
+        steps=3,
+        group_size=2,
+        groups_per_step=1,
+        workers=2,
+        max_turns=3,
+        max_turn_tokens=32,
+        max_completion_tokens=1024,
+        learning_rate=1e-3,
+        alpha_sdpo=1.0,
+        pairs=live_pairs,
+        beta_dpo=1.0,
+        dpo_pairs_per_step=2,
+        logger="none",
+        device="cpu",
+        save_steps=100,
+        episode_timeout_s=600,
     )
     summary = run_training(settings)
     steps = [entry for entry in summary.log_history if "dpo/loss" in entry]

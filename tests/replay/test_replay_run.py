@@ -56,7 +56,9 @@ def served(name, openai_server, **overrides):
     return OpenAITeacherConfig(name=name, base_url=base_url, model=model, **overrides)
 
 
-def test_unanimous_teachers_give_a_pair_wherever_the_student_differs(read_teacher_dir, openai_server, scorer, tiny_model_dir):
+def test_unanimous_teachers_give_a_pair_wherever_the_student_differs(
+    read_teacher_dir, openai_server, scorer, tiny_model_dir
+):
     report, pairs = replay([hf("local", read_teacher_dir), served("served", openai_server)], scorer)
     assert report.decisions["pair"] == 4
     assert report.decisions["student_agrees"] == 1  # ep-2 read core.py itself at its last step
@@ -155,7 +157,12 @@ def test_the_spending_cap_stops_the_run_cleanly_before_it_is_passed(openai_serve
 
 
 def test_calls_sent_in_one_turn_are_one_decision_rejected_with_the_students_own_text(read_teacher_dir, scorer):
-    raw = "Look first, then give up.\n" + format_tool_call(ToolCall(tool="list_dir")) + "\n" + format_tool_call(ToolCall(tool="submit"))
+    raw = (
+        "Look first, then give up.\n"
+        + format_tool_call(ToolCall(tool="list_dir"))
+        + "\n"
+        + format_tool_call(ToolCall(tool="submit"))
+    )
     trace = recorded_traces()[0]
     for step in trace.steps:
         step.action.metadata[TURN_KEY] = 0
@@ -177,7 +184,17 @@ def test_regrow_replay_names_a_bad_teachers_file(tmp_path, tiny_model_dir):
     teachers = tmp_path / "teachers.yaml"
     teachers.write_text("teachers: []\n")
     result = CliRunner().invoke(
-        app, ["replay", str(traces), "--teachers", str(teachers), "--out", str(tmp_path / "p.jsonl"), "--policy", str(tiny_model_dir)]
+        app,
+        [
+            "replay",
+            str(traces),
+            "--teachers",
+            str(teachers),
+            "--out",
+            str(tmp_path / "p.jsonl"),
+            "--policy",
+            str(tiny_model_dir),
+        ],
     )
     assert result.exit_code == 1
     assert "is not a valid teachers file" in " ".join(result.output.split())

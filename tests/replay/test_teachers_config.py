@@ -51,7 +51,9 @@ def test_an_unknown_kind_names_the_file(tmp_path):
 
 
 def test_cost_is_priced_per_million_tokens():
-    config = OpenAITeacherConfig(name="t", base_url="http://x/v1", model="m", input_usd_per_mtok=3, output_usd_per_mtok=15)
+    config = OpenAITeacherConfig(
+        name="t", base_url="http://x/v1", model="m", input_usd_per_mtok=3, output_usd_per_mtok=15
+    )
     assert call_cost_usd(config, 1_000_000, 0) == pytest.approx(3.0)
     assert call_cost_usd(config, 2000, 1000) == pytest.approx(0.006 + 0.015)
 

@@ -31,7 +31,9 @@ def build_tiny_chat_model(folder: Path, whole_replies: tuple[str, ...] = (), see
     """
     tokenizer = train_chatml_tokenizer(training_corpus() * 4, vocab_size=1500)
     tokenizer.add_tokens(list(whole_replies))
-    model = random_qwen2(tokenizer, hidden_size=32, intermediate_size=64, max_positions=4096, tie_embeddings=True, seed=seed)
+    model = random_qwen2(
+        tokenizer, hidden_size=32, intermediate_size=64, max_positions=4096, tie_embeddings=True, seed=seed
+    )
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)

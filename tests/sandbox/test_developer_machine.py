@@ -23,14 +23,18 @@ def test_time_zones_are_installed(sandbox):
 
 def test_utf8_locales_exist_and_the_default_one_is_utf8(sandbox):
     assert {"C.utf8", "en_US.utf8"} <= set(sandbox.exec("locale -a").stdout.split())
-    script = "import locale; locale.setlocale(locale.LC_ALL, ''); locale.setlocale(locale.LC_ALL, 'en_US.UTF-8'); " \
-             "print(locale.getpreferredencoding())"
+    script = (
+        "import locale; locale.setlocale(locale.LC_ALL, ''); locale.setlocale(locale.LC_ALL, 'en_US.UTF-8'); "
+        "print(locale.getpreferredencoding())"
+    )
     result = sandbox.exec(["python3", "-c", script])
     assert result.exit_code == 0 and result.stdout == "UTF-8\n", result.stderr
 
 
 def test_home_is_the_agents_own_writable_directory(sandbox):
-    result = sandbox.exec('echo "$HOME" && touch "$HOME/.probe" && python3 -c "import pathlib; print(pathlib.Path.home())"')
+    result = sandbox.exec(
+        'echo "$HOME" && touch "$HOME/.probe" && python3 -c "import pathlib; print(pathlib.Path.home())"'
+    )
     assert result.exit_code == 0 and result.stdout == "/home/agent\n/home/agent\n", result.stderr
 
 

@@ -103,7 +103,9 @@ def proxied(proxy) -> DockerBackend:
 @pytest.fixture
 def unmanaged(docker_backend, base_image):
     """A running container without regrow's label, made straight on the engine and removed afterwards."""
-    container_id = docker_backend.api.create_container(base_image, ["sleep", "infinity"], labels={"regrow.test": "unmanaged"})["Id"]
+    container_id = docker_backend.api.create_container(
+        base_image, ["sleep", "infinity"], labels={"regrow.test": "unmanaged"}
+    )["Id"]
     try:
         docker_backend.api.start(container_id)
         yield container_id
@@ -184,7 +186,9 @@ def test_a_create_that_could_reach_the_host_is_refused(case, proxied, docker_bac
     labels = {MANAGED_LABEL: "1", OWNER_LABEL: proxied.owner, "regrow.test": tag}
     with caplog.at_level(logging.WARNING, logger="sandbox.docker_proxy"):
         with pytest.raises(docker.errors.APIError) as refused:
-            proxied.api.create_container(base_image, ["true"], labels=labels, host_config=proxied.api.create_host_config(**options))
+            proxied.api.create_container(
+                base_image, ["true"], labels=labels, host_config=proxied.api.create_host_config(**options)
+            )
     assert refused.value.status_code == 403
     assert f"regrow docker proxy refused POST /containers/create: HostConfig.{field_name}" in refused.value.explanation
     assert any("regrow docker proxy refused" in record.getMessage() for record in caplog.records)
@@ -213,7 +217,9 @@ def test_a_create_without_the_managed_label_is_refused(proxied, base_image):
 def test_a_create_body_that_hides_host_access_is_refused(proxy, docker_backend, base_image, body):
     labels = {MANAGED_LABEL: "1", OWNER_LABEL: docker_backend.owner}
     payload = json.dumps({"Image": base_image, "Labels": labels, **body}).encode()
-    response = exchange(proxy.address, request("POST", "/v1.41/containers/create", payload, "Content-Type: application/json\r\n"))
+    response = exchange(
+        proxy.address, request("POST", "/v1.41/containers/create", payload, "Content-Type: application/json\r\n")
+    )
     if status_of(response) == 201:
         docker_backend.remove(json.loads(response.split(b"\r\n\r\n", 1)[1])["Id"])
     assert status_of(response) == 403, response
@@ -245,8 +251,12 @@ def test_the_engine_gets_the_path_the_proxy_checked():
 
 
 def test_json_keys_that_differ_only_in_case_are_refused(proxy, base_image):
-    payload = f'{{"Image": "{base_image}", "Labels": {{"{MANAGED_LABEL}": "1"}}, "HostConfig": {{}}, "hostConfig": {{}}}}'
-    response = exchange(proxy.address, request("POST", "/containers/create", payload.encode(), "Content-Type: application/json\r\n"))
+    payload = (
+        f'{{"Image": "{base_image}", "Labels": {{"{MANAGED_LABEL}": "1"}}, "HostConfig": {{}}, "hostConfig": {{}}}}'
+    )
+    response = exchange(
+        proxy.address, request("POST", "/containers/create", payload.encode(), "Content-Type: application/json\r\n")
+    )
     assert status_of(response) == 400 and "duplicate or non-ASCII key" in message_of(response)
 
 
@@ -280,14 +290,21 @@ def test_a_privileged_exec_is_refused(proxied, base_image):
 
 
 def test_pulling_an_image_is_refused(proxied):
-    with pytest.raises(docker.errors.APIError, match="refused POST /images/create: regrow's sandboxes never use") as refused:
+    with pytest.raises(
+        docker.errors.APIError, match="refused POST /images/create: regrow's sandboxes never use"
+    ) as refused:
         proxied.api.pull("busybox", tag="latest")
     assert refused.value.status_code == 403
 
 
 def test_listing_containers_needs_the_managed_label_filter(proxied):
-    for listing in (lambda: proxied.api.containers(all=True), lambda: proxied.api.containers(filters={"label": "other=1"})):
-        with pytest.raises(docker.errors.APIError, match=f"not restricted to label {MANAGED_LABEL}=1|exactly one filters"):
+    for listing in (
+        lambda: proxied.api.containers(all=True),
+        lambda: proxied.api.containers(filters={"label": "other=1"}),
+    ):
+        with pytest.raises(
+            docker.errors.APIError, match=f"not restricted to label {MANAGED_LABEL}=1|exactly one filters"
+        ):
             listing()
     assert isinstance(proxied.managed_containers(), list)
 
@@ -332,13 +349,17 @@ def test_slow_oversized_and_vanishing_clients_are_cut_off_cleanly(docker_backend
     with ProxyInThread(head_timeout_s=0.5, max_head_kib=4, max_body_mib=1) as small:
         slow = exchange(small.address, b"GET /_ping HTTP/1.1\r\nHost: doc")
         assert status_of(slow) == 408
-        huge_head = exchange(small.address, b"GET /_ping HTTP/1.1\r\nHost: docker\r\nX-Pad: " + b"a" * 8192 + b"\r\n\r\n")
+        huge_head = exchange(
+            small.address, b"GET /_ping HTTP/1.1\r\nHost: docker\r\nX-Pad: " + b"a" * 8192 + b"\r\n\r\n"
+        )
         assert status_of(huge_head) == 431 and "REGROW_PROXY_MAX_HEAD_KIB" in message_of(huge_head)
         huge_body = exchange(small.address, request("POST", "/containers/create", b"{" + b" " * (2 * 2**20) + b"}"))
         assert status_of(huge_body) == 413
         host, port = small.address.removeprefix("tcp://").rsplit(":", 1)
         with socket.create_connection((host, int(port))) as half:  # a body that never arrives
-            half.sendall(b"PUT /containers/x/archive?path=/tmp HTTP/1.1\r\nHost: docker\r\nContent-Length: 1000\r\n\r\nabc")
+            half.sendall(
+                b"PUT /containers/x/archive?path=/tmp HTTP/1.1\r\nHost: docker\r\nContent-Length: 1000\r\n\r\nabc"
+            )
         backend = DockerBackend(base_url=small.address)
         with backend.create(base_image) as sb:
             with socket.create_connection((host, int(port))) as waiting:  # hangs up while the engine still works on it
@@ -371,7 +392,9 @@ def test_the_cli_serves_the_proxy_until_sigterm(base_image):
                 backend = DockerBackend(base_url=f"tcp://127.0.0.1:{port}")
                 break
             except Exception:
-                assert process.poll() is None and time.monotonic() < deadline, process.stderr.read() if process.stderr else ""
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    process.stderr.read() if process.stderr else ""
+                )
                 time.sleep(0.2)
         assert backend.image_exists(base_image)
         with pytest.raises(docker.errors.APIError, match="refused POST /images/create"):

@@ -7,7 +7,9 @@ from sandbox.process_sweep import sweep_command
 
 
 def test_exec_round_trip_reports_exit_code_cwd_and_env(sandbox):
-    result = sandbox.exec('echo "$GREETING from $(pwd)"; echo oops >&2; exit 3', cwd="/workspace", env={"GREETING": "hi"})
+    result = sandbox.exec(
+        'echo "$GREETING from $(pwd)"; echo oops >&2; exit 3', cwd="/workspace", env={"GREETING": "hi"}
+    )
     assert result.exit_code == 3
     assert result.stdout == "hi from /workspace\n"
     assert result.stderr == "oops\n"

@@ -22,7 +22,9 @@ def test_fork_bomb_is_stopped_by_the_pids_limit(docker_backend, base_image):
 
 
 # Each child leaves the process group, so `timeout` cannot reach it, and forks on as long as it lives.
-_SESSION_BOMB = "python3 -c 'import os\nwhile True:\n    try:\n        os.fork() or os.setsid()\n    except OSError:\n        pass'"
+_SESSION_BOMB = (
+    "python3 -c 'import os\nwhile True:\n    try:\n        os.fork() or os.setsid()\n    except OSError:\n        pass'"
+)
 
 
 def test_a_fork_bomb_that_outlives_its_timeout_is_swept(docker_backend, base_image):

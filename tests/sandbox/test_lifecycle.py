@@ -61,7 +61,9 @@ def test_warm_pool_hands_out_distinct_containers_under_concurrency(docker_backen
 
 
 def test_warm_pool_prepares_every_container_and_destroys_one_it_cannot_prepare(docker_backend, base_image):
-    with WarmPool(docker_backend, base_image, size=2, prepare=lambda sb: sb.write_file("/workspace/ready", "yes")) as pool:
+    with WarmPool(
+        docker_backend, base_image, size=2, prepare=lambda sb: sb.write_file("/workspace/ready", "yes")
+    ) as pool:
         assert pool.wait_ready()
         first, second, third = pool.acquire(), pool.acquire(), pool.acquire()  # the third is made on the spot
         for sandbox in (first, second, third):
@@ -108,11 +110,13 @@ def test_reaper_leaves_containers_of_other_hosts_alone_without_a_ttl(docker_back
 def test_reaper_judges_a_containerised_owner_by_its_container(docker_backend, base_image):
     with docker_backend.create(base_image) as owner_box:
         owned_by_live = docker_backend.api.create_container(
-            base_image, ["sleep", "infinity"],
+            base_image,
+            ["sleep", "infinity"],
             labels={"regrow.managed": "1", "regrow.owner": "box:1:1", "regrow.owner.container": owner_box.id},
         )["Id"]
         owned_by_gone = docker_backend.api.create_container(
-            base_image, ["sleep", "infinity"],
+            base_image,
+            ["sleep", "infinity"],
             labels={"regrow.managed": "1", "regrow.owner": "box:1:1", "regrow.owner.container": "f" * 64},
         )["Id"]
         try:

@@ -18,7 +18,12 @@ SETTINGS = SynthSettings(max_tasks=1)
 def _synth_images(backend) -> set[str]:
     """This fixture's synth images only: other stacks on the engine build their own meanwhile."""
     images = backend.client.images.list(filters={"label": SYNTH_LABEL})
-    return {tag for image in images for tag in image.tags if tag.startswith(("regrow/repo-minilib:", "regrow/task-minilib:"))}
+    return {
+        tag
+        for image in images
+        for tag in image.tags
+        if tag.startswith(("regrow/repo-minilib:", "regrow/task-minilib:"))
+    }
 
 
 def _minilib_copy(tmp_path: Path) -> Path:
@@ -70,5 +75,7 @@ def test_cli_prints_one_line_and_exits_1_on_bad_input(tmp_path):
 
     result = CliRunner().invoke(app, ["synth", str(tmp_path / "nowhere"), "--out", str(tmp_path / "out")])
     assert result.exit_code == 1
-    assert "does not exist or is not a directory: pass a repository path" in " ".join(result.output.split())  # rich wraps
+    assert "does not exist or is not a directory: pass a repository path" in " ".join(
+        result.output.split()
+    )  # rich wraps
     assert not (tmp_path / "out").exists()

@@ -1,8 +1,8 @@
 """A baseline that cannot lead to any task says why, with the real error and the remedy."""
 
+from task_synth import test_runs
 from task_synth.baseline import suite_error, unmeasured_package_error
 from task_synth.repo_layout import read_layout
-from task_synth import test_runs
 
 
 def test_a_baseline_whose_coverage_missed_the_package_says_why(tmp_path):
@@ -11,15 +11,23 @@ def test_a_baseline_whose_coverage_missed_the_package_says_why(tmp_path):
     layout = read_layout(tmp_path)
     # What the run measured when the namespace was dropped from the name: the stdlib module of the same name.
     warning = "CoverageWarning: Module functools was previously imported, but not measured (module-not-measured)"
-    error = unmeasured_package_error({"/usr/lib/python3.11/functools.py": {3: {"test_functools.py::test_a"}}}, layout, warning)
+    error = unmeasured_package_error(
+        {"/usr/lib/python3.11/functools.py": {3: {"test_functools.py::test_a"}}}, layout, warning
+    )
     assert "measured only /usr/lib/python3.11/functools.py" in error and warning in error
     assert "import jaraco.functools from /workspace" in error
-    assert unmeasured_package_error({"jaraco/functools/__init__.py": {2: {"test_functools.py::test_a"}}}, layout, "") is None
+    assert (
+        unmeasured_package_error({"jaraco/functools/__init__.py": {2: {"test_functools.py::test_a"}}}, layout, "")
+        is None
+    )
 
 
 def test_a_suite_that_reports_no_test_shows_pytests_error_and_exit_code():
     output = "ImportError while loading conftest '/workspace/conftest.py'.\nE   ModuleNotFoundError: No module named 'yaml'\n"
-    assert suite_error(test_runs.TestRun(exit_code=4, output_tail=output)) == "exit 4: E   ModuleNotFoundError: No module named 'yaml'"
+    assert (
+        suite_error(test_runs.TestRun(exit_code=4, output_tail=output))
+        == "exit 4: E   ModuleNotFoundError: No module named 'yaml'"
+    )
     assert suite_error(test_runs.TestRun(exit_code=137, output_tail="....", oom_killed=True)) == (
         "exit 137 (killed: out of memory in the sandbox): ...."
     )
@@ -32,7 +40,9 @@ def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypat
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("def f():\n    return 1\n")
     (tmp_path / "test_pkg.py").write_text("")
-    runs = [test_runs.TestRun(exit_code=137, output_tail="....")] + [test_runs.TestRun(outcomes={"test_pkg.py::test_f": True}, executions=1)] * 3
+    runs = [test_runs.TestRun(exit_code=137, output_tail="....")] + [
+        test_runs.TestRun(outcomes={"test_pkg.py::test_f": True}, executions=1)
+    ] * 3
     monkeypatch.setattr(baseline, "run_tests", lambda *args, **kwargs: runs.pop(0))
     lines = {"pkg/__init__.py": {2: {"test_pkg.py::test_f"}}}
     monkeypatch.setattr(baseline, "coverage_map", lambda *args: (test_runs.TestRun(executions=1), lines))

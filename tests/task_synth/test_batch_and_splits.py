@@ -17,11 +17,25 @@ from task_synth.task_store import RepoFiles, write_store
 
 def _record(identifier: str, repo="r", commit="c" * 40, split="train", lines=3, statement="p") -> TaskRecord:
     return TaskRecord(
-        instance_id=identifier, repo=repo, source_commit=commit, image="i", workspace_archive=f"workspaces/{identifier}.tar.gz",
-        repo_dir=f"repos/{repo}", mode="stub", deleted=[], problem_statement=statement, FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"],
-        test_command="pytest", solution_patch="diff", split=split,
-        stats=TaskStats(lines_deleted=lines, covering_tests=2, complexity=1, fail_to_pass=1, statement_chars=len(statement)),
-        created_at=datetime.now(UTC), synth_version="0",
+        instance_id=identifier,
+        repo=repo,
+        source_commit=commit,
+        image="i",
+        workspace_archive=f"workspaces/{identifier}.tar.gz",
+        repo_dir=f"repos/{repo}",
+        mode="stub",
+        deleted=[],
+        problem_statement=statement,
+        FAIL_TO_PASS=["t"],
+        PASS_TO_PASS=["u"],
+        test_command="pytest",
+        solution_patch="diff",
+        split=split,
+        stats=TaskStats(
+            lines_deleted=lines, covering_tests=2, complexity=1, fail_to_pass=1, statement_chars=len(statement)
+        ),
+        created_at=datetime.now(UTC),
+        synth_version="0",
     )
 
 
@@ -65,7 +79,11 @@ def test_a_batch_records_each_repository_and_a_rerun_skips_the_finished_ones(tmp
 def test_the_split_is_drawn_per_repository_unless_asked_per_file():
     fixed = split_of("r", "a.py", fixed="validation", by="repo", test_fraction=0.5)
     assert fixed == "validation"
-    per_repo = {split_of(f"repo{n}", path, fixed=None, by="repo", test_fraction=0.3) for n in range(50) for path in ("a.py", "b.py")}
+    per_repo = {
+        split_of(f"repo{n}", path, fixed=None, by="repo", test_fraction=0.3)
+        for n in range(50)
+        for path in ("a.py", "b.py")
+    }
     assert per_repo == {"train", "test"}
     for n in range(50):  # every file of one repository lands in the same split
         assert len({split_of(f"repo{n}", f"m{k}.py", fixed=None, by="repo", test_fraction=0.3) for k in range(10)}) == 1
@@ -78,14 +96,22 @@ def test_a_store_refuses_test_and_train_tasks_of_one_snapshot(tmp_path):
     write_store(tmp_path, [_record("a", split="train")], tmp_path, {}, {"a": b"ws"}, repo)
     with pytest.raises(SynthError, match="splits test, train"):
         write_store(tmp_path, [_record("b", split="test")], tmp_path, {}, {"b": b"ws"}, repo)
-    assert [line for line in (tmp_path / "tasks.jsonl").read_text().splitlines()] and not (tmp_path / "workspaces/b.tar.gz").exists()
-    write_store(tmp_path, [_record("c", split="test", commit="d" * 40)], tmp_path, {}, {"c": b"ws"}, repo)  # another snapshot
+    assert [line for line in (tmp_path / "tasks.jsonl").read_text().splitlines()] and not (
+        tmp_path / "workspaces/b.tar.gz"
+    ).exists()
+    write_store(
+        tmp_path, [_record("c", split="test", commit="d" * 40)], tmp_path, {}, {"c": b"ws"}, repo
+    )  # another snapshot
     write_store(tmp_path, [_record("b", split="test")], tmp_path, {}, {"b": b"ws"}, repo, mixed_splits=True)
     assert list(mixed_snapshots([_record("a"), _record("b", split="test")])) == ["r@cccccccccccc"]
 
 
 def test_difficulty_spread_is_min_median_max_of_each_signal():
-    records = [_record("a", lines=1, statement="x" * 10), _record("b", lines=5, statement="x" * 30), _record("c", lines=9)]
+    records = [
+        _record("a", lines=1, statement="x" * 10),
+        _record("b", lines=5, statement="x" * 30),
+        _record("c", lines=9),
+    ]
     found = spread(records)
     assert found["lines deleted"] == {"min": 1, "median": 5, "max": 9}
     assert found["problem statement chars"] == {"min": 1, "median": 10, "max": 30}

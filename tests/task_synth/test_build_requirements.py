@@ -12,10 +12,10 @@ from task_synth.test_runs import pip_error_lines
 from task_synth.wheelhouse import build_system, build_wheelhouse, editable_requirements
 
 # An in-tree backend that asks for an extra package only to build editable, as hatchling asks for `editables`.
-IN_TREE_BACKEND = '''
+IN_TREE_BACKEND = """
 def get_requires_for_build_editable(config_settings=None):
     return ["editables>=0.3"]
-'''
+"""
 
 # pip 26's stderr for `pip install --no-build-isolation -e` of a hatchling project whose image lacks `editables`.
 HATCHLING_WITHOUT_EDITABLES = """\
@@ -57,7 +57,9 @@ def _project(root: Path, build_system_table: str) -> Path:
 
 
 def test_the_backend_is_asked_what_an_editable_build_needs(tmp_path):
-    root = _project(tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
+    root = _project(
+        tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
     (root / "backend.py").write_text(IN_TREE_BACKEND)
     assert editable_requirements(root, tmp_path / "no-wheels") == ["editables>=0.3"]
 
@@ -69,9 +71,15 @@ def test_a_project_without_a_build_system_uses_setuptools_legacy_backend(tmp_pat
 
 
 def test_a_backend_that_fails_names_itself_and_its_error(tmp_path):
-    root = _project(tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n')
-    (root / "backend.py").write_text("def get_requires_for_build_editable(config_settings=None):\n    raise LookupError('no version')\n")
-    with pytest.raises(SynthError, match=r"backend backend of tiny .*LookupError: no version.*check its build configuration"):
+    root = _project(
+        tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
+    (root / "backend.py").write_text(
+        "def get_requires_for_build_editable(config_settings=None):\n    raise LookupError('no version')\n"
+    )
+    with pytest.raises(
+        SynthError, match=r"backend backend of tiny .*LookupError: no version.*check its build configuration"
+    ):
         editable_requirements(root, tmp_path / "no-wheels")
 
 
@@ -105,7 +113,9 @@ def test_pip_error_keeps_pips_own_errors_and_falls_back_to_the_last_line():
 
 
 @pytest.mark.network
-@pytest.mark.skipif(os.environ.get("REGROW_TEST_NETWORK") != "1", reason="fetches hatchling from PyPI; set REGROW_TEST_NETWORK=1")
+@pytest.mark.skipif(
+    os.environ.get("REGROW_TEST_NETWORK") != "1", reason="fetches hatchling from PyPI; set REGROW_TEST_NETWORK=1"
+)
 def test_a_hatchling_wheelhouse_holds_editables_and_installs_editable_offline(tmp_path):
     root = _project(tmp_path / "tiny", '[build-system]\nrequires = ["hatchling"]\nbuild-backend = "hatchling.build"\n')
     wheelhouse = build_wheelhouse(root, tmp_path / "cache")
@@ -114,7 +124,9 @@ def test_a_hatchling_wheelhouse_holds_editables_and_installs_editable_offline(tm
     subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
     pip = [str(tmp_path / "venv" / "bin" / "pip"), "install", "-q", "--no-index", f"--find-links={wheelhouse}"]
     subprocess.run([*pip, *map(str, wheelhouse.glob("*.whl"))], check=True)
-    installed = subprocess.run([*pip, "--no-deps", "--no-build-isolation", "-e", str(root)], capture_output=True, text=True)
+    installed = subprocess.run(
+        [*pip, "--no-deps", "--no-build-isolation", "-e", str(root)], capture_output=True, text=True
+    )
     assert installed.returncode == 0, pip_error_lines(installed.stderr)
 
 
@@ -122,9 +134,16 @@ def test_editable_requirements_are_resolved_with_the_build_table_so_versions_can
     import task_synth.wheelhouse as wheelhouse
 
     # python-dateutil: the build table pins setuptools_scm<8, setup.cfg's setup_requires names it unpinned.
-    root = _project(tmp_path / "tiny", '[build-system]\nrequires = ["setuptools", "setuptools_scm<8.0"]\nbuild-backend = "setuptools.build_meta"\n')
+    root = _project(
+        tmp_path / "tiny",
+        '[build-system]\nrequires = ["setuptools", "setuptools_scm<8.0"]\nbuild-backend = "setuptools.build_meta"\n',
+    )
     calls = []
-    monkeypatch.setattr(wheelhouse, "_pip_wheel", lambda root, target, arguments, *rest: (target.mkdir(parents=True, exist_ok=True), calls.append(arguments)))
+    monkeypatch.setattr(
+        wheelhouse,
+        "_pip_wheel",
+        lambda root, target, arguments, *rest: (target.mkdir(parents=True, exist_ok=True), calls.append(arguments)),
+    )
     monkeypatch.setattr(wheelhouse, "editable_requirements", lambda root, wheels: ["setuptools_scm"])
     build_wheelhouse(root, tmp_path / "cache")
     assert calls[-1] == ["setuptools_scm", "setuptools", "setuptools_scm<8.0"]

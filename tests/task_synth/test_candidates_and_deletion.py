@@ -12,7 +12,16 @@ from task_synth.deletion import MODE_KINDS, DeletionError, delete_unit
 from task_synth.repo_layout import read_layout
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
-MODULES = ["minilib", "minilib.containers", "minilib.mathops", "minilib.matrix", "minilib.parsing", "minilib.report", "minilib.shapes", "minilib.textops"]
+MODULES = [
+    "minilib",
+    "minilib.containers",
+    "minilib.mathops",
+    "minilib.matrix",
+    "minilib.parsing",
+    "minilib.report",
+    "minilib.shapes",
+    "minilib.textops",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,10 @@ def _apply(deletion, tmp_path: Path) -> Path:
 def _import_errors(copy: Path, modules: list[str]) -> str:
     code = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)"
     result = subprocess.run(
-        [sys.executable, "-B", "-c", code, *modules], env={"PYTHONPATH": str(copy / "src")}, capture_output=True, text=True
+        [sys.executable, "-B", "-c", code, *modules],
+        env={"PYTHONPATH": str(copy / "src")},
+        capture_output=True,
+        text=True,
     )
     return result.stderr
 
@@ -87,7 +99,10 @@ def test_sampling_is_deterministic_for_a_seed(units):
 def test_stub_keeps_signature_and_docstring(layout, units, tmp_path):
     deletion = delete_unit(layout, units[("function", "wrap_words")], "stub")
     text = deletion.changed["src/minilib/textops.py"]
-    assert 'def wrap_words(text, width):\n    """Greedy word wrap into lines of at most `width` characters."""\n    raise NotImplementedError\n' in text
+    assert (
+        'def wrap_words(text, width):\n    """Greedy word wrap into lines of at most `width` characters."""\n    raise NotImplementedError\n'
+        in text
+    )
     assert "candidate" not in text
     assert _import_errors(_apply(deletion, tmp_path), MODULES) == ""
 

@@ -5,19 +5,30 @@ import os
 import tarfile
 import zipfile
 from collections import Counter
+from typing import ClassVar
 
 import pytest
 from typer.testing import CliRunner
 
-from task_synth.corpus import CORPUS, QUICK, CorpusRepo, corpus_totals, download_sdist, extract_sdist, repo_row, run_corpus_bench, select
+from task_synth.corpus import (
+    CORPUS,
+    QUICK,
+    CorpusRepo,
+    corpus_totals,
+    download_sdist,
+    extract_sdist,
+    repo_row,
+    run_corpus_bench,
+    select,
+)
 from task_synth.errors import SynthError
 from task_synth.settings import SynthSettings
 
 
 class FakeReport:
     candidates, baseline_tests, stable_tests, valid, tasks_per_hour = 5, 120, 118, 2, 41.04
-    rejections = Counter({"no_f2p": 2, "leak": 1, "flaky": 0})
-    records: list = []
+    rejections: ClassVar[Counter] = Counter({"no_f2p": 2, "leak": 1, "flaky": 0})
+    records: ClassVar[list] = []
 
 
 def test_the_corpus_pins_twelve_projects_across_backends_and_layouts():
@@ -49,7 +60,14 @@ def test_a_failed_repo_is_a_row_with_its_error_and_counts_in_the_totals():
     failed = repo_row(CORPUS[1], None, "the test suite does not run at baseline (exit 4: ...): fix the suite", 12.0)
     assert (failed["candidates"], failed["valid"], failed["yield"], failed["rejections"]) == (0, 0, 0.0, {})
     totals = corpus_totals([repo_row(CORPUS[0], FakeReport(), None, 60.0), failed])
-    assert totals == {"repos": 2, "repos_with_tasks": 1, "valid": 2, "candidates": 5, "wall_s": 72.0, "tasks_per_hour": 100.0}
+    assert totals == {
+        "repos": 2,
+        "repos_with_tasks": 1,
+        "valid": 2,
+        "candidates": 5,
+        "wall_s": 72.0,
+        "tasks_per_hour": 100.0,
+    }
 
 
 def test_a_cached_sdist_is_used_without_pip(tmp_path):

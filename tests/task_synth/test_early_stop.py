@@ -62,5 +62,7 @@ def test_a_run_whose_oracles_all_fail_stops_after_the_first_candidates(monkeypat
     context = SimpleNamespace(sandbox_pool=lambda size: contextlib.nullcontext())
     settings = SynthSettings(max_tasks=5, jobs=1)
     with pytest.raises(SynthError, match="fresh task container") as raised:
-        pipeline._run_candidates(context, [(index, "stub") for index in range(13)], settings, pipeline.SynthReport(), lambda *_: None)
+        pipeline._run_candidates(
+            context, [(index, "stub") for index in range(13)], settings, pipeline.SynthReport(), lambda *_: None
+        )
     assert len(tried) == EARLY_STOP_CANDIDATES and ORACLE_ERROR in str(raised.value)

@@ -56,7 +56,22 @@ class Text(str):
 
 @pytest.mark.parametrize(
     "value",
-    [None, True, -3, 2**64, 1.5, -0.0, "café", b"\x00bytes", (1, "a"), [1, [2, (3,)]], {"a": [1.0], 2: None}, {3, 1, 2}, set(), ()],
+    [
+        None,
+        True,
+        -3,
+        2**64,
+        1.5,
+        -0.0,
+        "café",
+        b"\x00bytes",
+        (1, "a"),
+        [1, [2, (3,)]],
+        {"a": [1.0], 2: None},
+        {3, 1, 2},
+        set(),
+        (),
+    ],
 )
 def test_plain_literals_are_kept_as_text_that_reads_back_equal(value):
     text = literal_text(value)
@@ -94,7 +109,15 @@ def test_values_that_are_no_short_literal_are_refused(value):
 
 
 def _call(qualname="double", args="(1,)", kwargs="{}", result="2", raises=None, test="tests/test_core.py::test_a"):
-    raw = {"module": "pkg.core", "qualname": qualname, "args": args, "kwargs": kwargs, "result": result, "raises": raises, "test": test}
+    raw = {
+        "module": "pkg.core",
+        "qualname": qualname,
+        "args": args,
+        "kwargs": kwargs,
+        "result": result,
+        "raises": raises,
+        "test": test,
+    }
     call = parsed_call(raw, FUNCTIONS)
     assert call is not None, raw
     return call
@@ -119,7 +142,15 @@ def _call(qualname="double", args="(1,)", kwargs="{}", result="2", raises=None, 
     ],
 )
 def test_malformed_recorder_output_is_dropped(change):
-    raw = {"module": "pkg.core", "qualname": "double", "args": "(1,)", "kwargs": "{}", "result": "2", "raises": None, "test": None}
+    raw = {
+        "module": "pkg.core",
+        "qualname": "double",
+        "args": "(1,)",
+        "kwargs": "{}",
+        "result": "2",
+        "raises": None,
+        "test": None,
+    }
     assert parsed_call({**raw, **change}, FUNCTIONS) is None
 
 
@@ -130,12 +161,21 @@ def test_canonical_text_ignores_set_and_dict_order():
 
 
 def test_identical_calls_collapse_and_a_call_with_two_outcomes_is_dropped():
-    calls = [_call(args="(1,)"), _call(args="(1,)", test="tests/test_core.py::test_b"), _call(args="(2,)", result="4"), _call(args="(2,)", result="5")]
+    calls = [
+        _call(args="(1,)"),
+        _call(args="(1,)", test="tests/test_core.py::test_b"),
+        _call(args="(2,)", result="4"),
+        _call(args="(2,)", result="5"),
+    ]
     assert [call.check.args for call in unique_calls(calls)] == ["(1,)"]
 
 
 def test_only_calls_with_the_same_outcome_under_both_hash_seeds_are_kept():
-    first = [_call("letters", "('ab',)", result="{'a', 'b'}"), _call(args="(3,)", result="6"), _call(args="(4,)", result="8")]
+    first = [
+        _call("letters", "('ab',)", result="{'a', 'b'}"),
+        _call(args="(3,)", result="6"),
+        _call(args="(4,)", result="8"),
+    ]
     second = [_call("letters", "('ab',)", result="{'b', 'a'}"), _call(args="(3,)", result="7")]
     kept = calls_in_both(first, second)
     assert [(call.check.qualname, call.check.result) for call in kept] == [("letters", "{'a', 'b'}")]
@@ -145,23 +185,36 @@ A, B, C = (f"tests/test_core.py::test_{name}" for name in "abc")
 
 
 def test_a_call_several_tests_make_is_kept_once_and_linked_to_the_first_of_them_by_node_id():
-    calls = [_call(args="(1,)", test=B), _call(args="(1,)", test=A), _call(args="(2,)", result="4", test=C), _call(args="(2,)", result="4", test=B)]
+    calls = [
+        _call(args="(1,)", test=B),
+        _call(args="(1,)", test=A),
+        _call(args="(2,)", result="4", test=C),
+        _call(args="(2,)", result="4", test=B),
+    ]
     assert [(call.check.args, call.check.test) for call in linked_calls(calls, [A, B, C])] == [("(1,)", A), ("(2,)", B)]
 
 
 def test_a_call_no_fail_to_pass_test_made_is_linked_to_none_and_dropped():
     """At collection, or in a test spelled otherwise than FAIL_TO_PASS: visible, so neither linked nor unseen."""
-    calls = [_call(args="(1,)", test=None), _call(args="(2,)", result="4", test="tests/other.py::test_x"), _call(args="(3,)", result="6", test=A)]
+    calls = [
+        _call(args="(1,)", test=None),
+        _call(args="(2,)", result="4", test="tests/other.py::test_x"),
+        _call(args="(3,)", result="6", test=A),
+    ]
     assert [call.check.args for call in linked_calls(calls, [A, B])] == ["(3,)"]
 
 
 def test_checks_spread_over_the_tests_that_made_the_calls():
-    calls = [_call(args=f"({n},)", result=str(2 * n), test=A) for n in range(10)] + [_call(args="(20,)", result="40", test=B)]
+    calls = [_call(args=f"({n},)", result=str(2 * n), test=A) for n in range(10)] + [
+        _call(args="(20,)", result="40", test=B)
+    ]
     assert [check.test for check in selected_checks(calls, 3)] == [A, B, A]
 
 
 def test_checks_are_capped_and_taken_in_turn_from_each_function():
-    calls = [_call(args=f"({n},)", result=str(2 * n)) for n in range(10)] + [_call("letters", f"('{c}',)", result=f"{{'{c}'}}") for c in "xyz"]
+    calls = [_call(args=f"({n},)", result=str(2 * n)) for n in range(10)] + [
+        _call("letters", f"('{c}',)", result=f"{{'{c}'}}") for c in "xyz"
+    ]
     chosen = selected_checks(calls)
     assert len(chosen) == MAX_CHECKS
     assert [check.qualname for check in chosen[:6]] == ["double", "letters"] * 3
@@ -203,19 +256,32 @@ def test_dicts_lose_a_key_or_change_the_first_value():
 
 
 def test_perturbed_calls_change_one_argument_and_repeat_no_recorded_call():
-    calls = [_call(args="(1, 'x')", result="2", test=A), _call(args="(5, 'y')", kwargs="{'flag': True}", result="10", test=A)]
-    recorded = recorded_arguments([
-        {"module": "pkg.core", "qualname": "double", "args": "(1, 'x')", "kwargs": "{}"},
-        {"module": "pkg.core", "qualname": "double", "args": "(5, 'y')", "kwargs": "{'flag': True}"},
-        {"module": "pkg.core", "qualname": "double", "args": "(2.0, 'x')", "kwargs": "{}", "raises": "NotImplementedError"},
-    ])
+    calls = [
+        _call(args="(1, 'x')", result="2", test=A),
+        _call(args="(5, 'y')", kwargs="{'flag': True}", result="10", test=A),
+    ]
+    recorded = recorded_arguments(
+        [
+            {"module": "pkg.core", "qualname": "double", "args": "(1, 'x')", "kwargs": "{}"},
+            {"module": "pkg.core", "qualname": "double", "args": "(5, 'y')", "kwargs": "{'flag': True}"},
+            {
+                "module": "pkg.core",
+                "qualname": "double",
+                "args": "(2.0, 'x')",
+                "kwargs": "{}",
+                "raises": "NotImplementedError",
+            },
+        ]
+    )
     probes = perturbed_calls(calls, recorded, random.Random(0), limit=100)
     assert probes and all(probe.test is None and probe.result is None for probe in probes)
     arguments = [(ast.literal_eval(probe.args), ast.literal_eval(probe.kwargs)) for probe in probes]
     assert ((2, "x"), {}) not in arguments  # equal to a recorded call, whatever that call's outcome
     assert len(set(map(repr, arguments))) == len(arguments)
     for args, kwargs in arguments:
-        assert any(_changed_arguments((args, kwargs), source) == 1 for source in [((1, "x"), {}), ((5, "y"), {"flag": True})])
+        assert any(
+            _changed_arguments((args, kwargs), source) == 1 for source in [((1, "x"), {}), ((5, "y"), {"flag": True})]
+        )
 
 
 def _changed_arguments(call, source):
@@ -274,7 +340,7 @@ def test_functions_and_features_record_their_function_modules_their_public_funct
 
 PACKAGE = {
     "pkg/__init__.py": "from pkg.core import double\n",
-    "pkg/core.py": '''
+    "pkg/core.py": """
 def double(x):
     return 2 * x
 
@@ -297,8 +363,8 @@ def letters(text):
 
 def fail(x):
     raise KeyError(x)
-''',
-    "tests/test_core.py": '''
+""",
+    "tests/test_core.py": """
 import pkg
 from pkg.core import factorial, letters, pop_last, quadruple
 from pkg import core
@@ -321,7 +387,7 @@ def test_raises():
         core.fail("k")
     except KeyError:
         pass
-''',
+""",
 }
 
 
@@ -342,7 +408,19 @@ def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tm
         "REGROW_IO_OUT": str(tmp_path / "calls.json"),
         "PYTEST_ADDOPTS": "",
     }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests", "--rootdir", str(tmp_path)]
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-p",
+        RECORDER,
+        "tests",
+        "--rootdir",
+        str(tmp_path),
+    ]
     run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
     calls = [parsed_call(raw, functions) for raw in json.loads((tmp_path / "calls.json").read_text())]
@@ -354,10 +432,14 @@ def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tm
         ("letters", "('aba',)", (canonical({"a", "b"}), None)),
         ("fail", "('k',)", (None, "KeyError")),
     ]
-    assert [call.check.test for call in calls] == [None, *["tests/test_core.py::test_calls"] * 4, "tests/test_core.py::test_raises"]
+    assert [call.check.test for call in calls] == [
+        None,
+        *["tests/test_core.py::test_calls"] * 4,
+        "tests/test_core.py::test_raises",
+    ]
 
 
-PROBED = '''
+PROBED = """
 def double(x):
     return 2 * x
 
@@ -391,7 +473,7 @@ def lookup(key):
 
 def hashed(text):
     return hash(text)
-'''
+"""
 
 
 class LocalSandbox:
@@ -420,14 +502,27 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
     gives nothing; one whose outcome depends on the hash seed does not reproduce."""
     (tmp_path / "probed.py").write_text(PROBED)
     sb = LocalSandbox(tmp_path)
-    calls = [("double", "(2,)"), ("spin", "(1,)"), ("push", "([1],)"), ("shout", "('a',)"), ("increment", "('a',)"),
-             ("opaque", "(1,)"), ("lookup", "('b',)"), ("missing", "(1,)"), ("hashed", "('regrow',)"), ("double", "(3,)")]
+    calls = [
+        ("double", "(2,)"),
+        ("spin", "(1,)"),
+        ("push", "([1],)"),
+        ("shout", "('a',)"),
+        ("increment", "('a',)"),
+        ("opaque", "(1,)"),
+        ("lookup", "('b',)"),
+        ("missing", "(1,)"),
+        ("hashed", "('regrow',)"),
+        ("double", "(3,)"),
+    ]
     probes = [IoCheck(module="probed", qualname=name, args=args) for name, args in calls]
     started = time.monotonic()
     probed = _probed(sb, probes)
     assert time.monotonic() - started < PROBE_CALL_S + 5
     assert [(call.check.qualname, call.outcome) for call in probed] == [
-        ("double", ("4", None)), ("shout", ("'A'", None)), ("lookup", (None, "KeyError")), ("hashed", (repr(_hash_under("1")), None)),
+        ("double", ("4", None)),
+        ("shout", ("'A'", None)),
+        ("lookup", (None, "KeyError")),
+        ("hashed", (repr(_hash_under("1")), None)),
         ("double", ("6", None)),
     ]
     assert all(call.check.test is None for call in probed)
@@ -435,22 +530,47 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
 
 
 def _hash_under(seed):
-    run = subprocess.run([sys.executable, "-c", "print(hash('regrow'))"], env={**os.environ, "PYTHONHASHSEED": seed}, capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", "print(hash('regrow'))"],
+        env={**os.environ, "PYTHONHASHSEED": seed},
+        capture_output=True,
+        text=True,
+    )
     return int(run.stdout)
 
 
 def test_store_writes_io_checks_for_every_task_and_keeps_them_out_of_the_record(tmp_path):
     def record(identifier):
         return TaskRecord(
-            instance_id=identifier, repo="r", source_commit="c", image="i", workspace_archive=f"workspaces/{identifier}.tar.gz",
-            repo_dir="repos/r-c", mode="stub", deleted=[], problem_statement="p",
-            FAIL_TO_PASS=["t"], PASS_TO_PASS=["u"], test_command="pytest", solution_patch="diff", test_files=[],
-            stats=TaskStats(lines_deleted=1, covering_tests=1, complexity=1), created_at=datetime.now(UTC), synth_version="0",
+            instance_id=identifier,
+            repo="r",
+            source_commit="c",
+            image="i",
+            workspace_archive=f"workspaces/{identifier}.tar.gz",
+            repo_dir="repos/r-c",
+            mode="stub",
+            deleted=[],
+            problem_statement="p",
+            FAIL_TO_PASS=["t"],
+            PASS_TO_PASS=["u"],
+            test_command="pytest",
+            solution_patch="diff",
+            test_files=[],
+            stats=TaskStats(lines_deleted=1, covering_tests=1, complexity=1),
+            created_at=datetime.now(UTC),
+            synth_version="0",
         )
 
     check = IoCheck(module="pkg.core", qualname="double", args="(1,)", result="2")
     workspaces = {"with": b"with", "without": b"without"}
-    write_store(tmp_path, [record("with"), record("without")], tmp_path, {"with": [check]}, workspaces, RepoFiles("repos/r-c", b"i", None))
+    write_store(
+        tmp_path,
+        [record("with"), record("without")],
+        tmp_path,
+        {"with": [check]},
+        workspaces,
+        RepoFiles("repos/r-c", b"i", None),
+    )
     assert (tmp_path / "workspaces" / "with.tar.gz").read_bytes() == b"with"
     assert (tmp_path / "repos" / "r-c" / "install.tar.gz").read_bytes() == b"i"
     assert json.loads((tmp_path / "hidden" / "with" / "io_checks.json").read_text()) == [check.model_dump()]

@@ -39,23 +39,37 @@ def test_top_level_scripts_do_not_count_beside_a_package(tmp_path):
 
 
 def test_a_namespace_directory_is_part_of_the_module_name(tmp_path):
-    root = _write(tmp_path, {"jaraco/functools/__init__.py": FUNCTION, "jaraco/functools/more.py": "", "test_functools.py": ""})
+    root = _write(
+        tmp_path, {"jaraco/functools/__init__.py": FUNCTION, "jaraco/functools/more.py": "", "test_functools.py": ""}
+    )
     layout = read_layout(root)
-    assert layout.modules == {"jaraco/functools/__init__.py": "jaraco.functools", "jaraco/functools/more.py": "jaraco.functools.more"}
+    assert layout.modules == {
+        "jaraco/functools/__init__.py": "jaraco.functools",
+        "jaraco/functools/more.py": "jaraco.functools.more",
+    }
     # Coverage and the import check name the regular package, not the namespace.
     assert layout.top_packages == ["jaraco.functools"]
 
 
 def test_a_namespace_under_src_stops_at_src(tmp_path):
-    root = _write(tmp_path, {"src/acme/tools/__init__.py": "", "src/acme/tools/cut.py": FUNCTION, "tests/test_cut.py": ""})
+    root = _write(
+        tmp_path, {"src/acme/tools/__init__.py": "", "src/acme/tools/cut.py": FUNCTION, "tests/test_cut.py": ""}
+    )
     layout = read_layout(root)
     assert layout.modules["src/acme/tools/cut.py"] == "acme.tools.cut"
     assert layout.top_packages == ["acme.tools"]
 
 
 def test_src_and_flat_packages_keep_their_plain_names(tmp_path):
-    root = _write(tmp_path, {"src/a/__init__.py": "", "src/a/x.py": "", "b/__init__.py": "", "b/y/__init__.py": "", "tests/test_a.py": ""})
+    root = _write(
+        tmp_path,
+        {"src/a/__init__.py": "", "src/a/x.py": "", "b/__init__.py": "", "b/y/__init__.py": "", "tests/test_a.py": ""},
+    )
     layout = read_layout(root)
-    assert layout.modules == {"src/a/__init__.py": "a", "src/a/x.py": "a.x", "b/__init__.py": "b", "b/y/__init__.py": "b.y"}
+    assert layout.modules == {
+        "src/a/__init__.py": "a",
+        "src/a/x.py": "a.x",
+        "b/__init__.py": "b",
+        "b/y/__init__.py": "b.y",
+    }
     assert layout.top_packages == ["a", "b"]
-

@@ -20,7 +20,19 @@ def _wheel(root: Path, name: str, dependencies: list[str], out: Path) -> None:
         f'[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
         f'[project]\nname = "{name}"\nversion = "2.9"\ndependencies = {dependencies!r}\n'.replace("'", '"')
     )
-    command = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation", "-w", str(out), str(project)]
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "wheel",
+        "-q",
+        "--no-deps",
+        "--no-index",
+        "--no-build-isolation",
+        "-w",
+        str(out),
+        str(project),
+    ]
     subprocess.run(command, check=True, capture_output=True)
 
 
@@ -39,7 +51,9 @@ def test_the_projects_own_wheel_is_kept_apart_not_dropped(tmp_path):
 
 
 @pytest.mark.docker
-def test_the_repo_image_installs_what_needs_the_project_then_uninstalls_the_project(tmp_path, docker_backend, base_image):
+def test_the_repo_image_installs_what_needs_the_project_then_uninstalls_the_project(
+    tmp_path, docker_backend, base_image
+):
     tag = f"regrow/repo-own-wheel-test:{uuid.uuid4().hex[:8]}"
     try:
         assert build_repo_image(docker_backend, tag, _wheelhouse(tmp_path))

@@ -5,7 +5,9 @@ import pytest
 from task_synth.problem_rewrite import rewrite_problem_statement
 from task_synth.settings import SynthSettings
 
-TEMPLATE = "The function `clamp` in `calc/ops.py` is not implemented.\nImplement it so that the test suite passes again.\n"
+TEMPLATE = (
+    "The function `clamp` in `calc/ops.py` is not implemented.\nImplement it so that the test suite passes again.\n"
+)
 
 
 @pytest.fixture(scope="module")

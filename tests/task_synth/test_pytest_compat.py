@@ -12,7 +12,9 @@ MODERN = "def pytest_ignore_collect(collection_path, config):\n    return False\
 
 def test_legacy_hook_arguments_are_found():
     assert legacy_hooks(LEGACY) == ["pytest_ignore_collect(path)"]
-    assert legacy_hooks("def pytest_report_header(config, startdir):\n    return 'x'\n") == ["pytest_report_header(startdir)"]
+    assert legacy_hooks("def pytest_report_header(config, startdir):\n    return 'x'\n") == [
+        "pytest_report_header(startdir)"
+    ]
     assert legacy_hooks(MODERN) == []
     assert legacy_hooks("def helper(path):\n    pass\n") == []  # not a hook
     assert legacy_hooks("def pytest_ignore_collect(path:\n") == []  # unparsable: pytest will say so itself
@@ -64,6 +66,9 @@ def test_the_default_command_gains_the_projects_import_mode_and_a_users_command_
     from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --doctest-modules --import-mode=importlib\n")
-    assert with_project_options(SynthSettings(), tmp_path).test_command == f"{DEFAULT_TEST_COMMAND} --import-mode=importlib"
+    assert (
+        with_project_options(SynthSettings(), tmp_path).test_command
+        == f"{DEFAULT_TEST_COMMAND} --import-mode=importlib"
+    )
     own = SynthSettings(test_command="python -m pytest tests")
     assert with_project_options(own, tmp_path).test_command == "python -m pytest tests"

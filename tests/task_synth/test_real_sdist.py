@@ -13,7 +13,9 @@ from task_synth.settings import SynthSettings
 pytestmark = [
     pytest.mark.network,
     pytest.mark.docker,
-    pytest.mark.skipif(os.environ.get("REGROW_TEST_NETWORK") != "1", reason="fetches from PyPI; set REGROW_TEST_NETWORK=1"),
+    pytest.mark.skipif(
+        os.environ.get("REGROW_TEST_NETWORK") != "1", reason="fetches from PyPI; set REGROW_TEST_NETWORK=1"
+    ),
 ]
 # Small, pure Python, no dependencies, and its sdist ships its test suite.
 SDIST = "more-itertools==10.5.0"
@@ -21,7 +23,19 @@ SDIST = "more-itertools==10.5.0"
 
 def test_real_sdist_yields_a_validated_task(tmp_path, docker_backend, base_image):
     subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--no-binary", ":all:", SDIST, "-d", str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            SDIST,
+            "-d",
+            str(tmp_path),
+        ],
         check=True,
     )
     (archive,) = tmp_path.glob("*.tar.gz")

@@ -3,8 +3,8 @@
 import subprocess
 from pathlib import Path
 
-from task_synth.candidates import enumerate_units
 from task_synth.canary_scan import canaries_for
+from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
 from task_synth.repo_layout import read_layout
 from task_synth.test_runs import parse_junit
@@ -108,7 +108,9 @@ def test_a_unit_too_small_for_a_distinctive_name_is_marked_by_its_lines():
     assert not bare.identifiers and not bare.literals
     assert b"return product // gcd(a, b)" in bare.lines
     copy = (MINILIB / deletion.unit.path).read_bytes()
-    assert [hit.path for hit in scan_files([("root/.cache/old/mathops.py", copy)], bare, set(), [])] == ["root/.cache/old/mathops.py"]
+    assert [hit.path for hit in scan_files([("root/.cache/old/mathops.py", copy)], bare, set(), [])] == [
+        "root/.cache/old/mathops.py"
+    ]
     index = ImageIndex()
     index.add(copy)  # a line the image holds anyway marks nothing
     assert b"return product // gcd(a, b)" not in canaries_for(deletion, remaining, {b"product"}, index.lines).lines

@@ -23,7 +23,10 @@ def test_each_line_maps_to_the_tests_that_ran_it(tmp_path, monkeypatch):
     measured.start()
     import pkg
 
-    for node_id, call in (("tests/test_pkg.py::test_double", lambda: pkg.double(2)), ("tests/test_pkg.py::test_both[a b]", lambda: (pkg.double(1), pkg.half(1)))):
+    for node_id, call in (
+        ("tests/test_pkg.py::test_double", lambda: pkg.double(2)),
+        ("tests/test_pkg.py::test_both[a b]", lambda: (pkg.double(1), pkg.half(1))),
+    ):
         measured.switch_context(node_id)
         call()
     measured.switch_context("")
@@ -83,4 +86,7 @@ def test_an_inherited_test_method_keeps_the_node_id_of_the_class_that_runs_it():
         '<testsuites><testsuite><testcase file="tests/__init__.py" classname="tests.test_cache.CacheTest" name="test_defaults"/>'
         '<testcase file="tests/test_cache.py" classname="tests.test_cache.CacheTest" name="test_own"/></testsuite></testsuites>'
     )
-    assert parse_junit(xml) == {"tests/test_cache.py::CacheTest::test_defaults": True, "tests/test_cache.py::CacheTest::test_own": True}
+    assert parse_junit(xml) == {
+        "tests/test_cache.py::CacheTest::test_defaults": True,
+        "tests/test_cache.py::CacheTest::test_own": True,
+    }

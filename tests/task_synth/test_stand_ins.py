@@ -76,11 +76,20 @@ def _returned(function: ast.FunctionDef) -> str:
 def test_a_function_gets_none_its_first_argument_and_an_always_equal_object():
     texts = _by_name(_tools_deletion("combine", "function"))
     assert list(texts) == ["return an always-equal object", "return None", "return the first argument"]
-    assert [_returned(_definition(text, "combine")) for text in texts.values()] == ["return _AlwaysEqual()", "return None", "return left"]
+    assert [_returned(_definition(text, "combine")) for text in texts.values()] == [
+        "return _AlwaysEqual()",
+        "return None",
+        "return left",
+    ]
 
 
 def test_every_stand_in_parses_and_keeps_the_signature_decorators_and_docstring():
-    for qualname, kind in [("combine", "function"), ("Tool.run", "method"), ("Tool.parse", "method"), ("Tool.label", "method")]:
+    for qualname, kind in [
+        ("combine", "function"),
+        ("Tool.run", "method"),
+        ("Tool.parse", "method"),
+        ("Tool.label", "method"),
+    ]:
         original = _definition(TOOLS, qualname)
         for name, text in _by_name(_tools_deletion(qualname, kind)).items():
             compile(text, "tools.py", "exec")
@@ -88,12 +97,16 @@ def test_every_stand_in_parses_and_keeps_the_signature_decorators_and_docstring(
             assert ast.dump(replaced.args) == ast.dump(original.args), (qualname, name)
             assert [ast.dump(d) for d in replaced.decorator_list] == [ast.dump(d) for d in original.decorator_list]
             assert ast.get_docstring(replaced) == ast.get_docstring(original)
-            assert text.replace(ast.get_source_segment(text, replaced), "") == TOOLS.replace(ast.get_source_segment(TOOLS, original), "")
+            assert text.replace(ast.get_source_segment(text, replaced), "") == TOOLS.replace(
+                ast.get_source_segment(TOOLS, original), ""
+            )
 
 
 def test_a_method_returns_its_first_argument_after_self_or_cls_but_a_static_method_its_very_first():
     returned = {
-        qualname: _returned(_definition(_by_name(_tools_deletion(qualname, "method"))["return the first argument"], qualname))
+        qualname: _returned(
+            _definition(_by_name(_tools_deletion(qualname, "method"))["return the first argument"], qualname)
+        )
         for qualname in ("Tool.run", "Tool.parse", "Tool.make")
     }
     assert returned == {"Tool.run": "return command", "Tool.parse": "return text", "Tool.make": "return name"}

@@ -16,8 +16,8 @@ import pytest
 
 from env_server.task_store import TaskStore
 from proto.tasks import IoCheck, TaskRecord
-from task_synth.candidates import enumerate_units
 from task_synth.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
+from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
 from task_synth.io_recording import MAX_CHECKS, MAX_UNSEEN
 from task_synth.pipeline import synthesize
@@ -53,7 +53,9 @@ def _grade(docker_backend, record: TaskRecord, store: Path, apply_solution: bool
         if apply_solution:
             sb.write_file("/home/agent/solution.patch", (hidden / "solution.patch").read_text())
             assert sb.exec("git apply /home/agent/solution.patch", cwd="/workspace").exit_code == 0
-        command = f"{record.test_command} --junitxml=/home/agent/junit.xml " + shlex.join(record.FAIL_TO_PASS + record.PASS_TO_PASS)
+        command = f"{record.test_command} --junitxml=/home/agent/junit.xml " + shlex.join(
+            record.FAIL_TO_PASS + record.PASS_TO_PASS
+        )
         sb.exec(command, timeout=300, cwd="/workspace")
         return parse_junit(sb.read_file("/home/agent/junit.xml").decode())
 
@@ -137,7 +139,10 @@ def test_every_workspace_is_one_commit_without_caches_or_installed_copy(synthesi
 
 
 def _io_checks(store: Path, record: TaskRecord) -> list[IoCheck]:
-    return [IoCheck.model_validate(check) for check in json.loads((store / "hidden" / record.instance_id / "io_checks.json").read_text())]
+    return [
+        IoCheck.model_validate(check)
+        for check in json.loads((store / "hidden" / record.instance_id / "io_checks.json").read_text())
+    ]
 
 
 @pytest.fixture
@@ -169,7 +174,9 @@ def test_every_task_has_hidden_io_checks_and_names_its_pytest_plugins(synthesize
 
 def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesized, original_minilib):
     report, store = synthesized
-    function_tasks = [record for record in report.records if record.deleted[0].kind in ("function", "feature", "module")]
+    function_tasks = [
+        record for record in report.records if record.deleted[0].kind in ("function", "feature", "module")
+    ]
     assert function_tasks, "the fixture run has no function, feature or module task to record checks of"
     for record in function_tasks:
         checks = _io_checks(store, record)
@@ -188,17 +195,28 @@ def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesi
 def test_some_function_task_gets_checks_of_calls_no_visible_test_makes(synthesized):
     """Unseen checks: perturbed arguments of recorded calls, none of them a call a visible test made."""
     report, store = synthesized
-    unseen = {record.instance_id: [check for check in _io_checks(store, record) if check.test is None] for record in report.records}
+    unseen = {
+        record.instance_id: [check for check in _io_checks(store, record) if check.test is None]
+        for record in report.records
+    }
     assert any(unseen.values()), unseen
     for record in report.records:
-        linked = {(check.qualname, check.args, check.kwargs) for check in _io_checks(store, record) if check.test is not None}
-        assert not linked & {(check.qualname, check.args, check.kwargs) for check in unseen[record.instance_id]}, record.instance_id
+        linked = {
+            (check.qualname, check.args, check.kwargs) for check in _io_checks(store, record) if check.test is not None
+        }
+        assert not linked & {(check.qualname, check.args, check.kwargs) for check in unseen[record.instance_id]}, (
+            record.instance_id
+        )
 
 
 def _deletion_of(record: TaskRecord):
     layout = read_layout(MINILIB)
     deleted = record.deleted[0]
-    unit = next(u for u in enumerate_units(layout) if (u.path, u.qualname, u.kind) == (deleted.path, deleted.qualname, deleted.kind))
+    unit = next(
+        u
+        for u in enumerate_units(layout)
+        if (u.path, u.qualname, u.kind) == (deleted.path, deleted.qualname, deleted.kind)
+    )
     return layout, delete_unit(layout, unit, record.mode)
 
 
@@ -249,7 +267,9 @@ def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_
         "COPY vendored-0.1-py3-none-any.whl /usr/share/python-wheels/vendored-0.1-py3-none-any.whl\n"
     )
     leaky = "regrow/test-leaky-task:planted"
-    docker_backend.client.images.build(path=str(context), tag=leaky, buildargs={"TASK_IMAGE": record.image}, network_mode="none", rm=True)
+    docker_backend.client.images.build(
+        path=str(context), tag=leaky, buildargs={"TASK_IMAGE": record.image}, network_mode="none", rm=True
+    )
     # The planted files sit on the repository image; the workspace that a reset writes is scanned on its own.
     try:
         hits = scan_image(docker_backend, leaky, canaries, set(layout.test_files), ["minilib"])
@@ -258,7 +278,9 @@ def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_
     by_path = {}
     for hit in hits:
         by_path.setdefault(hit.path, set()).add(hit.canary)
-    assert by_path["usr/lib/python3/dist-packages/__pycache__/stale.cpython-311.pyc"] <= {c.decode() for c in canaries.identifiers}
+    assert by_path["usr/lib/python3/dist-packages/__pycache__/stale.cpython-311.pyc"] <= {
+        c.decode() for c in canaries.identifiers
+    }
     assert "cache left behind" in by_path["workspace/.mypy_cache/3.11/minilib/meta.json"]
     assert len(by_path["workspace/.mypy_cache/3.11/minilib/meta.json"]) == 2  # the cache itself and a canary in it
     assert by_path["usr/share/python-wheels/vendored-0.1-py3-none-any.whl!vendored/copy.py"]
@@ -267,14 +289,25 @@ def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_
 def test_same_seed_gives_the_same_task_whatever_the_jobs(synthesized, docker_backend, tmp_path):
     report, _ = synthesized
     first = next(r for r in report.records if r.mode == "stub")
-    again = synthesize(str(MINILIB), tmp_path / "again", SETTINGS.model_copy(update={"modes": ["stub"], "max_tasks": 1, "jobs": 1}), backend=docker_backend)
+    again = synthesize(
+        str(MINILIB),
+        tmp_path / "again",
+        SETTINGS.model_copy(update={"modes": ["stub"], "max_tasks": 1, "jobs": 1}),
+        backend=docker_backend,
+    )
     assert len(again.records) == 1
     second = again.records[0]
     fields = ("instance_id", "image", "FAIL_TO_PASS", "PASS_TO_PASS", "solution_patch", "problem_statement", "deleted")
     assert {f: getattr(second, f) for f in fields} == {f: getattr(first, f) for f in fields}
     # The same files with the same bytes; git's index alone holds the host's stat data and differs.
-    files = [{path: data for path, data in archive_files(run.workspaces[record.instance_id]) if path != "workspace/.git/index"}
-             for run, record in ((again, second), (report, first))]
+    files = [
+        {
+            path: data
+            for path, data in archive_files(run.workspaces[record.instance_id])
+            if path != "workspace/.git/index"
+        }
+        for run, record in ((again, second), (report, first))
+    ]
     assert files[0] == files[1]
     assert again.io_checks[second.instance_id] == report.io_checks[first.instance_id]
 

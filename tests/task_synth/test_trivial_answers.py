@@ -33,7 +33,7 @@ def remember(word):
     _SEEN.sort()
     return None
 '''
-TESTS = '''
+TESTS = """
 from minilib.words import normalize, remember
 
 
@@ -53,7 +53,7 @@ def test_package_has_a_docstring():
     import minilib
 
     assert minilib.__doc__
-'''
+"""
 
 
 @pytest.fixture
@@ -69,7 +69,9 @@ def words_repo(tmp_path) -> Path:
     return root
 
 
-def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_rejected(docker_backend, base_image, words_repo, tmp_path):
+def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_rejected(
+    docker_backend, base_image, words_repo, tmp_path
+):
     settings = SynthSettings(modes=["stub"], baseline_runs=1, flaky_reruns=0)
     (tmp_path / "scratch").mkdir()
     context = prepare_repo(str(words_repo), settings, docker_backend, tmp_path / "scratch", [])
@@ -90,7 +92,9 @@ def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_
     assert "return None" in remember.detail and remember.stand_in_executions == 1 * 3
 
 
-def test_a_repeated_run_reports_each_round_and_tells_the_tests_their_round(docker_backend, base_image, words_repo, tmp_path):
+def test_a_repeated_run_reports_each_round_and_tells_the_tests_their_round(
+    docker_backend, base_image, words_repo, tmp_path
+):
     from task_synth.test_runs import run_tests
 
     (words_repo / "tests" / "test_rounds.py").write_text(
@@ -99,7 +103,10 @@ def test_a_repeated_run_reports_each_round_and_tells_the_tests_their_round(docke
     settings = SynthSettings(modes=["stub"], baseline_runs=1, flaky_reruns=0)
     (tmp_path / "scratch").mkdir()
     context = prepare_repo(str(words_repo), settings, docker_backend, tmp_path / "scratch", [])
-    tests = ["tests/test_rounds.py::test_passes_in_round_one_only", "tests/test_words.py::test_remember_returns_nothing"]
+    tests = [
+        "tests/test_rounds.py::test_passes_in_round_one_only",
+        "tests/test_words.py::test_remember_returns_nothing",
+    ]
     with context.sandbox() as sb:
         run = run_tests(sb, settings.test_command, tests, 120, repeat=3)
     assert [outcomes[tests[0]] for outcomes in run.rounds] == [False, True, False]

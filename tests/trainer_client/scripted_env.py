@@ -12,8 +12,8 @@ from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from pydantic import ValidationError
 
-from tests.live_process import served_in_thread
 from proto import TOOL_ARGS, CodingObservation, EpisodeState, ToolCall, tool_specs
+from tests.live_process import served_in_thread
 
 
 class ScriptedCodingEnv(Environment):
@@ -32,7 +32,9 @@ class ScriptedCodingEnv(Environment):
     def step(self, action: ToolCall, timeout_s=None, **kwargs) -> CodingObservation:
         self._state.step_count += 1
         if action.metadata.get("parse_error"):
-            return CodingObservation(output="", feedback=f"your tool call could not be read: {action.metadata['parse_error']}")
+            return CodingObservation(
+                output="", feedback=f"your tool call could not be read: {action.metadata['parse_error']}"
+            )
         if action.tool not in TOOL_ARGS:
             return CodingObservation(feedback=f"unknown tool {action.tool!r}; the tools are {', '.join(TOOL_ARGS)}")
         try:
@@ -49,7 +51,9 @@ class ScriptedCodingEnv(Environment):
         if action.tool == "submit":
             self._state.done = True
             reward = 1.0 if "calc/ops.py" in self.files else 0.0
-            return CodingObservation(output="graded", done=True, reward=reward, feedback=None if reward else "2 tests fail")
+            return CodingObservation(
+                output="graded", done=True, reward=reward, feedback=None if reward else "2 tests fail"
+            )
         return CodingObservation(output=f"{action.tool} ok", exit_code=0)
 
     @property

@@ -2,11 +2,11 @@
 
 import pytest
 
+from proto import CodingObservation, tool_specs
 from tests.trainer_client.conftest import ScriptedSampler
 from trainer_client.agent_loop import EpisodeLimits, play_episode
 from trainer_client.chat_format import initial_messages, tool_response_message
 from trainer_client.env_client import EnvClient
-from proto import CodingObservation, tool_specs
 
 RUN_LS = '<tool_call>\n{"name": "run", "arguments": {"command": "ls"}}\n</tool_call>'
 WRITE = '<tool_call>\n{"name": "write_file", "arguments": {"path": "calc/ops.py", "content": "x = 1"}}\n</tool_call>'
@@ -24,7 +24,7 @@ async def play(url, tokenizer, episode_tokens, texts, limits=EpisodeLimits()):
 
 
 async def test_env_mask_marks_exactly_the_policy_tokens(scripted_env_url, tokenizer, episode_tokens):
-    trajectory, sampler = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS, SUBMIT])
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS, SUBMIT])
 
     assert trajectory.done and trajectory.stop_reason == "done" and len(trajectory.turns) == 2
     first, second = trajectory.turns
@@ -55,7 +55,9 @@ async def test_token_context_equals_the_chat_template_rendering(scripted_env_url
 async def test_malformed_call_goes_to_the_env_and_its_feedback_hints_the_next_turn(
     scripted_env_url, tokenizer, episode_tokens
 ):
-    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, ["<tool_call>{not json}</tool_call>", SUBMIT])
+    trajectory, _ = await play(
+        scripted_env_url, tokenizer, episode_tokens, ["<tool_call>{not json}</tool_call>", SUBMIT]
+    )
 
     first, second = trajectory.turns
     assert first.calls == 1 and first.parse_errors and "not valid JSON" in first.parse_errors[0]
@@ -94,9 +96,7 @@ async def test_unknown_tool_draws_feedback(scripted_env_url, tokenizer, episode_
 
 
 async def test_turn_limit_stops_the_episode(scripted_env_url, tokenizer, episode_tokens):
-    trajectory, _ = await play(
-        scripted_env_url, tokenizer, episode_tokens, [RUN_LS] * 5, EpisodeLimits(max_turns=3)
-    )
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS] * 5, EpisodeLimits(max_turns=3))
 
     assert len(trajectory.turns) == 3 and not trajectory.done
     assert trajectory.stop_reason == "turn_limit" and trajectory.reward == 0.0

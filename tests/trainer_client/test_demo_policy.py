@@ -21,9 +21,15 @@ def test_smollm2_loads_offline_and_answers_the_demo_prompt_with_a_tool_call():
     prompt = torch.tensor([tokens.prompt_ids(demo_messages())])
 
     with torch.no_grad():
-        out = model.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=40, do_sample=False,
-                             eos_token_id=tokens.stop_ids, pad_token_id=tokenizer.pad_token_id)
-    text = tokens.decode(out[0, prompt.size(1):].tolist())
+        out = model.generate(
+            prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=40,
+            do_sample=False,
+            eos_token_id=tokens.stop_ids,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    text = tokens.decode(out[0, prompt.size(1) :].tolist())
     calls = parse_tool_calls(text)
 
     assert model.dtype == torch.float32 and model.num_parameters() > 100_000_000  # dequantized for training

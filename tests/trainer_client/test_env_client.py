@@ -70,8 +70,15 @@ def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, ep
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
     options = iter([{"task_id": f"task-{n}"} for n in range(100)])
     stream = RolloutStream(
-        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=2, group_size=2,
-        max_staleness=1, max_buffered_groups=2,
+        scripted_env_url,
+        sampler,
+        episode_tokens,
+        EpisodeLimits(),
+        options,
+        workers=2,
+        group_size=2,
+        max_staleness=1,
+        max_buffered_groups=2,
     )
     with stream:
         stream.next_groups(2, policy_version=0, timeout=60)

@@ -52,9 +52,7 @@ def logps_and_grads(model, compute):
 
 
 def full_forward_logps(model, pairs, pad_token_id):
-    return completion_logps(
-        model, [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs], pad_token_id
-    )
+    return completion_logps(model, [(p, c) for p, c, _ in pairs] + [(p, r) for p, _, r in pairs], pad_token_id)
 
 
 def assert_same(got, want):
@@ -84,7 +82,9 @@ def test_pair_logps_equal_full_forwards_in_value_and_gradient(model, pairs, toke
     assert_same(got, want)
 
 
-def test_pair_logps_continuing_a_recorded_batch_equal_full_forwards_in_value_and_gradient(model, pairs, batch, tokenizer):
+def test_pair_logps_continuing_a_recorded_batch_equal_full_forwards_in_value_and_gradient(
+    model, pairs, batch, tokenizer
+):
     input_ids, attention_mask = batch
 
     def continued():
@@ -98,7 +98,9 @@ def test_pair_logps_continuing_a_recorded_batch_equal_full_forwards_in_value_and
     assert_same(logps_and_grads(model, continued), want)
 
 
-def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_grad_prompt(model, pairs, batch, tokenizer):
+def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_grad_prompt(
+    model, pairs, batch, tokenizer
+):
     input_ids, attention_mask = batch
 
     def straightforward():
@@ -108,7 +110,9 @@ def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_gra
                 cache = model(input_ids=torch.tensor([prompt[:-1]]), use_cache=True).past_key_values
             for completion in completions:
                 ids = torch.tensor([[prompt[-1], *completion]])
-                logits = model(input_ids=ids, past_key_values=cache.__class__(ddp_cache_data=list(cache))).logits[0, :-1]
+                logits = model(input_ids=ids, past_key_values=cache.__class__(ddp_cache_data=list(cache))).logits[
+                    0, :-1
+                ]
                 totals.append(torch.log_softmax(logits, -1).gather(-1, ids[0, 1:].unsqueeze(-1)).sum())
         return torch.stack(totals[0::2] + totals[1::2])
 
@@ -121,7 +125,9 @@ def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_gra
     got = logps_and_grads(model, without_context_grad)
     assert_same(got, logps_and_grads(model, straightforward))
     # same values as the exact mode, but no gradient reaches tokens that only the contexts contain
-    torch.testing.assert_close(got[0], full_forward_logps(model, pairs, tokenizer.pad_token_id).detach(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        got[0], full_forward_logps(model, pairs, tokenizer.pad_token_id).detach(), rtol=1e-4, atol=1e-4
+    )
     context_only = {t for p, _, _ in pairs for t in p[:-1]} - {t for p, c, r in pairs for t in (p[-1], *c, *r)}
     assert context_only
     assert got[1]["model.embed_tokens.weight"][sorted(context_only)].abs().sum() == 0
@@ -129,23 +135,36 @@ def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_gra
 
 def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forward(model, tokenizer):
     encode = tokenizer.encode
-    prompts = [encode(SYSTEM + "<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"), encode("<|im_start|>user\nls<|im_end|>\n")]
-    turn_one, response, turn_two = encode("list_dir"), encode("<|im_start|>user\nran it<|im_end|>\n<|im_start|>assistant\n"), encode("submit now")
+    prompts = [
+        encode(SYSTEM + "<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"),
+        encode("<|im_start|>user\nls<|im_end|>\n"),
+    ]
+    turn_one, response, turn_two = (
+        encode("list_dir"),
+        encode("<|im_start|>user\nran it<|im_end|>\n<|im_start|>assistant\n"),
+        encode("submit now"),
+    )
     completions = [turn_one + response + turn_two, turn_one + response + turn_two + response + turn_one]
     hint = tuple(encode("<|im_start|>user\nFeedback on your last action: unknown tool<|im_end|>\n"))
     # the hint goes after the tool response's message, before the generation prompt
     hint_at = len(turn_one) + len(encode("<|im_start|>user\nran it<|im_end|>\n"))
     start = len(turn_one) + len(response)
-    turns = [(0, HintedTurn(hint_at, start, start + len(turn_two), hint)), (1, HintedTurn(hint_at, start, start + len(turn_two), hint))]
-    prompt_ids, prompt_mask = left_padded(prompts, tokenizer.pad_token_id, torch.device("cpu"))
-    completion_ids, completion_mask = (t.flip(1) for t in left_padded([c[::-1] for c in completions], tokenizer.pad_token_id, torch.device("cpu")))
-    rows = [
-        teacher_row(row, prompt_ids.size(1), prompts[row], completions[row], turn, turn.end) for row, turn in turns
+    turns = [
+        (0, HintedTurn(hint_at, start, start + len(turn_two), hint)),
+        (1, HintedTurn(hint_at, start, start + len(turn_two), hint)),
     ]
+    prompt_ids, prompt_mask = left_padded(prompts, tokenizer.pad_token_id, torch.device("cpu"))
+    completion_ids, completion_mask = (
+        t.flip(1) for t in left_padded([c[::-1] for c in completions], tokenizer.pad_token_id, torch.device("cpu"))
+    )
+    rows = [teacher_row(row, prompt_ids.size(1), prompts[row], completions[row], turn, turn.end) for row, turn in turns]
     teacher = SDPOTeacher(TeacherWeights.live, model)
 
     with torch.no_grad(), recorded_forward(model, keep_prefix=True) as recorded:
-        model(input_ids=torch.cat([prompt_ids, completion_ids], 1), attention_mask=torch.cat([prompt_mask, completion_mask], 1))
+        model(
+            input_ids=torch.cat([prompt_ids, completion_ids], 1),
+            attention_mask=torch.cat([prompt_mask, completion_mask], 1),
+        )
     continued = teacher.logits(model, rows, tokenizer.pad_token_id, 0.7, student_prefix=recorded.prefix)
     full = teacher.logits(model, rows, tokenizer.pad_token_id, 0.7)
 
@@ -156,7 +175,10 @@ def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forwa
 @pytest.mark.parametrize("context_grad", [True, False])
 def test_pair_logps_of_prompts_sharing_nothing_one_of_a_single_token(model, tokenizer, context_grad):
     encode = tokenizer.encode
-    pairs = [(encode("ls")[:1], encode("ran it"), encode("x")), (encode("run the tests please"), encode("submit"), encode("read_file calc/ops.py"))]
+    pairs = [
+        (encode("ls")[:1], encode("ran it"), encode("x")),
+        (encode("run the tests please"), encode("submit"), encode("read_file calc/ops.py")),
+    ]
 
     chosen, rejected = pair_logps(model, pairs, tokenizer.pad_token_id, context_grad=context_grad)
 

@@ -17,7 +17,9 @@ def test_every_train_flag_is_a_setting_with_the_same_default():
         assert name in fields, f"--{parameter.name} has no TrainSettings field"
         default = fields[name].get_default(call_default_factory=True)
         if parameter.default not in (None, ()):
-            assert parameter.default == default, f"--{parameter.name} defaults to {parameter.default!r}, the setting to {default!r}"
+            assert parameter.default == default, (
+                f"--{parameter.name} defaults to {parameter.default!r}, the setting to {default!r}"
+            )
 
 
 def test_variables_configure_the_run_when_no_flag_is_given(tmp_path):
@@ -46,9 +48,19 @@ def test_every_setting_the_trainer_config_shares_reaches_it():
     from trainer_client.train_run import build_config
 
     changed = {
-        "alpha_sdpo": 0.3, "sdpo_teacher": "ema", "sdpo_jsd_alpha": 0.2, "sdpo_top_k": 7, "sdpo_importance_clip": 3.0,
-        "beta_dpo": 0.4, "dpo_beta": 0.2, "dpo_context_grad": False, "learning_rate": 3e-5, "temperature": 0.7,
-        "loss_type": "grpo", "save_steps": 9, "seed": 5,
+        "alpha_sdpo": 0.3,
+        "sdpo_teacher": "ema",
+        "sdpo_jsd_alpha": 0.2,
+        "sdpo_top_k": 7,
+        "sdpo_importance_clip": 3.0,
+        "beta_dpo": 0.4,
+        "dpo_beta": 0.2,
+        "dpo_context_grad": False,
+        "learning_rate": 3e-5,
+        "temperature": 0.7,
+        "loss_type": "grpo",
+        "save_steps": 9,
+        "seed": 5,
     }
     settings = TrainSettings(env="http://127.0.0.1:9", **changed)
     config = build_config(settings, "cpu")

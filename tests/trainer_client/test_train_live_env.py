@@ -24,9 +24,23 @@ def live_env(docker_backend, base_image, tmp_path_factory):
     port, grpc_port = free_port(), free_port()
     log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
     process = subprocess.Popen(
-        [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--host", "127.0.0.1",
-         "--port", str(port), "--grpc-port", str(grpc_port), "--max-episodes", "4"],
-        stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"},
+        [
+            str(Path(sys.executable).parent / "regrow"),
+            "serve",
+            "--tasks",
+            str(store),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--grpc-port",
+            str(grpc_port),
+            "--max-episodes",
+            "4",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"},
     )
     url = f"http://127.0.0.1:{port}"
     try:

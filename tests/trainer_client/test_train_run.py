@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
+from tests.trainer_client.tiny_policy import save_tiny_policy
 
 pytestmark = pytest.mark.train
 
@@ -19,9 +19,22 @@ def settings_for(url, model, output_dir, steps):
     from trainer_client.train_settings import TrainSettings
 
     return TrainSettings(
-        env=url, model=str(model), output_dir=output_dir, task_ids=["calc"], steps=steps, group_size=2,
-        groups_per_step=1, workers=2, max_turns=2, max_turn_tokens=24, max_completion_tokens=512,
-        alpha_sdpo=0.5, sdpo_teacher="ema", device="cpu", save_steps=1, episode_timeout_s=300,
+        env=url,
+        model=str(model),
+        output_dir=output_dir,
+        task_ids=["calc"],
+        steps=steps,
+        group_size=2,
+        groups_per_step=1,
+        workers=2,
+        max_turns=2,
+        max_turn_tokens=24,
+        max_completion_tokens=512,
+        alpha_sdpo=0.5,
+        sdpo_teacher="ema",
+        device="cpu",
+        save_steps=1,
+        episode_timeout_s=300,
     )
 
 
@@ -34,6 +47,9 @@ def test_run_saves_checkpoints_and_resumes_from_the_last_one(scripted_env_url, t
     second = run_training(settings_for(scripted_env_url, tiny_policy_dir, tmp_path, steps=2))
 
     assert second.steps == 2 and last_checkpoint(tmp_path).endswith("checkpoint-2")
-    assert [entry["step"] for entry in second.log_history] == [1, 2]  # step 1 restored from the checkpoint, not retrained
+    assert [entry["step"] for entry in second.log_history] == [
+        1,
+        2,
+    ]  # step 1 restored from the checkpoint, not retrained
     assert list((tmp_path / "runs").rglob("events.out.tfevents.*"))  # TensorBoard got the per-channel scalars
     assert (second.final_model / "config.json").is_file()

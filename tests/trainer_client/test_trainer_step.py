@@ -31,8 +31,11 @@ def trajectories(scripted_env_url, tokenizer, episode_tokens):
         try:
             return [
                 await play_episode(
-                    client, ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, s), episode_tokens,
-                    EpisodeLimits(), {"task_id": "calc"},
+                    client,
+                    ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, s),
+                    episode_tokens,
+                    EpisodeLimits(),
+                    {"task_id": "calc"},
                 )
                 for s in SCRIPTS
             ]
@@ -94,12 +97,21 @@ def test_alpha_zero_step_equals_stock_grpo_trainer(tmp_path, tokenizer, trajecto
     # SGD: Adam's first step, g / (|g| + eps), magnifies float noise in near-zero gradients up to lr.
     # Each trainer seeds the global RNG when it is built; build and train one after the other.
     stock = build(
-        GRPOTrainer, config(tmp_path / "stock", GRPOConfig, optim="sgd"), copy.deepcopy(base), tokenizer, trajectories, episode_tokens
+        GRPOTrainer,
+        config(tmp_path / "stock", GRPOConfig, optim="sgd"),
+        copy.deepcopy(base),
+        tokenizer,
+        trajectories,
+        episode_tokens,
     )
     stock.train()
     ours = build(
-        RegrowGRPOTrainer, config(tmp_path / "ours", RegrowGRPOConfig, alpha_sdpo=0.0, optim="sgd"), copy.deepcopy(base),
-        tokenizer, trajectories, episode_tokens,
+        RegrowGRPOTrainer,
+        config(tmp_path / "ours", RegrowGRPOConfig, alpha_sdpo=0.0, optim="sgd"),
+        copy.deepcopy(base),
+        tokenizer,
+        trajectories,
+        episode_tokens,
     )
     ours.train()
 
@@ -119,12 +131,21 @@ def test_sdpo_step_differs_from_grpo_and_logs_distilled_tokens(tmp_path, tokeniz
 
     base = tiny_qwen2(tokenizer)
     plain = build(
-        RegrowGRPOTrainer, config(tmp_path / "plain", RegrowGRPOConfig), copy.deepcopy(base), tokenizer, trajectories, episode_tokens
+        RegrowGRPOTrainer,
+        config(tmp_path / "plain", RegrowGRPOConfig),
+        copy.deepcopy(base),
+        tokenizer,
+        trajectories,
+        episode_tokens,
     )
     plain.train()
     sdpo = build(
-        RegrowGRPOTrainer, config(tmp_path / "sdpo", RegrowGRPOConfig, alpha_sdpo=1.0, sdpo_teacher="initial"),
-        copy.deepcopy(base), tokenizer, trajectories, episode_tokens,
+        RegrowGRPOTrainer,
+        config(tmp_path / "sdpo", RegrowGRPOConfig, alpha_sdpo=1.0, sdpo_teacher="initial"),
+        copy.deepcopy(base),
+        tokenizer,
+        trajectories,
+        episode_tokens,
     )
     sdpo.train()
 
@@ -138,8 +159,12 @@ def test_sdpo_gradient_touches_only_the_hinted_turn_tokens(tmp_path, tokenizer, 
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     trainer = build(
-        RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, alpha_sdpo=1.0), tiny_qwen2(tokenizer),
-        tokenizer, trajectories, episode_tokens,
+        RegrowGRPOTrainer,
+        config(tmp_path, RegrowGRPOConfig, alpha_sdpo=1.0),
+        tiny_qwen2(tokenizer),
+        tokenizer,
+        trajectories,
+        episode_tokens,
     )
     inputs = trainer._generate_and_score_completions([{"prompt": EPISODE_SLOT} for _ in range(4)])
     width = inputs["prompt_ids"].size(1) + inputs["completion_ids"].size(1)
@@ -159,10 +184,10 @@ def test_sdpo_gradient_touches_only_the_hinted_turn_tokens(tmp_path, tokenizer, 
 
 
 def test_teacher_context_is_the_template_rendering_with_the_hint_inserted(tokenizer, trajectories, episode_tokens):
+    from proto import CodingObservation, tool_specs
     from trainer_client.chat_format import hint_message, initial_messages, tool_response_message
     from trainer_client.rollout_rows import hinted_turns
     from trainer_client.sdpo_teacher import teacher_context
-    from proto import CodingObservation, tool_specs
 
     trajectory = trajectories[3]  # malformed call, then submit
     turn = hinted_turns(trajectory, episode_tokens)[0]
@@ -175,7 +200,9 @@ def test_teacher_context_is_the_template_rendering_with_the_hint_inserted(tokeni
     rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     turn_ids = trajectory.completion_ids[turn.start : turn.end]
 
-    assert teacher_context(trajectory.prompt_ids, trajectory.completion_ids, turn, turn.end) == list(rendered) + turn_ids
+    assert (
+        teacher_context(trajectory.prompt_ids, trajectory.completion_ids, turn, turn.end) == list(rendered) + turn_ids
+    )
 
 
 def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):
@@ -201,7 +228,10 @@ def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
     from trainer_client.policy_forward import pair_logps
 
     model = tiny_qwen2(tokenizer)
-    prompts = [tokenizer.encode("<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"), tokenizer.encode("ls -la and run")]
+    prompts = [
+        tokenizer.encode("<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"),
+        tokenizer.encode("ls -la and run"),
+    ]
     chosen = [tokenizer.encode(SUBMIT), tokenizer.encode("ran it")]
     rejected = [tokenizer.encode(RUN_LS), tokenizer.encode("x")]
 
@@ -212,7 +242,9 @@ def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
 
 
 @pytest.mark.parametrize("context_grad", [True, False])
-def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(tmp_path, tokenizer, trajectories, episode_tokens, context_grad):
+def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
+    tmp_path, tokenizer, trajectories, episode_tokens, context_grad
+):
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
     from trainer_client.preference_pairs import PairBatches
     from trainer_client.train_bench import synthetic_pairs
@@ -222,7 +254,11 @@ def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(tmp_path, tokenizer, 
     trainer = build(
         RegrowGRPOTrainer,
         config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0, dpo_beta=0.5, dpo_context_grad=context_grad),
-        model, tokenizer, trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2),
+        model,
+        tokenizer,
+        trajectories,
+        episode_tokens,
+        pair_batches=PairBatches(pairs, 2),
     )
     trainer.train()
 
@@ -241,7 +277,9 @@ def test_three_channels_continue_a_bf16_autocast_forward(tmp_path, tokenizer, tr
     model = tiny_qwen2(tokenizer)
     pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
     args = config(tmp_path, RegrowGRPOConfig, bf16=True, alpha_sdpo=1.0, sdpo_teacher="live", beta_dpo=1.0)
-    trainer = build(RegrowGRPOTrainer, args, model, tokenizer, trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2))
+    trainer = build(
+        RegrowGRPOTrainer, args, model, tokenizer, trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2)
+    )
     precisions = []
     probe = model.model.layers[0].mlp.down_proj.register_forward_hook(lambda _m, _i, out: precisions.append(out.dtype))
     trainer.train()
@@ -258,4 +296,11 @@ def test_dpo_weight_without_pairs_is_refused(tmp_path, tokenizer, trajectories, 
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     with pytest.raises(ValueError, match="--pairs"):
-        build(RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0), tiny_qwen2(tokenizer), tokenizer, trajectories, episode_tokens)
+        build(
+            RegrowGRPOTrainer,
+            config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0),
+            tiny_qwen2(tokenizer),
+            tokenizer,
+            trajectories,
+            episode_tokens,
+        )

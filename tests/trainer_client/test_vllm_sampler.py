@@ -16,9 +16,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.live_process import free_port, served_in_thread, served_subprocess  # noqa: E402
-from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn  # noqa: E402
+from tests.live_process import free_port, served_in_thread, served_subprocess
+from tests.trainer_client.tiny_policy import tiny_qwen2
+from trainer_client.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn
 
 pytestmark = pytest.mark.train
 
@@ -58,7 +58,9 @@ class StandInVLLM:
             longest = max(len(prompt) for prompt in body["prompt"]) + body["max_tokens"]
             if longest > MAX_MODEL_LEN:
                 message = f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested {longest} tokens."
-                return JSONResponse({"error": {"message": message, "type": "BadRequestError", "code": 400}}, status_code=400)
+                return JSONResponse(
+                    {"error": {"message": message, "type": "BadRequestError", "code": 400}}, status_code=400
+                )
             async with company:
                 self.in_flight += 1
                 self.max_in_flight = max(self.max_in_flight, self.in_flight)
@@ -75,7 +77,9 @@ class StandInVLLM:
                 "id": f"cmpl-{len(self.replies)}",
                 "object": "text_completion",
                 "model": "tiny-policy",
-                "choices": [self._choice(i, prompt, turn, body) for i, (prompt, turn) in enumerate(zip(body["prompt"], turns))],
+                "choices": [
+                    self._choice(i, prompt, turn, body) for i, (prompt, turn) in enumerate(zip(body["prompt"], turns))
+                ],
             }
             self.replies.append(reply)
             return reply
@@ -85,7 +89,9 @@ class StandInVLLM:
     def _sample(self, body: dict):
         from trainer_client.hf_sampler import HFTurnSampler
 
-        stops = list(body.get("stop_token_ids") or []) + ([] if body.get("ignore_eos") else [self.tokenizer.eos_token_id])
+        stops = list(body.get("stop_token_ids") or []) + (
+            [] if body.get("ignore_eos") else [self.tokenizer.eos_token_id]
+        )
         sampler = HFTurnSampler(self.model, self.tokenizer.pad_token_id, stops, body["temperature"])
         return sampler.generate_batch(body["prompt"], [body["max_tokens"]] * len(body["prompt"]))
 
@@ -190,9 +196,17 @@ def test_vllm_switch_changes_only_the_trainers_vllm_fields(tmp_path):
 
     assert hf["use_vllm"] is False
     assert {key for key in hf if hf[key] != served[key]} == {
-        "use_vllm", "vllm_mode", "vllm_server_base_url", "vllm_server_timeout", "vllm_importance_sampling_mode"
+        "use_vllm",
+        "vllm_mode",
+        "vllm_server_base_url",
+        "vllm_server_timeout",
+        "vllm_importance_sampling_mode",
     }
-    assert (served["vllm_mode"], served["vllm_server_base_url"], served["vllm_server_timeout"]) == ("server", "http://gpu-box:8000", 7.0)
+    assert (served["vllm_mode"], served["vllm_server_base_url"], served["vllm_server_timeout"]) == (
+        "server",
+        "http://gpu-box:8000",
+        7.0,
+    )
 
 
 # --- failing fast -------------------------------------------------------------------------------------
@@ -204,7 +218,11 @@ def test_no_server_at_the_url_fails_at_once_with_what_to_do():
     with pytest.raises(VLLMServerError) as error:
         check_vllm_ready(url, "cuda", timeout_s=5)
 
-    assert url in str(error.value) and "trl vllm-serve --model" in str(error.value) and "drop --vllm-server" in str(error.value)
+    assert (
+        url in str(error.value)
+        and "trl vllm-serve --model" in str(error.value)
+        and "drop --vllm-server" in str(error.value)
+    )
 
 
 def test_a_server_that_never_answers_fails_after_the_timeout_instead_of_hanging():
@@ -239,8 +257,12 @@ def test_training_checks_the_server_before_loading_the_policy(tmp_path):
     from trainer_client.train_settings import TrainSettings
 
     settings = TrainSettings(
-        env="http://127.0.0.1:9", model=str(tmp_path / "no-such-policy"), output_dir=tmp_path, device="auto",
-        vllm_server=f"http://127.0.0.1:{free_port()}", vllm_timeout_s=2,
+        env="http://127.0.0.1:9",
+        model=str(tmp_path / "no-such-policy"),
+        output_dir=tmp_path,
+        device="auto",
+        vllm_server=f"http://127.0.0.1:{free_port()}",
+        vllm_timeout_s=2,
     )
     with pytest.raises(VLLMServerError, match="no vLLM server answers"):  # not FileNotFoundError from the model load
         run_training(settings)
@@ -253,8 +275,20 @@ def test_train_command_prints_the_remedy_and_exits_1(tmp_path):
 
     port = free_port()
     result = CliRunner().invoke(
-        app, ["train", "--env", "http://127.0.0.1:9", "--model", str(tmp_path), "--output-dir", str(tmp_path),
-              "--vllm-server", f"http://127.0.0.1:{port}", "--vllm-timeout", "2"],
+        app,
+        [
+            "train",
+            "--env",
+            "http://127.0.0.1:9",
+            "--model",
+            str(tmp_path),
+            "--output-dir",
+            str(tmp_path),
+            "--vllm-server",
+            f"http://127.0.0.1:{port}",
+            "--vllm-timeout",
+            "2",
+        ],
     )
 
     said = " ".join(result.output.split())
@@ -265,7 +299,9 @@ def test_train_command_prints_the_remedy_and_exits_1(tmp_path):
 # --- turns through TRL's VLLMClient -------------------------------------------------------------------
 
 
-async def test_turn_request_carries_the_token_context_temperature_limit_and_stop_ids(vllm, episode_tokens, trl_client_without_vllm):
+async def test_turn_request_carries_the_token_context_temperature_limit_and_stop_ids(
+    vllm, episode_tokens, trl_client_without_vllm
+):
     sampler = connect(vllm.url, episode_tokens, temperature=0.7)
     context = chat_context(episode_tokens)
 
@@ -280,7 +316,9 @@ async def test_turn_request_carries_the_token_context_temperature_limit_and_stop
     assert (request["top_p"], request["top_k"], request["min_p"], request["repetition_penalty"]) == (1.0, 0, 0.0, 1.0)
 
 
-async def test_turn_is_the_servers_sampled_tokens_with_their_logprobs(vllm, tokenizer, episode_tokens, trl_client_without_vllm):
+async def test_turn_is_the_servers_sampled_tokens_with_their_logprobs(
+    vllm, tokenizer, episode_tokens, trl_client_without_vllm
+):
     sampler = connect(vllm.url, episode_tokens, temperature=0.7)
     context = chat_context(episode_tokens)
 
@@ -309,14 +347,18 @@ async def test_concurrent_workers_turns_are_in_flight_together(vllm, episode_tok
     assert all(1 <= len(turn.ids) <= 6 for turn in turns)
 
 
-async def test_agent_loop_records_the_servers_tokens_and_logprobs(vllm, scripted_env_url, episode_tokens, trl_client_without_vllm):
+async def test_agent_loop_records_the_servers_tokens_and_logprobs(
+    vllm, scripted_env_url, episode_tokens, trl_client_without_vllm
+):
     from trainer_client.agent_loop import EpisodeLimits, play_episode
     from trainer_client.env_client import EnvClient
 
     sampler = connect(vllm.url, episode_tokens)
     env = EnvClient(scripted_env_url, max_connections=1)
     try:
-        trajectory = await play_episode(env, sampler, episode_tokens, EpisodeLimits(max_turns=3, max_turn_tokens=16), {"task_id": "calc"})
+        trajectory = await play_episode(
+            env, sampler, episode_tokens, EpisodeLimits(max_turns=3, max_turn_tokens=16), {"task_id": "calc"}
+        )
     finally:
         await env.aclose()
         await sampler.aclose()
@@ -327,10 +369,14 @@ async def test_agent_loop_records_the_servers_tokens_and_logprobs(vllm, scripted
         assert trajectory.completion_ids[turn.start : turn.end] == choice["token_ids"]
         assert trajectory.logprobs[turn.start : turn.end] == choice["logprobs"]["token_logprobs"]
         assert set(trajectory.env_mask[turn.start : turn.end]) == {1}
-    assert vllm.requests[1]["prompt"][0] == trajectory.prompt_ids + trajectory.completion_ids[: trajectory.turns[1].start]
+    assert (
+        vllm.requests[1]["prompt"][0] == trajectory.prompt_ids + trajectory.completion_ids[: trajectory.turns[1].start]
+    )
 
 
-async def test_a_context_longer_than_the_server_allows_fails_with_what_to_do(vllm, episode_tokens, trl_client_without_vllm):
+async def test_a_context_longer_than_the_server_allows_fails_with_what_to_do(
+    vllm, episode_tokens, trl_client_without_vllm
+):
     sampler = connect(vllm.url, episode_tokens)
 
     with pytest.raises(VLLMServerError, match="maximum context length is 1024.*--max_model_len"):
@@ -342,11 +388,16 @@ def test_sampled_logprob_is_found_by_token_id_among_ranked_alternatives():
     from trl.generation.vllm_client import parse_logprobs
 
     # logprobs=2: vLLM ranks alternatives; the sampled token (7) is not the most likely one
-    choice = {"tokens": ["token_id:7", "token_id:3"], "token_logprobs": [-2.5, -0.1],
-              "top_logprobs": [{"token_id:4": -0.2, "token_id:9": -1.9}, {"token_id:3": -0.1, "token_id:8": -3.0}]}
+    choice = {
+        "tokens": ["token_id:7", "token_id:3"],
+        "token_logprobs": [-2.5, -0.1],
+        "top_logprobs": [{"token_id:4": -0.2, "token_id:9": -1.9}, {"token_id:3": -0.1, "token_id:8": -3.0}],
+    }
     logprobs, logprob_token_ids = parse_logprobs([choice])
 
-    turn = parsed_turn({"completion_ids": [[7, 3]], "logprobs": logprobs, "logprob_token_ids": logprob_token_ids}, stop_ids=[3])
+    turn = parsed_turn(
+        {"completion_ids": [[7, 3]], "logprobs": logprobs, "logprob_token_ids": logprob_token_ids}, stop_ids=[3]
+    )
 
     assert turn.ids == [7, 3] and turn.logprobs == [-2.5, -0.1] and turn.finished
 
@@ -369,7 +420,9 @@ def vllm_sized_policy(folder: Path) -> Path:
     from tests.trainer_client.tiny_policy import train_tokenizer
 
     tokenizer = train_tokenizer()
-    random_qwen2(tokenizer, hidden_size=256, intermediate_size=512, max_positions=4096, tie_embeddings=False).save_pretrained(folder)
+    random_qwen2(
+        tokenizer, hidden_size=256, intermediate_size=512, max_positions=4096, tie_embeddings=False
+    ).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -378,8 +431,19 @@ def trl_vllm_serve(model_dir: Path, log_path: Path, gpu: int):
     """`trl vllm-serve` on one GPU, as a GPU user runs it; yields its base URL once /health answers."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu), "HF_HUB_OFFLINE": "1"}
     command = [
-        str(Path(sys.executable).parent / "trl"), "vllm-serve", "--model", str(model_dir), "--host", "127.0.0.1",
-        "--dtype", "float32", "--gpu_memory_utilization", "0.3", "--max_model_len", "4096", "--enforce_eager",
+        str(Path(sys.executable).parent / "trl"),
+        "vllm-serve",
+        "--model",
+        str(model_dir),
+        "--host",
+        "127.0.0.1",
+        "--dtype",
+        "float32",
+        "--gpu_memory_utilization",
+        "0.3",
+        "--max_model_len",
+        "4096",
+        "--enforce_eager",
     ]
     return served_subprocess(command, log_path, env, timeout_s=600, grace_s=30)
 
@@ -417,10 +481,25 @@ async def test_gpu_training_pushes_each_steps_weights_to_the_server(tmp_path, sc
     policy_dir = vllm_sized_policy(tmp_path / "policy")
     with trl_vllm_serve(policy_dir, tmp_path / "vllm.log", gpu=torch.cuda.device_count() - 1) as url:
         settings = TrainSettings(
-            env=scripted_env_url, model=str(policy_dir), output_dir=tmp_path / "run", task_ids=["calc"], steps=2,
-            group_size=2, groups_per_step=1, workers=2, max_turns=2, max_turn_tokens=24, max_completion_tokens=512,
-            learning_rate=1e-3, device="cuda", bf16=False, logger="none", save_steps=10, episode_timeout_s=600,
-            vllm_server=url, vllm_timeout_s=30,
+            env=scripted_env_url,
+            model=str(policy_dir),
+            output_dir=tmp_path / "run",
+            task_ids=["calc"],
+            steps=2,
+            group_size=2,
+            groups_per_step=1,
+            workers=2,
+            max_turns=2,
+            max_turn_tokens=24,
+            max_completion_tokens=512,
+            learning_rate=1e-3,
+            device="cuda",
+            bf16=False,
+            logger="none",
+            save_steps=10,
+            episode_timeout_s=600,
+            vllm_server=url,
+            vllm_timeout_s=30,
         )
         summary = await asyncio.to_thread(run_training, settings)
         sampler = connect(url, episode_tokens, temperature=1.0)

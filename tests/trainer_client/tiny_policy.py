@@ -9,7 +9,7 @@ TEXTS = [
     '<tool_call>\n{"name": "run", "arguments": {"command": "python -m pytest -q"}}\n</tool_call>',
     '<tool_call>\n{"name": "read_file", "arguments": {"path": "calc/ops.py"}}\n</tool_call>',
     '<tool_call>\n{"name": "write_file", "arguments": {"path": "calc/ops.py", "content": "def clamp(v, lo, hi):"}}\n',
-    '<tool_response>\nran it\n[exit code: 0]\n</tool_response> Feedback on your last action: unknown tool',
+    "<tool_response>\nran it\n[exit code: 0]\n</tool_response> Feedback on your last action: unknown tool",
     "def clamp(value, low, high):\n    return max(low, min(value, high))\n FAILED passed submit list_dir",
 ]
 
@@ -19,7 +19,9 @@ def train_tokenizer():
 
 
 def tiny_qwen2(tokenizer, seed: int = 0):
-    return random_qwen2(tokenizer, hidden_size=48, intermediate_size=96, max_positions=8192, tie_embeddings=False, seed=seed)
+    return random_qwen2(
+        tokenizer, hidden_size=48, intermediate_size=96, max_positions=8192, tie_embeddings=False, seed=seed
+    )
 
 
 def save_tiny_policy(folder: Path) -> Path:

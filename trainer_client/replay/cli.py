@@ -14,12 +14,22 @@ console = Console(stderr=True)
 
 
 def replay(
-    traces: Path = typer.Argument(..., exists=True, dir_okay=False, help="EpisodeTrace JSONL from `regrow traces export`."),
+    traces: Path = typer.Argument(
+        ..., exists=True, dir_okay=False, help="EpisodeTrace JSONL from `regrow traces export`."
+    ),
     teachers: Path = typer.Option(..., "--teachers", exists=True, dir_okay=False, help="teachers.yaml."),
     out: Path = typer.Option(..., "--out", help="Where to write the pairs (JSONL)."),
-    policy: Path = typer.Option(..., "--policy", exists=True, file_okay=False, help="HF folder of the policy you will train; it scores the reference logprobs."),
+    policy: Path = typer.Option(
+        ...,
+        "--policy",
+        exists=True,
+        file_okay=False,
+        help="HF folder of the policy you will train; it scores the reference logprobs.",
+    ),
     min_agreement: float = typer.Option(0.5, min=0.0, max=1.0, help="Share of teachers that must agree on one action."),
-    entropy_threshold: float | None = typer.Option(None, help="Ask teachers only where the student's mean token entropy (nats) exceeds this."),
+    entropy_threshold: float | None = typer.Option(
+        None, help="Ask teachers only where the student's mean token entropy (nats) exceeds this."
+    ),
     report: Path | None = typer.Option(None, help="Report JSON path; default: OUT with .report.json."),
     device: str = typer.Option("cpu", help="Device of the policy model."),
 ) -> None:
@@ -47,7 +57,13 @@ def replay(
 
 
 async def _run(
-    traces_path: Path, teachers_path: Path, out: Path, policy: Path, settings: "ReplaySettings", report_path: Path, device: str
+    traces_path: Path,
+    teachers_path: Path,
+    out: Path,
+    policy: Path,
+    settings: "ReplaySettings",
+    report_path: Path,
+    device: str,
 ) -> "ReplayReport":
     """Load everything, replay with a progress bar, and write the pairs and the report."""
     from rich.progress import Progress

@@ -73,7 +73,9 @@ class OpenAITeacher:
         assert last is not None
         raise last
 
-    def _reply(self, response: httpx.Response, messages: list[dict[str, Any]], started: float, attempts: int) -> TeacherReply:
+    def _reply(
+        self, response: httpx.Response, messages: list[dict[str, Any]], started: float, attempts: int
+    ) -> TeacherReply:
         try:
             payload = response.json()
             message = payload["choices"][0]["message"]
@@ -108,7 +110,9 @@ def _message_text(message: dict[str, Any]) -> str:
         arguments = function.get("arguments") or "{}"
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments)
-        text += f'\n<tool_call>\n{{"name": {json.dumps(function.get("name", ""))}, "arguments": {arguments}}}\n</tool_call>'
+        text += (
+            f'\n<tool_call>\n{{"name": {json.dumps(function.get("name", ""))}, "arguments": {arguments}}}\n</tool_call>'
+        )
     return text
 
 

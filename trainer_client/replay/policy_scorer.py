@@ -44,6 +44,4 @@ class PolicyScorer:
         targets = input_ids[0, len(prompt) :]
         token_logps = logps.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         entropy = -(logps.exp() * logps).sum(-1)
-        return ActionScore(
-            logp=token_logps.sum().item(), tokens=len(completion), mean_entropy=entropy.mean().item()
-        )
+        return ActionScore(logp=token_logps.sum().item(), tokens=len(completion), mean_entropy=entropy.mean().item())

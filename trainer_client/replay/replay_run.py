@@ -11,7 +11,13 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from proto.traces import EpisodeTrace, StepTrace
-from trainer_client.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call, messages_from_trace, parse_tool_calls
+from trainer_client.chat_format import (
+    ASSISTANT_TEXT_KEY,
+    TURN_KEY,
+    format_tool_call,
+    messages_from_trace,
+    parse_tool_calls,
+)
 from trainer_client.preference_pairs import ChatMessage, PreferencePair
 from trainer_client.replay.pair_decision import Outcome, StepDecision, TeacherVote, decide_step
 from trainer_client.replay.policy_scorer import ActionScore, PolicyScorer
