@@ -20,6 +20,7 @@ from task_synth.errors import SynthError
 from task_synth.repo_context import RepoContext, prepare_repo
 from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
+from task_synth.source import require_source
 from task_synth.task_builder import BuiltTask, build_task, repo_dir
 from task_synth.task_store import RepoFiles, write_store
 from task_synth.validation import REJECTIONS, validate
@@ -160,6 +161,7 @@ def synthesize(
     Raises SynthError (one line, with the remedy) on bad input; then no task, record or image of this run remains.
     """
     settings = settings or SynthSettings()
+    require_source(source)  # a mistyped path is named before the engine is asked for anything
     backend = backend or DockerBackend()
     progress = on_progress or (lambda stage, done, total: None)
     report = SynthReport(out_dir=out_dir)

@@ -73,12 +73,17 @@ def checkout(source: str, ref: str | None, scratch: Path) -> Checkout:
         _copy_clean(clone_dir, destination)
         shutil.rmtree(clone_dir)
         return Checkout(destination, name, commit)
+    require_source(source)
     path = Path(source)
-    if not path.is_dir():
-        raise SynthError(f"source {source} does not exist or is not a directory: pass a repository path or a git URL")
     if ref:
         raise SynthError(
             f"--ref {ref} needs a git repository, but {source} is a plain directory: drop --ref or pass a clone"
         )
     _copy_clean(path, destination)
     return Checkout(destination, path.resolve().name, _content_digest(destination))
+
+
+def require_source(source: str) -> None:
+    """SynthError unless `source` is a git URL or an existing directory: checked before anything slow starts."""
+    if not _is_url(source) and not Path(source).is_dir():
+        raise SynthError(f"source {source} does not exist or is not a directory: pass a repository path or a git URL")

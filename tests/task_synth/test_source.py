@@ -51,7 +51,7 @@ def test_unknown_ref_is_a_one_line_error(minilib_repo, tmp_path):
 def test_plain_directory_gets_a_stable_content_id_and_no_caches(tmp_path):
     copy = tmp_path / "minilib"
     shutil.copytree(MINILIB, copy)
-    (copy / "src" / "minilib" / "__pycache__").mkdir()
+    (copy / "src" / "minilib" / "__pycache__").mkdir(exist_ok=True)  # an earlier import may have made it
     (copy / "src" / "minilib" / "__pycache__" / "textops.cpython-311.pyc").write_bytes(b"stale")
     first = checkout(str(copy), None, tmp_path / "a")
     second = checkout(str(MINILIB), None, tmp_path / "b")
