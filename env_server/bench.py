@@ -95,7 +95,8 @@ def widened_store(source: Path, destination: Path, size: int) -> int:
 
 
 def run_server_bench(tasks: Path, repetitions: int, episodes: int, steps: int, store_size: int = 50) -> dict:
-    """Start a server on free ports over `tasks` widened to `store_size` tasks, measure, stop it; returns the numbers."""
+    """Start a server on free ports over `tasks` widened to `store_size` tasks, measure, stop it; returns the
+    numbers."""
     with tempfile.TemporaryDirectory(prefix="regrow-bench-store-") as scratch:
         distinct = widened_store(Path(tasks), Path(scratch), store_size)
         result = _measure(Path(scratch), repetitions, episodes, steps)

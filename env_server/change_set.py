@@ -1,4 +1,5 @@
-"""A submission as an explicit change set: the agent's tree, read through the engine, compared file by file with the task's.
+"""A submission as an explicit change set: the agent's tree, read through the engine, compared file by file with the
+task's.
 
 No patch text is parsed and no git runs: both trees come out of containers as tar streams and are compared here.
 """

@@ -86,7 +86,8 @@ def bench_server(
     ),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
-    """Step overhead of /ws and gRPC over a direct exec, warm reset against a cold create, and a concurrent load test."""
+    """Step overhead of /ws and gRPC over a direct exec, warm reset against a cold create, and a concurrent load
+    test."""
     from env_server.bench import run_server_bench
 
     sys.stdout.write(json.dumps(run_server_bench(tasks, repetitions, episodes, steps, store_size), indent=2) + "\n")

@@ -113,7 +113,8 @@ def run_graded(
     """Write `changes`, the pristine tests and the hidden suite into `sb`, run the hardened pytest, read its report."""
     for start in range(0, len(changes.deleted), 500):
         sb.exec(["rm", "-f", "--", *changes.deleted[start : start + 500]], timeout=60, cwd=WORKSPACE)
-    # A fresh name outside the workspace; the report is written after pytest returns and read once the container is dead.
+    # A fresh name outside the workspace; the report is written after pytest returns and read once the container is
+    # dead.
     private = f"{AGENT_HOME}/.{secrets.token_hex(8)}"
     paths = {nodeid.split("::")[0] for nodeid in wanted}
     arguments = pytest_arguments(task.record.test_command, pristine.config, pristine.plugins, sorted(paths))
@@ -207,7 +208,10 @@ def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
     """The end-of-episode hint: forgery found, which tests still fail, or what stopped the grading."""
     if details.tampered:
         flags = f" ({'; '.join(details.tamper_flags[:3])})" if details.tamper_flags else ""
-        return f"reward 0: the test run was forged or reached into the test machinery: {', '.join(details.tamper_reasons)}{flags}"
+        return (
+            "reward 0: the test run was forged or reached into the test machinery: "
+            f"{', '.join(details.tamper_reasons)}{flags}"
+        )
     if details.error:
         return f"grading failed: {details.error}"
     failing = [t for t in details.tests if t.outcome != "passed"]

@@ -24,23 +24,28 @@ _RULE_NAMES = {
     "heap_walk": "gc.get_objects gc.get_referrers gc.get_referents",
     "frame_walk": "sys._getframe sys._current_frames inspect.currentframe inspect.stack inspect.getouterframes "
     "inspect.getinnerframes inspect.trace traceback.walk_stack",
-    "tracing_hook": "sys.settrace sys.setprofile sys.monitoring sys.addaudithook threading.settrace threading.setprofile "
+    "tracing_hook": "sys.settrace sys.setprofile sys.monitoring sys.addaudithook threading.settrace "
+    "threading.setprofile "
     "threading.settrace_all_threads threading.setprofile_all_threads",
     "process_hook": "sys.excepthook sys.unraisablehook sys.displayhook sys.breakpointhook threading.excepthook",
     "module_surgery": "sys.modules types.ModuleType importlib.reload",
-    "import_hook": "sys.meta_path sys.path_hooks sys.path_importer_cache sys.path importlib.abc.* importlib.machinery.* "
+    "import_hook": "sys.meta_path sys.path_hooks sys.path_importer_cache sys.path importlib.abc.* "
+    "importlib.machinery.* "
     "importlib.util.module_from_spec importlib.util.spec_from_file_location importlib.util.spec_from_loader site.*",
     "argv_read": "sys.argv sys.orig_argv psutil.*",
     "process_exit": "os._exit sys.exit os.abort os.kill os.killpg signal.raise_signal signal.pthread_kill",
     "exit_hook": "atexit.* weakref.finalize",
-    "process_spawn": "subprocess.* os.system os.popen os.fork os.forkpty os.execv os.execve os.execl os.execle os.execlp "
+    "process_spawn": "subprocess.* os.system os.popen os.fork os.forkpty os.execv os.execve os.execl os.execle "
+    "os.execlp "
     "os.execlpe os.execvp os.execvpe os.spawnl os.spawnle os.spawnv os.spawnve os.posix_spawn os.posix_spawnp pty.* "
-    "multiprocessing.* asyncio.create_subprocess_exec asyncio.create_subprocess_shell concurrent.futures.ProcessPoolExecutor",
+    "multiprocessing.* asyncio.create_subprocess_exec asyncio.create_subprocess_shell "
+    "concurrent.futures.ProcessPoolExecutor",
     "signal_handler": "signal.*",
     "background_thread": "threading.Thread threading.Timer _thread.*",
     "faulthandler": "faulthandler.*",
     "builtins_access": "builtins.*",
-    "file_write": "os.open os.remove os.unlink os.rename os.replace os.rmdir os.removedirs os.truncate os.symlink os.link "
+    "file_write": "os.open os.remove os.unlink os.rename os.replace os.rmdir os.removedirs os.truncate os.symlink "
+    "os.link "
     "os.chmod os.utime shutil.copy shutil.copy2 shutil.copyfile shutil.copytree shutil.move shutil.rmtree",
     "fd_redirect": "os.dup os.dup2 os.write os.close os.closerange os.fdopen",
     "deserialize_code": "marshal.* _pickle.* pickle.load pickle.loads pickle.Unpickler dill.* cloudpickle.* shelve.*",

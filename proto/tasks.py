@@ -68,7 +68,8 @@ class TaskRecord(BaseModel):
     repo_dir: str | None = Field(
         default=None,
         description="The repository's folder in the task store: `install.tar.gz`, what the editable install "
-        "adds to the image's venv (written with the workspace), and `wheels/`, from which `regrow images build --tasks` "
+        "adds to the image's venv (written with the workspace), and `wheels/`, from which `regrow images build "
+        "--tasks` "
         "rebuilds `image` on another host.",
     )
     mode: DeletionMode

@@ -59,7 +59,8 @@ def images_build(
         None, "--tasks", help="Also build the repository images this task store needs, from its wheels."
     ),
 ) -> None:
-    """Build regrow/base from the machine's apt mirror, unless it exists; with --tasks, the store's repository images."""
+    """Build regrow/base from the machine's apt mirror, unless it exists; with --tasks, the store's repository
+    images."""
     from sandbox import DockerBackend, SandboxError
     from sandbox.base_image import BASE_IMAGE, build_base_image
     from task_synth.errors import SynthError

@@ -114,7 +114,8 @@ def find_apt_mirror(settings: ImageSettings | None = None) -> AptSource:
             if "main" in entry.get("components", "").split():
                 return AptSource(entry["uris"].split()[0], suite)
     raise SandboxError(
-        f"no apt source for '{suite} main' in {settings.apt_dir}/sources.list*: add one, or set REGROW_IMAGES_APT_MIRROR"
+        f"no apt source for '{suite} main' in {settings.apt_dir}/sources.list*: add one, or set "
+        "REGROW_IMAGES_APT_MIRROR"
     )
 
 

@@ -243,7 +243,8 @@ class DockerBackend:
         except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
             where = base_url or "the default socket (DOCKER_HOST or unix:///var/run/docker.sock)"
             raise DockerUnavailable(
-                f"Docker engine not reachable at {where}: is the daemon running and is its socket readable? (`docker info`)"
+                f"Docker engine not reachable at {where}: is the daemon running and is its socket readable? (`docker "
+                "info`)"
             ) from error
         self.api: docker.APIClient = self.client.api
         self.owner = current_owner()

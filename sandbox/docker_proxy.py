@@ -28,7 +28,7 @@ from sandbox.docker_proxy_policy import (
     field,
     refusal,
     route_request,
-)  # fmt: skip
+)
 from sandbox.docker_proxy_relay import (
     Answer,
     EngineDown,
@@ -39,7 +39,7 @@ from sandbox.docker_proxy_relay import (
     relay_until_done,
     relay_upgrade,
     upstream_request,
-)  # fmt: skip
+)
 from sandbox.owner import MANAGED_LABEL
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,11 @@ class DockerProxy:
                 async with asyncio.timeout(self.settings.head_timeout_s):
                     request = await next_event(client, reader)
             except TimeoutError:
-                raise Refused(f"regrow docker proxy refused a request: no complete request head within "
-                              f"{self.settings.head_timeout_s:g}s; send the head at once", 408) from None  # fmt: skip
+                raise Refused(
+                    f"regrow docker proxy refused a request: no complete request head within "
+                    f"{self.settings.head_timeout_s:g}s; send the head at once",
+                    408,
+                ) from None
             if not isinstance(request, h11.Request):
                 return False  # the client closed without a request
             head_bytes = len(request.target) + sum(len(name) + len(value) + 4 for name, value in request.headers)
@@ -175,8 +178,13 @@ class DockerProxy:
                 route.method, route.path, "both Content-Length and Transfer-Encoding are set", "send one", 400
             )
         limit = self.settings.max_body_mib * 1024 * 1024
-        too_large = refusal(route.method, route.path, f"the body is over {self.settings.max_body_mib} MiB",
-                            "raise REGROW_PROXY_MAX_BODY_MIB or send less", 413)  # fmt: skip
+        too_large = refusal(
+            route.method,
+            route.path,
+            f"the body is over {self.settings.max_body_mib} MiB",
+            "raise REGROW_PROXY_MAX_BODY_MIB or send less",
+            413,
+        )
         if int(headers.get(b"content-length", 0)) > limit:
             raise too_large
         body = bytearray()
@@ -194,8 +202,13 @@ class DockerProxy:
             async with asyncio.timeout(self.settings.body_timeout_s):
                 await collect()
         except TimeoutError:
-            raise refusal(route.method, route.path, f"the body did not arrive within {self.settings.body_timeout_s:g}s",
-                          "send it faster or raise REGROW_PROXY_BODY_TIMEOUT_S", 408) from None  # fmt: skip
+            raise refusal(
+                route.method,
+                route.path,
+                f"the body did not arrive within {self.settings.body_timeout_s:g}s",
+                "send it faster or raise REGROW_PROXY_BODY_TIMEOUT_S",
+                408,
+            ) from None
         return bytes(body)
 
     async def check_engine(self) -> None:
@@ -244,8 +257,12 @@ class DockerProxy:
                 200,
                 {"Id": container_id, "State": {"Status": field(state, "Status"), "Running": field(state, "Running")}},
             )
-        raise refusal(route.method, route.path, f"container {container_ref[:12]} does not carry the label {MANAGED_LABEL}=1",
-                      "the proxy only touches regrow's sandboxes; create them with DockerBackend.create")  # fmt: skip
+        raise refusal(
+            route.method,
+            route.path,
+            f"container {container_ref[:12]} does not carry the label {MANAGED_LABEL}=1",
+            "the proxy only touches regrow's sandboxes; create them with DockerBackend.create",
+        )
 
     async def _container(self, ref: str) -> tuple[str, bool, dict] | None:
         """(full id, managed, inspect data) of a container reference; None when the engine knows no such container."""
@@ -274,8 +291,10 @@ class DockerProxy:
             async with asyncio.timeout(self.settings.engine_timeout_s):
                 status, _, body = await read_response(upstream_reader, "GET")
         except TimeoutError:
-            raise EngineDown(f"regrow docker proxy: the engine did not answer GET {path} within "
-                             f"{self.settings.engine_timeout_s:g}s; is it overloaded? (`docker info`)") from None  # fmt: skip
+            raise EngineDown(
+                f"regrow docker proxy: the engine did not answer GET {path} within "
+                f"{self.settings.engine_timeout_s:g}s; is it overloaded? (`docker info`)"
+            ) from None
         finally:
             upstream_writer.close()
         with contextlib.suppress(ValueError):
@@ -289,12 +308,21 @@ class DockerProxy:
                 return await asyncio.open_unix_connection(self.engine_path)
         except (OSError, TimeoutError) as error:
             raise EngineDown(
-                f"regrow docker proxy cannot reach the Docker engine at {self.settings.engine} ({error!r}): is the daemon "
-                "running, is its socket mounted into the proxy, and does the proxy run in the socket's group? (`docker info`)"
+                f"regrow docker proxy cannot reach the Docker engine at {self.settings.engine} ({error!r}): is the "
+                "daemon "
+                "running, is its socket mounted into the proxy, and does the proxy run in the socket's group? (`docker "
+                "info`)"
             ) from None
 
-    async def _forward(self, route: Route, forward: Forward, request: h11.Request, client: h11.Connection,
-                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # fmt: skip
+    async def _forward(
+        self,
+        route: Route,
+        forward: Forward,
+        request: h11.Request,
+        client: h11.Connection,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
         upstream_reader, upstream_writer = await self._open_engine()
         try:
             upstream_writer.write(

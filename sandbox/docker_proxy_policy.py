@@ -1,4 +1,5 @@
-"""What the Docker socket proxy lets through: the engine endpoints regrow uses, with bodies that cannot reach the host."""
+"""What the Docker socket proxy lets through: the engine endpoints regrow uses, with bodies that cannot reach the
+host."""
 
 from __future__ import annotations
 
@@ -61,9 +62,16 @@ class Route:
 
 
 _CONTAINER_VERBS = {
-    ("POST", "start"), ("POST", "kill"), ("POST", "stop"), ("POST", "wait"),
-    ("GET", "json"), ("GET", "archive"), ("PUT", "archive"), ("HEAD", "archive"), ("POST", "exec"),
-}  # fmt: skip
+    ("POST", "start"),
+    ("POST", "kill"),
+    ("POST", "stop"),
+    ("POST", "wait"),
+    ("GET", "json"),
+    ("GET", "archive"),
+    ("PUT", "archive"),
+    ("HEAD", "archive"),
+    ("POST", "exec"),
+}
 _CONTAINER_PATH = re.compile(rf"^/containers/{_REF}(?:/(?P<verb>[a-z]+))?$")
 _EXEC_PATH = re.compile(rf"^/exec/{_REF}/(?P<verb>start|json)$")
 _IMAGE_PATH = re.compile(r"^/images/(?P<name>.+)/json$")
@@ -104,9 +112,12 @@ def route_request(method: str, target: str) -> Route:
         verb = match.group("verb")
         if (verb is None and method == "DELETE") or (method, verb) in _CONTAINER_VERBS:
             return Route(
-                **base, scope=Scope.CONTAINER, ref=match.group("ref"),
-                body="exec_create" if verb == "exec" else None, foreign_state_only=verb == "json",
-            )  # fmt: skip
+                **base,
+                scope=Scope.CONTAINER,
+                ref=match.group("ref"),
+                body="exec_create" if verb == "exec" else None,
+                foreign_state_only=verb == "json",
+            )
     if (match := _EXEC_PATH.match(path)) and (method, match.group("verb")) in (("POST", "start"), ("GET", "json")):
         return Route(**base, scope=Scope.EXEC, ref=match.group("ref"), upgrade=match.group("verb") == "start")
     raise refusal(method, path, "regrow's sandboxes never use this endpoint", _ASK_DIRECT)
@@ -159,19 +170,27 @@ _ALLOWED_MODES = {
     "NetworkMode": {"", "none", "bridge", "default"},
     "IpcMode": {"", "none", "private", "shareable"},
     "CgroupnsMode": {"", "private"},
-    "PidMode": {""}, "UTSMode": {""}, "UsernsMode": {""}, "Cgroup": {""}, "CgroupParent": {""}, "Runtime": {""},
-}  # fmt: skip
+    "PidMode": {""},
+    "UTSMode": {""},
+    "UsernsMode": {""},
+    "Cgroup": {""},
+    "CgroupParent": {""},
+    "Runtime": {""},
+}
 # Each must be absent, null, false or empty: each one opens a path to the host or to another container.
 _MUST_BE_EMPTY = {
     "Privileged": "sandboxes never run privileged",
     "Binds": "bind mounts expose host paths",
     "VolumesFrom": "volumes of other containers may hold host paths",
-    "Devices": "host devices are not for sandboxes", "DeviceRequests": "host devices are not for sandboxes",
+    "Devices": "host devices are not for sandboxes",
+    "DeviceRequests": "host devices are not for sandboxes",
     "DeviceCgroupRules": "host devices are not for sandboxes",
-    "CapAdd": "added capabilities widen the kernel surface", "Capabilities": "a replaced capability set widens it",
-    "PortBindings": "sandboxes publish no ports", "PublishAllPorts": "sandboxes publish no ports",
+    "CapAdd": "added capabilities widen the kernel surface",
+    "Capabilities": "a replaced capability set widens it",
+    "PortBindings": "sandboxes publish no ports",
+    "PublishAllPorts": "sandboxes publish no ports",
     "Links": "a link copies another container's environment in",
-}  # fmt: skip
+}
 # An empty list is not the default here: it unmasks /proc paths or makes them writable. Only null keeps the default.
 _MUST_BE_NULL = {"MaskedPaths": "it would expose the host kernel", "ReadonlyPaths": "it would expose the host kernel"}
 
@@ -189,7 +208,10 @@ def _host_config_problem(host: dict) -> str | None:
             return f"HostConfig.{name}={value!r} is not allowed (only {sorted(allowed)})"
     log_driver = field(field(host, "LogConfig"), "Type")
     if log_driver is not None and log_driver not in _LOCAL_LOG_DRIVERS:
-        return f"HostConfig.LogConfig.Type={log_driver!r} is not allowed (the engine would ship output off the host's network)"
+        return (
+            f"HostConfig.LogConfig.Type={log_driver!r} is not allowed (the engine would ship output off the host's "
+            "network)"
+        )
     mounts = field(host, "Mounts") or []
     if not isinstance(mounts, list) or any(field(mount, "Type") != "tmpfs" for mount in mounts):
         return "HostConfig.Mounts may only hold tmpfs mounts (other mounts expose host paths or volumes)"

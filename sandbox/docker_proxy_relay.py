@@ -104,8 +104,12 @@ async def _first_of(*coroutines: object) -> None:
             raise task.exception()  # type: ignore[misc]
 
 
-async def relay_until_done(upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter,
-                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:  # fmt: skip
+async def relay_until_done(
+    upstream_reader: asyncio.StreamReader,
+    upstream_writer: asyncio.StreamWriter,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+) -> None:
     """Relay the engine's answer; a client that hangs up meanwhile ends the upstream request too (say, a wait)."""
 
     async def end_upstream_with_client() -> None:
@@ -122,8 +126,13 @@ async def relay_until_done(upstream_reader: asyncio.StreamReader, upstream_write
         await asyncio.gather(watcher, return_exceptions=True)
 
 
-async def relay_upgrade(client: h11.Connection, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                         upstream_reader: asyncio.StreamReader, upstream_writer: asyncio.StreamWriter) -> None:  # fmt: skip
+async def relay_upgrade(
+    client: h11.Connection,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    upstream_reader: asyncio.StreamReader,
+    upstream_writer: asyncio.StreamWriter,
+) -> None:
     """Relay an exec start: on 101 pipe raw bytes both ways; any other answer is relayed as one response."""
     head = bytearray()
     while b"\r\n\r\n" not in head and len(head) < _CHUNK and (chunk := await upstream_reader.read(_CHUNK)):
@@ -152,8 +161,10 @@ async def relay_upgrade(client: h11.Connection, reader: asyncio.StreamReader, wr
 async def answer(writer: asyncio.StreamWriter, method: str, reply: Answer) -> None:
     """Send the proxy's own JSON reply; `message` is what docker-py shows in its APIError."""
     body = json.dumps(reply.payload).encode()
-    head = (f"HTTP/1.1 {reply.status} {HTTPStatus(reply.status).phrase}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")  # fmt: skip
+    head = (
+        f"HTTP/1.1 {reply.status} {HTTPStatus(reply.status).phrase}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
     writer.write(head.encode() + (b"" if method == "HEAD" else body))
     await writer.drain()
 

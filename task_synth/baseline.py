@@ -70,8 +70,10 @@ def unmeasured_package_error(lines: dict[str, dict[int, set[str]]], layout: Repo
     ]
     measured = f"measured only {', '.join(sorted(lines)[:3])}" if lines else "measured no file"
     return (
-        f"the tests never ran the package's code under coverage ({measured}; coverage.py: {said[-1] if said else 'no warning'}): "
-        f"check that the tests import {', '.join(layout.top_packages)} from /workspace, not from an installed copy or another "
+        f"the tests never ran the package's code under coverage ({measured}; coverage.py: "
+        f"{said[-1] if said else 'no warning'}): "
+        f"check that the tests import {', '.join(layout.top_packages)} from /workspace, not from an installed copy or "
+        "another "
         "name, or pass a --test-cmd that runs the tests that do"
     )
 
@@ -91,7 +93,8 @@ def run_baseline(
         executions += run.executions
         if run.timed_out:
             raise SynthError(
-                f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or pass a narrower --test-cmd"
+                f"the test suite took longer than {timeout:.0f}s at baseline: raise REGROW_SYNTH_TEST_TIMEOUT_S or "
+                "pass a narrower --test-cmd"
             )
         if run.exit_code == 5 or (index == 0 and not run.outcomes and run.exit_code == 0):
             doctests = (
@@ -108,7 +111,8 @@ def run_baseline(
             )
         if not run.outcomes:
             raise SynthError(
-                f"the test suite does not run at baseline ({suite_error(run)}): fix the suite or pass a working --test-cmd"
+                f"the test suite does not run at baseline ({suite_error(run)}): fix the suite or pass a working "
+                "--test-cmd"
             )
         collected |= set(run.outcomes)
         passes.append({test for test, passed in run.outcomes.items() if passed})

@@ -203,7 +203,8 @@ def canaries_for(
     image_lines: set[bytes] = frozenset(),
     sorted_image_tokens: list[bytes] | None = None,
 ) -> Canaries:
-    """What only the deleted code held: tokens, literals and long lines gone from the changed files and absent elsewhere.
+    """What only the deleted code held: tokens, literals and long lines gone from the changed files and absent
+    elsewhere.
 
     An identifier that begins any token of the workspace or the image is no canary: the scan matches prefixes.
     `image_lines` are the digests of the image's long lines (`ImageIndex.lines`).

@@ -223,7 +223,8 @@ def bench_corpus(
     seed: int = typer.Option(0),
     json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
 ) -> None:
-    """Synthesis on the pinned corpus of real projects from PyPI sdists: per repo baseline, candidates, yield, errors."""
+    """Synthesis on the pinned corpus of real projects from PyPI sdists: per repo baseline, candidates, yield,
+    errors."""
     from regrow.cli import console, fail, print_json
     from sandbox import SandboxError
     from task_synth.corpus import run_corpus_bench, select

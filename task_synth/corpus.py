@@ -88,7 +88,8 @@ def _pip_error(stderr: str) -> str:
 
 
 def download_sdist(requirement: str, cache_dir: Path) -> Path:
-    """The sdist of `requirement`, from the cache or `pip download`; SynthError with pip's error when it cannot be had."""
+    """The sdist of `requirement`, from the cache or `pip download`; SynthError with pip's error when it cannot be
+    had."""
     sdists = cache_dir / "sdists"
     sdists.mkdir(parents=True, exist_ok=True)
     name, _, version = requirement.partition("==")
@@ -113,7 +114,8 @@ def download_sdist(requirement: str, cache_dir: Path) -> Path:
     found = [path for path in sdists.iterdir() if stem.match(path.name)]
     if result.returncode != 0 or not found:
         raise SynthError(
-            f"cannot download the sdist of {requirement} ({_pip_error(result.stderr)}): check the pin and that PyPI is reachable"
+            f"cannot download the sdist of {requirement} ({_pip_error(result.stderr)}): check the pin and that PyPI is "
+            "reachable"
         )
     return found[0]
 

@@ -37,7 +37,8 @@ def _kept_aliases(aliases: list[cst.ImportAlias]) -> list[cst.ImportAlias]:
 
 
 def _fixed_import(small, module_name, is_package, gone_modules, gone_names, lost: set[str]):
-    """The import with deleted names dropped (None when nothing is left); adds the names it no longer binds to `lost`."""
+    """The import with deleted names dropped (None when nothing is left); adds the names it no longer binds to
+    `lost`."""
     if isinstance(small, cst.ImportFrom):
         source = _source_module(small, module_name, is_package)
         if isinstance(small.names, cst.ImportStar):

@@ -8,7 +8,8 @@ calls), its arguments, keyword arguments and result are short literals, and it l
 Stdlib only: it runs in the repository's interpreter.
 
 Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
-and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, and the replay that
+and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, and the replay
+that
 every check must pass.
 """
 

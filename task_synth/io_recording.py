@@ -1,4 +1,5 @@
-"""Input/output checks of the deleted functions, recorded in the oracle sandbox for the grader to replay as hidden tests.
+"""Input/output checks of the deleted functions, recorded in the oracle sandbox for the grader to replay as hidden
+tests.
 
 The F2P tests run with the solution applied and the recorder plugin loaded (task_synth/io_recorder_plugin.py), twice,
 under two hash seeds; the second time only the tests that made candidate calls run. Each recorded call is linked to the
@@ -48,7 +49,10 @@ REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 DELETION_EXCEPTIONS = {"NotImplementedError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError"}
 # What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
 NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
-PLUGIN_MODULES_SCRIPT = "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in m.entry_points(group='pytest11')})))"
+PLUGIN_MODULES_SCRIPT = (
+    "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in "
+    "m.entry_points(group='pytest11')})))"
+)
 Arguments = dict[
     tuple[str, str], list[tuple[object, object]]
 ]  # (args, kwargs) of recorded calls, by (module, qualname)
@@ -73,7 +77,8 @@ class Recording:
 
 
 def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[str]]:
-    """The deleted module-level functions whose calls become checks, as {module: [name, ...]}; none for classes and methods."""
+    """The deleted module-level functions whose calls become checks, as {module: [name, ...]}; none for classes and
+    methods."""
     unit = deletion.unit
     if unit.kind in ("function", "feature") and "." not in unit.qualname:
         return {module_name: [unit.qualname]}
@@ -86,7 +91,8 @@ def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[s
 
 
 def canonical(value: object) -> str:
-    """A text of a literal value that does not depend on set or dict order, so that runs under two hash seeds compare."""
+    """A text of a literal value that does not depend on set or dict order, so that runs under two hash seeds
+    compare."""
     if isinstance(value, dict):
         return "dict{" + ", ".join(sorted(f"{canonical(key)}: {canonical(item)}" for key, item in value.items())) + "}"
     if isinstance(value, (set, frozenset)):

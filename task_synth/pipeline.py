@@ -38,7 +38,8 @@ SETUP_FAILURES = {
     ),
     "timeout": (
         "their tests time out",
-        "Remedy: raise REGROW_SYNTH_TEST_TIMEOUT_S, or pass a --test-cmd that leaves out tests that hang in the sandbox "
+        "Remedy: raise REGROW_SYNTH_TEST_TIMEOUT_S, or pass a --test-cmd that leaves out tests that hang in the "
+        "sandbox "
         "(no network, no stdin).",
     ),
     "oracle_failed": (

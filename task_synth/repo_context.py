@@ -102,7 +102,8 @@ def prepare_repo(
     layout = read_layout(checked.root)
     if not layout.test_files:
         raise SynthError(
-            f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest suite"
+            f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest "
+            "suite"
         )
     if not layout.modules:
         raise SynthError(
@@ -138,7 +139,8 @@ def prepare_repo(
         shown = ", ".join(f"/{hit.path} ({hit.canary})" for hit in hits[:3])
         raise SynthError(
             f"the repository image {tag} already holds the code every task would delete: {shown}. Remedy: make sure no "
-            "dependency in the wheelhouse pulls in the project itself, and rebuild with `regrow synth` after removing the image"
+            "dependency in the wheelhouse pulls in the project itself, and rebuild with `regrow synth` after removing "
+            "the image"
         )
     stage(None)
     return context

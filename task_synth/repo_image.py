@@ -26,7 +26,8 @@ def slug(name: str) -> str:
 
 
 def repo_image_tag(repo_name: str, wheelhouse_key: str) -> str:
-    """Keyed by the dependency set and the base, not the commit: the image holds no source, so commits with the same deps share it."""
+    """Keyed by the dependency set and the base, not the commit: the image holds no source, so commits with the same
+    deps share it."""
     return f"regrow/repo-{slug(repo_name)}:{wheelhouse_key}-{BASE_IMAGE.partition(':')[2]}"
 
 

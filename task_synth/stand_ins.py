@@ -85,7 +85,8 @@ def _empty_class(klass: cst.ClassDef) -> cst.ClassDef:
 
 
 def _definitions(module: cst.Module, qualname: str, kind: str) -> list:
-    """Every definition of the unit, classes for a class and functions otherwise (a property and its setter share a name)."""
+    """Every definition of the unit, classes for a class and functions otherwise (a property and its setter share a
+    name)."""
     owner, _, member = qualname.partition(".")
     wanted = cst.ClassDef if kind == "class" else cst.FunctionDef
     found = []
@@ -145,7 +146,8 @@ def _dispatch(sources: list[str]) -> str:
 def stand_ins(deletion: Deletion) -> list[StandIn]:
     """The trivial answers for the deleted unit, each written over the original files; none for a deleted module.
 
-    A function or method gets the always-equal object, `return None` and `return <first argument>`; a class gets an empty
+    A function or method gets the always-equal object, `return None` and `return <first argument>`; a class gets an
+    empty
     class of its name. Every other file the deletion changed is put back as it was, so the stand-in's name imports.
     """
     found = _located(deletion)

@@ -173,7 +173,8 @@ def capture_install(sb: Sandbox) -> bytes:
 def pip_error_lines(output: str) -> list[str]:
     """The lines of a failed pip run's output that name its error; the last line when none does.
 
-    Those are pip's own `ERROR:` and `error:` lines, its `×` summaries, and the last exception of the backend's traceback.
+    Those are pip's own `ERROR:` and `error:` lines, its `×` summaries, and the last exception of the backend's
+    traceback.
     """
     named: list[tuple[int, str]] = []
     exception: tuple[int, str] | None = None
@@ -301,7 +302,8 @@ def coverage_lines(report: dict) -> dict[str, dict[int, set[str]]]:
 
 
 def coverage_rc(packages: list[str]) -> str:
-    """coverage.py's settings for the map; its lists take commas or lines, a space would join two packages into one name."""
+    """coverage.py's settings for the map; its lists take commas or lines, a space would join two packages into one
+    name."""
     return f"[run]\nsource_pkgs = {', '.join(packages)}\nrelative_files = True\ndata_file = {COVERAGE_DATA}\n"
 
 

@@ -83,7 +83,8 @@ def build_system(root: Path) -> BuildSystem:
 
 
 def editable_requirements(root: Path, wheels: Path) -> list[str]:
-    """What the backend asks for to build `root` editable (hatchling: `editables`), asked in a venv of only its build requirements.
+    """What the backend asks for to build `root` editable (hatchling: `editables`), asked in a venv of only its build
+    requirements.
 
     The build requirements come from `wheels`, where `pip wheel` has already put them.
     """
@@ -136,7 +137,8 @@ def _pip_wheel(root: Path, target: Path, arguments: list[str], find_links: tuple
     if result.returncode != 0:
         shutil.rmtree(target, ignore_errors=True)
         raise SynthError(
-            f"cannot resolve the dependencies of {root.name} ({_pip_error(result.stderr)}): fix the requirement or its index"
+            f"cannot resolve the dependencies of {root.name} ({_pip_error(result.stderr)}): fix the requirement or its "
+            "index"
         )
 
 

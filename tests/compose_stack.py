@@ -61,9 +61,13 @@ class ComposeProject:
 
 
 def output_tail(result: subprocess.CompletedProcess, chars: int = 4000) -> str:
-    """The end of a command's output: compose v2 prints its build log, pip's errors included, on stdout, and the verdict on stderr."""
+    """The end of a command's output: compose v2 prints its build log, pip's errors included, on stdout, and the
+    verdict on stderr."""
     free_gib = shutil.disk_usage(REPO).free / 2**30
-    return f"{result.stdout[-chars:]}\n{result.stderr[-chars:]}\n(free disk where the repository lives: {free_gib:.1f} GiB)"
+    return (
+        f"{result.stdout[-chars:]}\n{result.stderr[-chars:]}\n(free disk where the repository lives: {free_gib:.1f} "
+        "GiB)"
+    )
 
 
 def _healthy(url: str) -> bool:

@@ -34,7 +34,8 @@ def base_image(docker_backend) -> str:
 
 
 def pytest_collection_modifyitems(config, items):
-    """A test that reaches the engine through any fixture carries the docker marker, so `make test-fast` leaves it out."""
+    """A test that reaches the engine through any fixture carries the docker marker, so `make test-fast` leaves it
+    out."""
     for item in items:
         if "docker_backend" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.docker)

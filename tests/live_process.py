@@ -1,4 +1,5 @@
-"""Servers the tests start as real subprocesses or threads: a free loopback port, waiting until /health answers, stopping."""
+"""Servers the tests start as real subprocesses or threads: a free loopback port, waiting until /health answers,
+stopping."""
 
 import contextlib
 import socket

@@ -1,4 +1,5 @@
-"""Tiny chat models built offline: a byte-level BPE tokenizer trained here with a ChatML template, and a random Qwen2."""
+"""Tiny chat models built offline: a byte-level BPE tokenizer trained here with a ChatML template, and a random
+Qwen2."""
 
 CHATML = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"

@@ -83,7 +83,8 @@ def train(
 
       CUDA_VISIBLE_DEVICES=1 trl vllm-serve --model ./policy --port 8100
 
-      CUDA_VISIBLE_DEVICES=0 regrow train --env http://127.0.0.1:8000 --model ./policy --vllm-server http://127.0.0.1:8100
+      CUDA_VISIBLE_DEVICES=0 regrow train --env http://127.0.0.1:8000 --model ./policy \
+        --vllm-server http://127.0.0.1:8100
     """
     from pydantic import ValidationError
 

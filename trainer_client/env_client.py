@@ -114,7 +114,8 @@ class WebSocketConnection:
                 self.broken = True
                 raise EnvAtCapacity(
                     f"env server at {self._url} is at capacity ({data.get('active_sessions')} of "
-                    f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session limit"
+                    f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session "
+                    "limit"
                 )
             raise EnvRequestError(f"env server rejected {frame['type']!r} [{data.get('code')}]: {data.get('message')}")
         if reply.get("type") != "observation":

@@ -20,7 +20,8 @@ def head_logits(model: torch.nn.Module, hidden: torch.Tensor, temperature: float
 def token_logps(
     model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 64
 ) -> torch.Tensor:
-    """Logprob (temperature 1) of `targets[i]` after hidden state i, (N,); full-vocab logits live one chunk at a time."""
+    """Logprob (temperature 1) of `targets[i]` after hidden state i, (N,); full-vocab logits live one chunk at a
+    time."""
     out = []
     for first in range(0, hidden.size(0), rows_per_chunk):
         logits = head_logits(model, hidden[first : first + rows_per_chunk], 1.0)

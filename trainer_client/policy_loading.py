@@ -41,7 +41,8 @@ def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
         folder, extra = path, {}
     else:
         raise FileNotFoundError(
-            f"--model {spec!r}: give a folder saved with save_pretrained (with config.json), a .gguf file, or {DEMO_POLICY!r}"
+            f"--model {spec!r}: give a folder saved with save_pretrained (with config.json), a .gguf file, or "
+            f"{DEMO_POLICY!r}"
         )
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype="float32", **extra)

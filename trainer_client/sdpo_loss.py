@@ -64,7 +64,8 @@ def _with_tail(top_logprobs: torch.Tensor) -> torch.Tensor:
 
 
 class _JSDOfLogits(torch.autograd.Function):
-    """generalized_jsd of two (N, V) logit tensors' softmaxes, and the student's logprob of `tokens`, row chunk by row chunk.
+    """generalized_jsd of two (N, V) logit tensors' softmaxes, and the student's logprob of `tokens`, row chunk by row
+    chunk.
 
     The gradient is in closed form, so backward recomputes one chunk's distributions instead of
     keeping a dozen (N, V) intermediates: d/dz_student = S * (g - sum(S * g)) with g = d(divergence)/dS,

@@ -40,7 +40,8 @@ class TrainSettings(BaseSettings):
     dpo_pairs_per_step: int = Field(default=4, ge=1, description="Replay pairs in each optimizer step.")
     dpo_context_grad: bool = Field(
         default=True,
-        description="Backpropagate DPO through the pairs' contexts (exact); False: only through the action tokens, cheaper.",
+        description="Backpropagate DPO through the pairs' contexts (exact); False: only through the action tokens, "
+        "cheaper.",
     )
     device: Literal["auto", "cpu", "cuda"] = "auto"
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")

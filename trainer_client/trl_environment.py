@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class RegrowCodingEnv:
-    """One rollout's episode on a regrow env server, its tools as methods: pass the class as TRL's `environment_factory`.
+    """One rollout's episode on a regrow env server, its tools as methods: pass the class as TRL's
+    `environment_factory`.
 
     Set `base_url` (a subclass, or `RegrowCodingEnv.base_url = ...`) to your server. TRL calls `reset`, exposes
     every other public method as a tool from its signature and docstring, and reads `get_reward` at the end.

@@ -40,7 +40,8 @@ def check_vllm_ready(url: str, device: str, timeout_s: float) -> None:
         models = httpx.get(f"{url}/v1/models", timeout=timeout_s) if health.status_code == 200 else None
     except httpx.HTTPError as error:
         raise VLLMServerError(
-            f"no vLLM server answers at {url} ({type(error).__name__} on GET /health within {timeout_s:g} s): {START_SERVER}"
+            f"no vLLM server answers at {url} ({type(error).__name__} on GET /health within {timeout_s:g} s): "
+            f"{START_SERVER}"
         ) from error
     if models is None or models.status_code != 200:
         answer = (
@@ -52,7 +53,8 @@ def check_vllm_ready(url: str, device: str, timeout_s: float) -> None:
     if device != "cuda":
         raise VLLMServerError(
             f"--vllm-server needs a CUDA device in the trainer, which pushes its weights to the server over NCCL; "
-            f"the device here is {device!r}. Train on a GPU machine, or drop --vllm-server to generate with the HF model"
+            f"the device here is {device!r}. Train on a GPU machine, or drop --vllm-server to generate with the HF "
+            "model"
         )
     if importlib.util.find_spec("vllm") is None:
         raise VLLMServerError(

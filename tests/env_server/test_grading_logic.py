@@ -237,7 +237,10 @@ def test_a_task_without_checks_still_gets_controls_and_sentinels():
 
 
 def test_pytest_options_keep_the_tasks_options_and_drop_what_steers_results():
-    command = 'python -m pytest -p no:cacheprovider -o addopts="" --junitxml=/x.xml -k clamp tests --continue-on-collection-errors'
+    command = (
+        'python -m pytest -p no:cacheprovider -o addopts="" --junitxml=/x.xml -k clamp tests '
+        "--continue-on-collection-errors"
+    )
     assert pytest_options(command) == ["-p", "no:cacheprovider", "-o", "addopts=", "--continue-on-collection-errors"]
     with pytest.raises(UnsupportedTestCommand):
         pytest_options("make test")

@@ -14,7 +14,8 @@ def test_mirror_is_read_from_deb822_sources(tmp_path):
     (tmp_path / "sources.list.d").mkdir()
     (tmp_path / "sources.list.d" / "debian.sources").write_text(
         "Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n\n"
-        "Types: deb deb-src\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main contrib\n"
+        "Types: deb deb-src\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main "
+        "contrib\n"
     )
     source = find_apt_mirror(_settings(tmp_path))
     assert (source.uri, source.suite) == ("http://mirror.example/debian", "bookworm")
@@ -40,7 +41,8 @@ def test_disabled_and_foreign_entries_are_skipped(tmp_path):
 def test_base_image_has_python_git_timeout_and_the_agent_user(docker_backend, base_image):
     with docker_backend.create(base_image) as sb:
         result = sb.exec(
-            "python3 -m venv /tmp/v && git --version && timeout --version | head -1 && id agent && stat -c %U /workspace"
+            "python3 -m venv /tmp/v && git --version && timeout --version | head -1 && id agent && stat -c %U "
+            "/workspace"
         )
         assert result.exit_code == 0, result.stderr
         assert "uid=1000(agent)" in result.stdout
@@ -48,7 +50,8 @@ def test_base_image_has_python_git_timeout_and_the_agent_user(docker_backend, ba
 
 
 def test_every_default_base_image_is_the_one_regrow_images_build_makes():
-    """compose, the service image and the README name the tag `regrow images build` builds (a fresh engine has no other)."""
+    """compose, the service image and the README name the tag `regrow images build` builds (a fresh engine has no
+    other)."""
     import re
     from pathlib import Path
 

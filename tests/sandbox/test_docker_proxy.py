@@ -382,9 +382,19 @@ def test_the_proxy_can_listen_on_a_unix_socket(tmp_path, docker_backend):
 def test_the_cli_serves_the_proxy_until_sigterm(base_image):
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-c", "from regrow.cli import app; app()", "sandbox", "proxy", "--listen", f"tcp://127.0.0.1:{port}"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from regrow.cli import app; app()",
+            "sandbox",
+            "proxy",
+            "--listen",
+            f"tcp://127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         while True:

@@ -65,7 +65,8 @@ def test_unresolvable_dependencies_are_refused(tmp_path, docker_backend):
 def test_suite_failing_at_baseline_is_refused_and_leaves_nothing(tmp_path, docker_backend, base_image):
     copy = _minilib_copy(tmp_path)
     (copy / "tests" / "conftest.py").write_text(
-        "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef broken_environment():\n    raise RuntimeError('no database')\n"
+        "import pytest\n\n\n@pytest.fixture(autouse=True)\ndef broken_environment():\n    raise RuntimeError('no "
+        "database')\n"
     )
     _assert_fails_cleanly(str(copy), tmp_path / "out", "fails at baseline", docker_backend)
 

@@ -23,7 +23,10 @@ def test_a_baseline_whose_coverage_missed_the_package_says_why(tmp_path):
 
 
 def test_a_suite_that_reports_no_test_shows_pytests_error_and_exit_code():
-    output = "ImportError while loading conftest '/workspace/conftest.py'.\nE   ModuleNotFoundError: No module named 'yaml'\n"
+    output = (
+        "ImportError while loading conftest '/workspace/conftest.py'.\nE   ModuleNotFoundError: No module named "
+        "'yaml'\n"
+    )
     assert (
         suite_error(test_runs.TestRun(exit_code=4, output_tail=output))
         == "exit 4: E   ModuleNotFoundError: No module named 'yaml'"

@@ -1,4 +1,5 @@
-"""What a repository needs to install editable: the backend's editable requirements, and pip's real error when it fails."""
+"""What a repository needs to install editable: the backend's editable requirements, and pip's real error when it
+fails."""
 
 import os
 import subprocess
@@ -95,7 +96,8 @@ def test_pip_error_shows_the_lines_that_name_the_error():
 def test_pip_error_is_found_in_a_docker_build_log_that_colours_stderr():
     # Two stream chunks of a failed repo image build, joined as repo_image does, then the engine's own message.
     log = (
-        "\x1b[91mERROR: Could not find a version that satisfies the requirement tiny>=2.7 (from freezer) (from versions: none)\n\x1b[0m"
+        "\x1b[91mERROR: Could not find a version that satisfies the requirement tiny>=2.7 (from freezer) (from "
+        "versions: none)\n\x1b[0m"
         "\x1b[91mERROR: No matching distribution found for tiny>=2.7\n\x1b[0m"
         "\nThe command '/bin/sh -c python3 -m venv /opt/venv' returned a non-zero code: 1"
     )
@@ -106,7 +108,10 @@ def test_pip_error_is_found_in_a_docker_build_log_that_colours_stderr():
 
 
 def test_pip_error_keeps_pips_own_errors_and_falls_back_to_the_last_line():
-    no_project = "ERROR: file:///workspace does not appear to be a Python project: neither 'setup.py' nor 'pyproject.toml' found.\n"
+    no_project = (
+        "ERROR: file:///workspace does not appear to be a Python project: neither 'setup.py' nor "
+        "'pyproject.toml' found.\n"
+    )
     assert pip_error_lines(no_project) == [no_project.strip()]
     assert pip_error_lines("something odd\nKilled\n") == ["Killed"]
     assert pip_error_lines("") == ["no output"]

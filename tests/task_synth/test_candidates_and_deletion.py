@@ -100,8 +100,8 @@ def test_stub_keeps_signature_and_docstring(layout, units, tmp_path):
     deletion = delete_unit(layout, units[("function", "wrap_words")], "stub")
     text = deletion.changed["src/minilib/textops.py"]
     assert (
-        'def wrap_words(text, width):\n    """Greedy word wrap into lines of at most `width` characters."""\n    raise NotImplementedError\n'
-        in text
+        'def wrap_words(text, width):\n    """Greedy word wrap into lines of at most `width` characters."""\n    raise '
+        "NotImplementedError\n" in text
     )
     assert "candidate" not in text
     assert _import_errors(_apply(deletion, tmp_path), MODULES) == ""

@@ -1,4 +1,5 @@
-"""When the first candidates all fail the same way for a reason outside them, the run stops with that error (no Docker)."""
+"""When the first candidates all fail the same way for a reason outside them, the run stops with that error (no
+Docker)."""
 
 import contextlib
 from types import SimpleNamespace

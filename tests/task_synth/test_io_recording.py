@@ -1,4 +1,5 @@
-"""Recording I/O checks of a deleted function: the literal filter, the recorder plugin, and choosing checks (no Docker)."""
+"""Recording I/O checks of a deleted function: the literal filter, the recorder plugin, and choosing checks (no
+Docker)."""
 
 import ast
 import enum
@@ -477,7 +478,8 @@ def hashed(text):
 
 
 class LocalSandbox:
-    """Runs a sandbox's `python` commands here: `root` stands for /workspace and holds the files written to the sandbox."""
+    """Runs a sandbox's `python` commands here: `root` stands for /workspace and holds the files written to the
+    sandbox."""
 
     def __init__(self, root: Path):
         self.root = root

@@ -55,7 +55,10 @@ class RecordingSandbox:
         return SimpleNamespace(timed_out=False, exit_code=1, stdout="", stderr="")
 
     def read_file(self, path):
-        return b'<testsuites><testsuite><testcase file="tests/test_a.py" classname="tests.test_a" name="test_x"><failure/></testcase></testsuite></testsuites>'
+        return (
+            b'<testsuites><testsuite><testcase file="tests/test_a.py" classname="tests.test_a" '
+            b'name="test_x"><failure/></testcase></testsuite></testsuites>'
+        )
 
 
 def test_test_runs_print_one_line_per_failure():
@@ -83,8 +86,10 @@ def test_an_inherited_test_method_keeps_the_node_id_of_the_class_that_runs_it():
     from task_synth.test_runs import parse_junit
 
     xml = (
-        '<testsuites><testsuite><testcase file="tests/__init__.py" classname="tests.test_cache.CacheTest" name="test_defaults"/>'
-        '<testcase file="tests/test_cache.py" classname="tests.test_cache.CacheTest" name="test_own"/></testsuite></testsuites>'
+        '<testsuites><testsuite><testcase file="tests/__init__.py" classname="tests.test_cache.CacheTest" '
+        'name="test_defaults"/>'
+        '<testcase file="tests/test_cache.py" classname="tests.test_cache.CacheTest" '
+        'name="test_own"/></testsuite></testsuites>'
     )
     assert parse_junit(xml) == {
         "tests/test_cache.py::CacheTest::test_defaults": True,

@@ -1,4 +1,5 @@
-"""Trivial stand-ins for a deleted unit: what each one writes, that it parses and keeps the unit's signature (no Docker)."""
+"""Trivial stand-ins for a deleted unit: what each one writes, that it parses and keeps the unit's signature (no
+Docker)."""
 
 import ast
 import textwrap

@@ -245,7 +245,8 @@ def test_task_files_and_the_repo_image_have_no_canary_hits(synthesized, docker_b
 
 
 def test_planted_leaks_are_caught_by_the_scan(synthesized, docker_backend, repo_index, tmp_path):
-    """A stale .pyc of the original module, a .mypy_cache holding the deleted code, and a copy inside a wheel all hit."""
+    """A stale .pyc of the original module, a .mypy_cache holding the deleted code, and a copy inside a wheel all
+    hit."""
     import py_compile
 
     report, store = synthesized

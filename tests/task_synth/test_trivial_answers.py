@@ -81,7 +81,8 @@ def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_
             validate(sb, context.baseline, delete_unit(context.layout, units[name], "stub"), "minilib.words", settings)
             for name in ("normalize", "remember")
         )
-    # The always-equal object passes `normalize(x) == normalize(x)`, but no stand-in makes `normalize(" Word ")` the string "word".
+    # The always-equal object passes `normalize(x) == normalize(x)`, but no stand-in makes `normalize(" Word ")` the
+    # string "word".
     assert normalize.rejection is None
     assert normalize.fail_to_pass == ["tests/test_words.py::test_normalize_strips_and_lowers"]
     assert normalize.trivially_passed == ["tests/test_words.py::test_normalize_is_deterministic"]

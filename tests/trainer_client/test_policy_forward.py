@@ -36,7 +36,8 @@ def pairs(tokenizer):
 
 @pytest.fixture()
 def batch(tokenizer):
-    """A left-padded batch like GRPOTrainer's: a padded row starts like the pairs' prompts, a longer one shares nothing."""
+    """A left-padded batch like GRPOTrainer's: a padded row starts like the pairs' prompts, a longer one shares
+    nothing."""
     rows = [
         tokenizer.encode(SYSTEM + "<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\nFAILED"),
         tokenizer.encode("def clamp(value, low, high):\n    return max(low, min(value, high))\n" * 4),

@@ -57,7 +57,10 @@ class StandInVLLM:
             self.requests.append(body)
             longest = max(len(prompt) for prompt in body["prompt"]) + body["max_tokens"]
             if longest > MAX_MODEL_LEN:
-                message = f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested {longest} tokens."
+                message = (
+                    f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, you requested "
+                    f"{longest} tokens."
+                )
                 return JSONResponse(
                     {"error": {"message": message, "type": "BadRequestError", "code": 400}}, status_code=400
                 )

@@ -86,7 +86,8 @@ class OpenAITeacher:
             input_tokens = int(usage.get("prompt_tokens") or 0)
             output_tokens = int(usage.get("completion_tokens") or 0)
         else:
-            # priced at the reserved worst case, so that a server without usage figures cannot carry the run past its cap
+            # priced at the reserved worst case, so that a server without usage figures cannot carry the run past its
+            # cap
             input_tokens, output_tokens = worst_case_tokens(self.config, messages)
             log.warning("teacher %s returned no usage; its call is costed at its worst case", self.name)
         return TeacherReply(
