@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import secrets
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -13,7 +14,7 @@ from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
 from env_server.disconnect_watch import AbortOnDisconnect
-from env_server.environment import CodingEnvironment
+from env_server.environment import PER_REQUEST, CodingEnvironment
 from env_server.episodes import EpisodeError, EpisodeRuntime
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, EpisodeState
@@ -42,6 +43,21 @@ def token_check(runtime: EpisodeRuntime):
     return check
 
 
+class MarkPerRequestCalls:
+    """Tells the environment OpenEnv builds for a plain HTTP /reset or /step that it lives for one request."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        per_request = scope["type"] == "http" and scope["path"] in ("/reset", "/step")
+        token = PER_REQUEST.set(per_request)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            PER_REQUEST.reset(token)
+
+
 def build_app(runtime: EpisodeRuntime) -> FastAPI:
     """OpenEnv's app for our environment, with /episodes, /metrics and typed episode errors added."""
     settings = runtime.settings
@@ -59,6 +75,7 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     )
     app.title = "regrow env server"
     app.add_middleware(AbortOnDisconnect, runtime=runtime)
+    app.add_middleware(MarkPerRequestCalls)
     authorized = [Depends(token_check(runtime))]
 
     @app.exception_handler(EpisodeError)

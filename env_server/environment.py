@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from contextvars import ContextVar
 from functools import cached_property
 from typing import Any
 
@@ -17,6 +18,9 @@ from env_server.episodes import Episode, EpisodeRuntime, NoEpisode
 from proto.actions import ToolCall, tool_specs
 from proto.observations import CodingObservation, EpisodeState
 
+# Set for plain HTTP POST /reset and /step, where OpenEnv makes an environment per request and closes it after.
+PER_REQUEST: ContextVar[bool] = ContextVar("per_request", default=False)
+
 
 class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
     """A repository with a piece deleted; the agent restores it with tools and is graded by hidden tests."""
@@ -27,6 +31,7 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         super().__init__()
         self.runtime = runtime
         self.episode: Episode | None = None
+        self.per_request = PER_REQUEST.get()
 
     def reset(
         self,
@@ -36,11 +41,16 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         split: str | None = None,
         **kwargs: Any,
     ) -> CodingObservation:
-        """Start an episode on `task_id`, or on a task sampled from `split` with `seed`."""
+        """Start an episode on `task_id`, or on a task sampled from `split` with `seed`.
+
+        Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
+        """
         self.runtime.pick_task(task_id, seed, split)  # a bad reset must not end the running episode
         if self.episode is not None and not self.episode.addressable:
             self.runtime.abort(self.episode, "reset again")
-        self.episode = self.runtime.start_episode(task_id=task_id, seed=seed, split=split, episode_id=episode_id)
+        self.episode = self.runtime.start_episode(
+            task_id=task_id, seed=seed, split=split, episode_id=episode_id, addressable=self.per_request
+        )
         return self.runtime.reset_observation(self.episode)
 
     def step(
@@ -48,6 +58,8 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
     ) -> CodingObservation:
         """Run one tool call; `episode_id` continues an addressable episode (stateless HTTP /step)."""
         episode = self.runtime.get(episode_id) if episode_id else self.episode
+        if episode is None and self.per_request:
+            raise NoEpisode("POST /step needs the `episode_id` from the metadata of POST /reset's answer")
         if episode is None:
             raise NoEpisode("no episode in this session; send reset first")
         if isinstance(action, ListToolsAction):

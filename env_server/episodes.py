@@ -256,8 +256,9 @@ class EpisodeRuntime:
         seed: int | None = None,
         split: str | None = None,
         episode_id: str | None = None,
+        addressable: bool = False,
     ) -> Episode:
-        """A new episode in a started sandbox; a client-chosen `episode_id` makes it addressable over HTTP."""
+        """A new episode in a started sandbox; an addressable one outlives its session and is continued by id."""
         task = self.pick_task(task_id, seed, split)
         with self._lock:
             if len(self._episodes) + self._reserved >= self.settings.max_episodes:
@@ -283,7 +284,7 @@ class EpisodeRuntime:
             task=task,
             sandbox=sandbox,
             trace=trace,
-            addressable=episode_id is not None,
+            addressable=addressable or episode_id is not None,
             deadline=time.monotonic() + self.settings.wall_clock_budget_s,
             steps_left=self.settings.step_budget,
         )

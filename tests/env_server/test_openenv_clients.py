@@ -1,6 +1,10 @@
 """The unmodified OpenEnv clients play whole episodes against the server; the HTTP surface is OpenEnv's."""
 
 import asyncio
+import json
+import re
+import subprocess
+from pathlib import Path
 
 import httpx
 import pytest
@@ -91,16 +95,39 @@ def test_http_reset_and_step_continue_an_episode_named_by_episode_id(server):
         assert over.status_code == 404 and over.json()["code"] == "UNKNOWN_EPISODE"
 
 
-def test_http_reset_without_episode_id_is_stateless_and_keeps_no_container(server):
-    before = {episode.id for episode in server.runtime.live_episodes()}
+def test_plain_http_reset_then_step_by_the_returned_id_plays_a_whole_episode(server):
     with httpx.Client(base_url=server.http_url, timeout=120) as http:
         reset = http.post("/reset", json={"task_id": DEMO_TASK_ID})
         assert reset.status_code == 200 and "clamp" in reset.json()["observation"]["problem_statement"]
+        episode_id = reset.json()["metadata"]["episode_id"]
+        assert episode_id in {episode.id for episode in server.runtime.live_episodes()}
+        ran = http.post(
+            "/step", json={"action": {"tool": "run", "args": {"command": "echo hi"}}, "episode_id": episode_id}
+        )
+        assert ran.status_code == 200 and ran.json()["observation"]["output"] == "hi\n"
+        final = http.post("/step", json={"action": {"tool": "submit", "args": {}}, "episode_id": episode_id}).json()
+        assert final["done"] is True and final["reward"] == 0.0
+    assert episode_id not in {episode.id for episode in server.runtime.live_episodes()}
+    assert server.runtime.traces.get_episode(episode_id).status == "submitted"
+
+
+def test_plain_http_step_without_an_id_names_the_id_it_needs(server):
+    with httpx.Client(base_url=server.http_url, timeout=120) as http:
         orphan_step = http.post("/step", json={"action": {"tool": "run", "args": {"command": "true"}}})
-        assert orphan_step.status_code == 409 and orphan_step.json()["code"] == "NO_EPISODE"
-        assert http.get("/state").json()["episode_id"] is None
-    assert {episode.id for episode in server.runtime.live_episodes()} == before
-    assert server.runtime.traces.get_episode(reset.json()["metadata"]["episode_id"]).status == "aborted"
+    assert orphan_step.status_code == 409 and orphan_step.json()["code"] == "NO_EPISODE"
+    assert "episode_id" in orphan_step.json()["detail"] and "/reset" in orphan_step.json()["detail"]
+
+
+def test_the_readme_curl_snippet_plays_an_episode(server):
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    snippet = next(block for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.DOTALL) if "/reset" in block)
+    script = snippet.replace("http://127.0.0.1:8000", server.http_url)
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    ran, submitted = (json.loads(line) for line in result.stdout.splitlines() if line.strip())
+    assert re.search(r"\d+ (passed|failed)", ran["observation"]["output"]), ran
+    assert submitted["done"] is True and submitted["reward"] is not None
+    assert server.runtime.traces.get_episode(submitted["metadata"]["episode_id"]).status == "submitted"
 
 
 def test_closing_the_mcp_tool_client_ends_its_episode(server):
