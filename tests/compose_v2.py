@@ -83,7 +83,3 @@ def _member_of_deb(deb: bytes, path: str) -> io.BufferedIOBase:
             return member
         offset += 60 + size + (size % 2)
     raise RuntimeError("the docker-compose package has no data.tar member")
-
-
-if __name__ == "__main__":  # `make up-train` runs the stack with the command this prints
-    print(" ".join(compose_v2_command()))

@@ -1,4 +1,5 @@
-"""The same compose.yaml under Compose v2, with the `train` profile: the trainer image trains the demo policy against the stack."""
+"""The same compose.yaml under Compose v2, with the `train` profile: the trainer service trains the demo policy against
+the stack."""
 
 import os
 import re
@@ -12,18 +13,13 @@ from tests.compose_v2 import compose_v2_command
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
 
-TRAINER_IMAGE = "regrow/trainer:0.1.0"
-
 
 @pytest.fixture(scope="module")
 def train_stack(docker_backend, base_image):
     """The stack plus its trainer service, started with Compose v2; yields after the trainer has exited."""
-    # always: the trainer's build context must hold this pyproject's `train` extra, not an earlier one;
-    # the service wheelhouse `make test` already built is not built twice (-o)
-    made_before = ["-o", "wheelhouse"] if (REPO / ".cache/regrow-wheel").is_dir() else []
-    made = subprocess.run(
-        ["make", *made_before, "wheelhouse-train"], cwd=REPO, capture_output=True, text=True, timeout=1800
-    )
+    # always: the trainer's venv volume must be filled with this pyproject's `train` extra, not an earlier one
+    # (the service wheelhouse is rebuilt only if its inputs changed)
+    made = subprocess.run(["make", "wheelhouse-train"], cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert made.returncode == 0, f"make wheelhouse-train failed:\n{output_tail(made)}"
     project = ComposeProject(
         compose_v2_command(),
@@ -33,13 +29,9 @@ def train_stack(docker_backend, base_image):
         REGROW_TRAIN_MAX_TURNS="2",
         REGROW_TRAIN_MAX_TURN_TOKENS="48",
     )
-    trainer_was_there = docker_backend.image_exists(TRAINER_IMAGE)
     try:
-        if not docker_backend.image_exists("regrow/app:0.1.0"):  # the trainer image extends it
-            app = project.run("build", "synth", timeout=1800)
-            assert app.returncode == 0, f"building the service image failed:\n{output_tail(app)}"
-        built = project.run("--profile", "train", "build", "trainer", timeout=2400)
-        assert built.returncode == 0, f"building the trainer image failed:\n{output_tail(built)}"
+        app = project.run("build", "synth", timeout=1800)  # the trainer runs the service image with this code
+        assert app.returncode == 0, f"building the service image failed:\n{output_tail(app)}"
         up = project.run("--profile", "train", "up", "-d", timeout=1800)
         assert up.returncode == 0, f"compose v2 up failed:\n{output_tail(up)}\n{project.logs()}"
         project.wait_healthy()
@@ -49,12 +41,11 @@ def train_stack(docker_backend, base_image):
             "project": project,
             "trainer_exit": exit_code.group(1) if exit_code else waited.stdout + waited.stderr,
             "trainer_logs": project.run("logs", "--no-color", "trainer").stdout,
+            "packages_logs": project.run("logs", "--no-color", "trainer-packages").stdout,
         }
     finally:
         project.run("--profile", "train", "down", "-v", "--remove-orphans")
-        # torch is most of the suite's disk: the rest of the run gets back the image (5.5 GB) and its wheels (3.3 GB)
-        if not trainer_was_there and docker_backend.image_exists(TRAINER_IMAGE):
-            docker_backend.client.images.remove(TRAINER_IMAGE, noprune=False)
+        # torch is most of the suite's disk: `down -v` took its venv volume (5.5 GB), and its wheels (3.3 GB) go too
         for wheel in (REPO / ".cache/wheelhouse-train").rglob("*.whl"):
             wheel.unlink()
 
@@ -68,6 +59,10 @@ def test_the_trainers_episodes_are_recorded_by_the_env_server(train_stack):
     episodes = httpx.get(f"{train_stack['project'].url}/episodes", timeout=10).json()
     played = episodes["episodes"] if isinstance(episodes, dict) else episodes
     assert len(played) >= 2  # one GRPO group of two episodes
+
+
+def test_the_train_venv_volume_was_filled_from_the_wheelhouse(train_stack):
+    assert "train packages ready in /opt/regrow/train" in train_stack["packages_logs"], train_stack["packages_logs"]
 
 
 def test_v2_down_leaves_nothing(train_stack, docker_backend):
