@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
 from enum import Enum
 from pathlib import Path
 
@@ -72,46 +70,6 @@ def traces_export(
     console.print(f"exported {count} episodes to {out}")
 
 
-def bench_server(
-    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
-    repetitions: int = typer.Option(50, min=5, help="Steps measured per transport."),
-    episodes: int = typer.Option(16, min=1, help="Concurrent episodes in the load test."),
-    steps: int = typer.Option(20, min=1, help="Steps per episode in the load test (then submit)."),
-    store_size: int = typer.Option(
-        50,
-        "--store-size",
-        min=1,
-        help="Tasks in the store the resets draw from; a smaller "
-        "store is widened with copies of its tasks under new ids.",
-    ),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Step overhead of /ws and gRPC over a direct exec, warm reset against a cold create, and a concurrent load
-    test."""
-    from env_server.bench import run_server_bench
-
-    sys.stdout.write(json.dumps(run_server_bench(tasks, repetitions, episodes, steps, store_size), indent=2) + "\n")
-
-
-def bench_grade(
-    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
-    repetitions: int = typer.Option(5, min=1, help="Gradings (and bare runs) per task."),
-    max_tasks: int = typer.Option(3, min=1, help="Tasks measured, in id order."),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Grading each task's own solution with every defence on, against a bare pytest run of the same tests."""
-    from env_server.grade_bench import run_grade_bench
-    from sandbox import SandboxError
-
-    try:
-        sys.stdout.write(json.dumps(run_grade_bench(tasks, repetitions, max_tasks), indent=2) + "\n")
-    except SandboxError as error:
-        console.print(f"[bold red]error:[/] {error}")
-        raise typer.Exit(1) from None
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     app.command("serve")(serve)
     app.add_typer(traces_app, name="traces")
-    bench_app.command("server")(bench_server)
-    bench_app.command("grade")(bench_grade)

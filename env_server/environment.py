@@ -66,7 +66,7 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
             return CodingObservation(tools=tool_specs(), metadata={"episode_id": episode.id})
         if isinstance(action, CallToolAction):
             action = ToolCall(tool=action.tool_name, args=action.arguments)
-        return self.runtime.play(episode, action)
+        return self.runtime.take_step(episode, action)
 
     @property
     def state(self) -> EpisodeState:

@@ -318,7 +318,7 @@ class EpisodeRuntime:
             },
         )
 
-    def play(self, episode: Episode, action: ToolCall) -> CodingObservation:
+    def take_step(self, episode: Episode, action: ToolCall) -> CodingObservation:
         """One step: run the tool (or grade on submit or an exhausted budget) and record it."""
         with episode.lock:
             if episode.done:

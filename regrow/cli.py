@@ -1,6 +1,5 @@
 """The `regrow` command: one subcommand per job; each imports its part only when it runs."""
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -12,7 +11,9 @@ app = typer.Typer(
     help="Train coding agents with RL on tasks synthesized from your own repositories.", no_args_is_help=True
 )
 images_app = typer.Typer(help="Build the images regrow runs on (no registry needed).", no_args_is_help=True)
-bench_app = typer.Typer(help="Benchmarks; each prints one JSON object.", no_args_is_help=True)
+bench_app = typer.Typer(
+    help="Benchmarks; each prints its numbers as one JSON object (or --table).", no_args_is_help=True
+)
 app.add_typer(images_app, name="images")
 app.add_typer(bench_app, name="bench")
 
@@ -30,7 +31,10 @@ def _register_parts() -> None:
             if error.name != part:
                 raise
             continue
-        module.register(app, bench_app)
+        module.register(app)
+    from regrow.bench_cli import register as register_benchmarks
+
+    register_benchmarks(bench_app)
 
 
 @app.callback()
@@ -48,10 +52,6 @@ def fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def print_json(payload: object) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2, default=str) + "\n")
-
-
 @images_app.command("build")
 def images_build(
     force: bool = typer.Option(False, help="Rebuild the base image even when it exists."),
@@ -59,8 +59,7 @@ def images_build(
         None, "--tasks", help="Also build the repository images this task store needs, from its wheels."
     ),
 ) -> None:
-    """Build regrow/base from the machine's apt mirror, unless it exists; with --tasks, the store's repository
-    images."""
+    """Build regrow/base from the machine's apt mirror unless it exists; --tasks adds the store's repo images."""
     from sandbox import DockerBackend, SandboxError
     from sandbox.base_image import BASE_IMAGE, build_base_image
     from task_synth.errors import SynthError
@@ -80,21 +79,6 @@ def images_build(
                 for tag, made in build_store_images(backend, records, tasks).items():
                     console.print(f"{tag}: {'built' if made else 'present'}")
     except (SandboxError, SynthError) as error:
-        fail(str(error))
-
-
-@bench_app.command("sandbox")
-def bench_sandbox(
-    repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement."),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Container start, warm-pool acquire and exec overhead, p50/p95 in ms."""
-    from sandbox import DockerBackend, SandboxError
-    from sandbox.bench import run_sandbox_bench
-
-    try:
-        print_json(run_sandbox_bench(DockerBackend(), repetitions))
-    except SandboxError as error:
         fail(str(error))
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import sys
-
 import typer
 from rich.console import Console
 
@@ -35,18 +32,5 @@ def proxy(
         raise typer.Exit(1) from None
 
 
-def bench_proxy(repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement.")) -> None:
-    """Sandbox exec and create+destroy p50/p95 in ms, straight to the engine and through `regrow sandbox proxy`."""
-    from sandbox import SandboxError
-    from sandbox.bench import run_proxy_bench
-
-    try:
-        sys.stdout.write(json.dumps(run_proxy_bench(repetitions), indent=2) + "\n")
-    except SandboxError as error:
-        console.print(f"[bold red]error:[/] {error}")
-        raise typer.Exit(1) from None
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     app.add_typer(sandbox_app, name="sandbox")
-    bench_app.command("proxy")(bench_proxy)

@@ -17,7 +17,6 @@ class SandboxSettings(BaseSettings):
     tmpfs_mib: int = 256
     output_cap_kib: int = 64
     file_size_mib: int = 5
-    reap_interval_s: float = 60.0
 
     def limits(self) -> Limits:
         return Limits(

@@ -11,7 +11,7 @@ from task_synth.errors import SynthError
 from task_synth.mention_index import mention_index
 from task_synth.pytest_compat import dropped_doctests, project_addopts
 from task_synth.repo_layout import RepoLayout
-from task_synth.test_runs import EXCEPTION_LINE, TestRun, coverage_map, run_tests
+from task_synth.suite_runs import EXCEPTION_LINE, SuiteRun, coverage_map, run_tests
 
 log = logging.getLogger(__name__)
 # A SIGKILL that was not the sandbox's OOM killer (seen on an engine shared with other test runs): worth one retry.
@@ -41,7 +41,7 @@ class Baseline:
         return tests & self.stable
 
 
-def suite_error(run: TestRun) -> str:
+def suite_error(run: SuiteRun) -> str:
     """pytest's own error lines of a run that reported no test, with its exit code; a kill says so."""
     lines = [line.strip() for line in run.output_tail.splitlines() if line.strip()]
     named = [line for line in lines if line.startswith(("ERROR", "E ", "INTERNALERROR")) or EXCEPTION_LINE.match(line)]

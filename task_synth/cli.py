@@ -5,17 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.console import Console
 
+console = Console(stderr=True)
 MODES_HELP = "Deletion mode: stub, remove or file; repeat for several (tasks alternate between them)."
 
 
-def _settings(**overrides):
+def fail(message: str) -> None:
+    """Print a one-line error and exit 1."""
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def synth_settings(**overrides):
     from task_synth.settings import SynthSettings
 
     return SynthSettings(**{key: value for key, value in overrides.items() if value is not None})
 
 
-def _progress_bars(console):
+def progress_bars(console):
     """One display: a bar for the repositories (batches only) and one for the current stage, re-described per stage."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -110,14 +118,13 @@ def synth(
     ),
 ) -> None:
     """Turn test-heavy Python repositories into validated feature-deletion tasks."""
-    from regrow.cli import console, fail
     from sandbox import SandboxError
     from task_synth.errors import SynthError
 
     if (source is None) == (repos is None):
         fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
     try:
-        settings = _settings(
+        settings = synth_settings(
             ref=ref,
             modes=mode,
             seed=seed,
@@ -135,7 +142,7 @@ def synth(
         fail(
             f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file; --split-by is repo or file)"
         )
-    progress, update, on_repo = _progress_bars(console)
+    progress, update, on_repo = progress_bars(console)
     try:
         if repos is not None:
             _synth_many(console, repos, out, settings, progress, update, on_repo)
@@ -177,76 +184,5 @@ def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_
     _print_difficulty(console, read_records(out))
 
 
-def bench_synth(
-    source: str = typer.Argument(..., help="Local path or git URL of the repository."),
-    max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks the measured run makes."),
-    jobs: int = typer.Option(2, "--jobs", min=1, help="Candidates validated in parallel."),
-    compare_naive: int = typer.Option(
-        0,
-        "--compare-naive",
-        min=0,
-        help="Also validate this many candidates both coverage-guided and naively (whole suite) and compare.",
-    ),
-    mode: list[str] = typer.Option(["stub", "remove", "file"], "--mode", help=MODES_HELP),
-    seed: int = typer.Option(0),
-    ref: str = typer.Option(None),
-    test_cmd: str = typer.Option(None, "--test-cmd"),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
-    from regrow.cli import console, fail, print_json
-    from sandbox import SandboxError
-    from task_synth.bench import run_synth_bench, run_throughput_bench
-    from task_synth.errors import SynthError
-
-    settings = _settings(ref=ref, modes=mode, seed=seed, test_command=test_cmd, max_tasks=max_tasks, jobs=jobs)
-    progress, update, _ = _progress_bars(console)
-    try:
-        with progress:
-            result = run_throughput_bench(source, settings, on_progress=update)
-            if compare_naive:
-                result["guided_vs_naive"] = run_synth_bench(source, settings, compare_naive, on_progress=update)
-    except (SynthError, SandboxError) as error:
-        fail(str(error))
-    print_json(result)
-
-
-def bench_corpus(
-    only: list[str] = typer.Option(
-        None, "--only", help="Corpus repository to run (its PyPI name); repeat for several. Default: all."
-    ),
-    max_tasks: int = typer.Option(2, "--max-tasks", min=1, help="Tasks to make per repository."),
-    max_candidates: int = typer.Option(8, "--max-candidates", min=1, help="Candidates to try per repository at most."),
-    cache_dir: Path = typer.Option(
-        None, "--cache-dir", help="Where sdists and wheelhouses are cached (default REGROW_SYNTH_CACHE_DIR)."
-    ),
-    seed: int = typer.Option(0),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Synthesis on the pinned corpus of real projects from PyPI sdists: per repo baseline, candidates, yield,
-    errors."""
-    from regrow.cli import console, fail, print_json
-    from sandbox import SandboxError
-    from task_synth.corpus import run_corpus_bench, select
-    from task_synth.errors import SynthError
-
-    settings = _settings(max_tasks=max_tasks, max_candidates=max_candidates, cache_dir=cache_dir, seed=seed, jobs=1)
-    try:
-        repos = select(only)
-    except SynthError as error:
-        fail(str(error))
-    progress, _, repositories = _progress_bars(console)
-    try:
-        with progress:
-            result = run_corpus_bench(
-                settings, repos, on_repo=lambda name, done, total: repositories(done, total, name)
-            )
-    except SandboxError as error:
-        fail(str(error))
-    print_json(result)
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     app.command("synth")(synth)
-    bench_app.command("synth")(bench_synth)
-    bench_app.command("corpus")(bench_corpus)

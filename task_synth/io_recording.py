@@ -30,7 +30,7 @@ from task_synth.io_recorder_plugin import MAX_RECORDS, MAX_TEXT, literal_text
 from task_synth.python_ast import literal_value, parse_python
 from task_synth.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
-from task_synth.test_runs import PLUGIN_DIR, SCRATCH
+from task_synth.suite_runs import PLUGIN_DIR, SCRATCH
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"

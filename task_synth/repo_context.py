@@ -21,7 +21,7 @@ from task_synth.repo_layout import RepoLayout, read_layout
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.source import Checkout, checkout
 from task_synth.stage_clock import StageClock
-from task_synth.test_runs import capture_install, install_workspace
+from task_synth.suite_runs import capture_install, install_workspace
 from task_synth.wheelhouse import build_wheelhouse
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import docker.errors
 from sandbox import DockerBackend
 from sandbox.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
-from task_synth.test_runs import pip_error_lines
+from task_synth.suite_runs import pip_error_lines
 
 log = logging.getLogger(__name__)
 # Beside the modules, so that the package-data pattern "*.Dockerfile" ships them in the wheel.

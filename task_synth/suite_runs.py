@@ -102,7 +102,7 @@ def pytest_sessionfinish(session):
 
 
 @dataclass
-class TestRun:
+class SuiteRun:
     """Outcomes of one pytest run keyed by node id (True = passed in every round), the outcomes of each round of a
     repeated run, and how many test cases it executed."""
 
@@ -228,7 +228,7 @@ def run_tests(
     timeout: float,
     env: dict[str, str] | None = None,
     repeat: int = 1,
-) -> TestRun:
+) -> SuiteRun:
     """Run the suite (node_ids None) or the given tests, with TEST_ENV; a timeout yields a run with `timed_out` set.
 
     `repeat` > 1 runs the tests that many rounds in one process; `rounds` then holds each round's outcomes.
@@ -245,7 +245,7 @@ def run_tests(
         )
     script = f'{test_command} -q {RUN_OPTIONS} --junitxml={JUNIT_PATH} "$@"'
     result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env=env)
-    run = TestRun(
+    run = SuiteRun(
         timed_out=result.timed_out,
         exit_code=result.exit_code,
         output_tail=(result.stdout + result.stderr)[-2000:],
@@ -309,7 +309,7 @@ def coverage_rc(packages: list[str]) -> str:
 
 def coverage_map(
     sb: Sandbox, test_command: str, packages: list[str], timeout: float
-) -> tuple[TestRun, dict[str, dict[int, set[str]]]]:
+) -> tuple[SuiteRun, dict[str, dict[int, set[str]]]]:
     """One suite run under coverage.py with per-test contexts: path -> line -> node ids that executed it."""
     sb.write_file(f"{PLUGIN_DIR}/regrow_test_context.py", CONTEXT_PLUGIN)
     sb.write_file(COVERAGE_LINES_PY, COVERAGE_LINES_SCRIPT)

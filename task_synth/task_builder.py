@@ -26,7 +26,7 @@ from task_synth.problem_statement import problem_statement
 from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
 from task_synth.repo_image import SYNTH_LABEL, slug
 from task_synth.splits import split_of
-from task_synth.test_runs import SCRATCH, run_tests, tree_archive
+from task_synth.suite_runs import SCRATCH, run_tests, tree_archive
 from task_synth.validation import Verdict
 from task_synth.workspace import build_workspace, solution_patch
 

@@ -16,7 +16,7 @@ from task_synth.python_ast import parse_python
 from task_synth.settings import SynthSettings
 from task_synth.stage_clock import StageClock
 from task_synth.stand_ins import combined_stand_in, stand_ins
-from task_synth.test_runs import TestRun, run_tests
+from task_synth.suite_runs import SuiteRun, run_tests
 
 log = logging.getLogger(__name__)
 REJECTIONS = (
@@ -142,7 +142,7 @@ def import_check(sb: Sandbox, packages: list[str], timeout: float) -> str | None
     return lines[-1] if lines else f"exit {result.exit_code}"
 
 
-def _timeout_detail(run: TestRun, timeout: float) -> str:
+def _timeout_detail(run: SuiteRun, timeout: float) -> str:
     lines = run.output_tail.strip().splitlines()
     return f"the tests ran past {timeout:.0f}s" + (f"; last output: {lines[-1]}" if lines else "")
 

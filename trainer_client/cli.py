@@ -1,7 +1,5 @@
 """`regrow train` and `regrow bench train` (plus the replay part's `regrow replay`); heavy imports run late."""
 
-import json
-import sys
 from pathlib import Path
 
 import typer
@@ -113,51 +111,8 @@ def train(
         console.print({k: round(v, 5) if isinstance(v, float) else v for k, v in summary.log_history[-1].items()})
 
 
-def bench_train(
-    model: str = typer.Option("tiny", "--model", help="'tiny' (random 2-layer Qwen2), 'smollm2', or a model folder."),
-    steps: int = typer.Option(3, min=1, help="Timed steps per configuration, alternating (after one warm-up each)."),
-    rows: int = typer.Option(8, min=2, help="Trajectories per batch (an even number: groups of 2)."),
-    turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
-    hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),
-    pairs: int = typer.Option(4, min=1, help="DPO pairs per batch."),
-    dpo_context_grad: bool = typer.Option(
-        True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."
-    ),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
-    from trainer_client.train_bench import run_train_bench
-
-    sys.stdout.write(
-        json.dumps(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), indent=2) + "\n"
-    )
-
-
-def bench_rollouts(
-    env: str = typer.Option(..., "--env", help="Env server: http://host:port or grpc://host:port."),
-    model: str = typer.Option("tiny", "--model", help="'tiny', 'smollm2', or a model folder."),
-    workers: int = typer.Option(4, min=1, help="Concurrent rollout workers."),
-    episodes: int = typer.Option(16, min=1, help="Episodes to play."),
-    max_turns: int = typer.Option(4, min=1, help="Turn limit per episode."),
-    task_id: list[str] = typer.Option([], "--task-id", help="Tasks to play (repeat); default: sample by seed."),
-    json_output: bool = typer.Option(True, "--json/--no-json", help="Print JSON (the only format)."),
-) -> None:
-    """Episodes per minute the rollout workers sustain against a live env server."""
-    from trainer_client.env_client import EnvError
-    from trainer_client.train_bench import run_rollout_bench
-
-    try:
-        result = run_rollout_bench(env, model, workers, episodes, max_turns, task_id)
-    except EnvError as error:
-        console.print(f"[bold red]error:[/] {error}")
-        raise typer.Exit(1) from None
-    sys.stdout.write(json.dumps(result, indent=2) + "\n")
-
-
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     from trainer_client.replay import cli as replay_cli
 
     app.command("train")(train)
-    bench_app.command("train")(bench_train)
-    bench_app.command("rollouts")(bench_rollouts)
-    replay_cli.register(app, bench_app)
+    replay_cli.register(app)

@@ -12,9 +12,9 @@ def play(runtime, *calls):
     episode = runtime.start_episode(task_id=DEMO_TASK_ID)
     observation = None
     for tool, args in calls:
-        observation = runtime.play(episode, ToolCall(tool=tool, args=args))
+        observation = runtime.take_step(episode, ToolCall(tool=tool, args=args))
     if not observation or not observation.done:
-        observation = runtime.play(episode, ToolCall(tool="submit"))
+        observation = runtime.take_step(episode, ToolCall(tool="submit"))
     return observation
 
 

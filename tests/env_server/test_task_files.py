@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from env_server.bench import widened_store
 from env_server.task_store import TaskStore
 from proto.tasks import TaskRecord, TaskStats
+from regrow.benchmarks.serving import widened_store
 
 
 def _record(identifier: str, image="regrow/repo-x:1", repo_dir="repos/x-1", as_files=True) -> TaskRecord:

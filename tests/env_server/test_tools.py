@@ -18,7 +18,7 @@ def episode(runtime):
 
 
 def act(runtime, episode, tool, **args):
-    return runtime.play(episode, ToolCall(tool=tool, args=args))
+    return runtime.take_step(episode, ToolCall(tool=tool, args=args))
 
 
 def test_read_file_shows_a_line_range(runtime, episode):

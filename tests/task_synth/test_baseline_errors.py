@@ -1,6 +1,6 @@
 """A baseline that cannot lead to any task says why, with the real error and the remedy."""
 
-from task_synth import test_runs
+from task_synth import suite_runs
 from task_synth.baseline import suite_error, unmeasured_package_error
 from task_synth.repo_layout import read_layout
 
@@ -28,13 +28,14 @@ def test_a_suite_that_reports_no_test_shows_pytests_error_and_exit_code():
         "'yaml'\n"
     )
     assert (
-        suite_error(test_runs.TestRun(exit_code=4, output_tail=output))
+        suite_error(suite_runs.SuiteRun(exit_code=4, output_tail=output))
         == "exit 4: E   ModuleNotFoundError: No module named 'yaml'"
     )
-    assert suite_error(test_runs.TestRun(exit_code=137, output_tail="....", oom_killed=True)) == (
+    assert suite_error(suite_runs.SuiteRun(exit_code=137, output_tail="....", oom_killed=True)) == (
         "exit 137 (killed: out of memory in the sandbox): ...."
     )
-    assert "from outside pytest, not out of memory" in suite_error(test_runs.TestRun(exit_code=137, output_tail="...."))
+    killed = suite_runs.SuiteRun(exit_code=137, output_tail="....")
+    assert "from outside pytest, not out of memory" in suite_error(killed)
 
 
 def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypatch):
@@ -43,11 +44,11 @@ def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypat
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("def f():\n    return 1\n")
     (tmp_path / "test_pkg.py").write_text("")
-    runs = [test_runs.TestRun(exit_code=137, output_tail="....")] + [
-        test_runs.TestRun(outcomes={"test_pkg.py::test_f": True}, executions=1)
+    runs = [suite_runs.SuiteRun(exit_code=137, output_tail="....")] + [
+        suite_runs.SuiteRun(outcomes={"test_pkg.py::test_f": True}, executions=1)
     ] * 3
     monkeypatch.setattr(baseline, "run_tests", lambda *args, **kwargs: runs.pop(0))
     lines = {"pkg/__init__.py": {2: {"test_pkg.py::test_f"}}}
-    monkeypatch.setattr(baseline, "coverage_map", lambda *args: (test_runs.TestRun(executions=1), lines))
+    monkeypatch.setattr(baseline, "coverage_map", lambda *args: (suite_runs.SuiteRun(executions=1), lines))
     result = baseline.run_baseline(None, read_layout(tmp_path), "pytest", runs=3, timeout=60, max_failure_fraction=0.2)
     assert result.stable == {"test_pkg.py::test_f"} and not runs

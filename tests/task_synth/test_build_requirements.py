@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from task_synth.errors import SynthError
-from task_synth.test_runs import pip_error_lines
+from task_synth.suite_runs import pip_error_lines
 from task_synth.wheelhouse import build_system, build_wheelhouse, editable_requirements
 
 # An in-tree backend that asks for an extra package only to build editable, as hatchling asks for `editables`.

@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from task_synth.corpus import (
+from regrow.benchmarks.corpus import (
     CORPUS,
     QUICK,
     CorpusRepo,

@@ -3,7 +3,7 @@
 from env_server.grading_run import GRADING_ENV
 from proto.tasks import HASH_SEED, TaskRecord
 from sandbox.docker_backend import ExecResult
-from task_synth.test_runs import run_tests
+from task_synth.suite_runs import run_tests
 
 
 class RecordingSandbox:

@@ -7,7 +7,7 @@ from task_synth.canary_scan import canaries_for
 from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
 from task_synth.repo_layout import read_layout
-from task_synth.test_runs import parse_junit
+from task_synth.suite_runs import parse_junit
 from task_synth.validation import importing_test_files, pytest_arguments
 from task_synth.workspace import build_workspace, solution_patch
 

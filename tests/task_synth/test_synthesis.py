@@ -23,9 +23,9 @@ from task_synth.io_recording import MAX_CHECKS, MAX_UNSEEN
 from task_synth.pipeline import synthesize
 from task_synth.repo_layout import read_layout
 from task_synth.settings import SynthSettings
+from task_synth.suite_runs import parse_junit
 from task_synth.task_builder import workspace_text
 from task_synth.task_store import read_records
-from task_synth.test_runs import parse_junit
 
 pytestmark = pytest.mark.docker
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"

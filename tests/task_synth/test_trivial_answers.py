@@ -96,7 +96,7 @@ def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_
 def test_a_repeated_run_reports_each_round_and_tells_the_tests_their_round(
     docker_backend, base_image, words_repo, tmp_path
 ):
-    from task_synth.test_runs import run_tests
+    from task_synth.suite_runs import run_tests
 
     (words_repo / "tests" / "test_rounds.py").write_text(
         "import os\n\n\ndef test_passes_in_round_one_only():\n    assert os.environ['REGROW_ROUND'] == '1'\n"

@@ -245,9 +245,9 @@ def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
 def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
     tmp_path, tokenizer, trajectories, episode_tokens, context_grad
 ):
+    from regrow.benchmarks.training import synthetic_pairs
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
     from trainer_client.preference_pairs import PairBatches
-    from trainer_client.train_bench import synthetic_pairs
 
     model = tiny_qwen2(tokenizer)
     pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
@@ -270,9 +270,9 @@ def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
 
 def test_three_channels_continue_a_bf16_autocast_forward(tmp_path, tokenizer, trajectories, episode_tokens):
     """The GPU path's mixed precision, on CPU: the extra channels continue keys and values recorded in bf16."""
+    from regrow.benchmarks.training import synthetic_pairs
     from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
     from trainer_client.preference_pairs import PairBatches
-    from trainer_client.train_bench import synthetic_pairs
 
     model = tiny_qwen2(tokenizer)
     pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)

@@ -99,6 +99,6 @@ async def _run(
     return result
 
 
-def register(app: typer.Typer, bench_app: typer.Typer) -> None:
+def register(app: typer.Typer) -> None:
     """Add `regrow replay` to the root command."""
     app.command("replay")(replay)

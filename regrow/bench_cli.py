@@ -1,0 +1,233 @@
+"""`regrow bench ...`: every benchmark's command, printing its numbers as JSON or as a table."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from task_synth.cli import MODES_HELP, progress_bars, synth_settings
+
+console = Console(stderr=True)
+
+AS_JSON = typer.Option(
+    None,
+    "--json/--table",
+    help="Print JSON (the default when stdout is not a terminal) or a table.",
+    show_default=False,
+)
+
+
+def fail(message: str) -> None:
+    """Print a one-line error and exit 1."""
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
+
+
+def report(result: dict, as_json: bool | None) -> None:
+    """The benchmark's numbers: JSON for scripts and pipes, a table of dotted keys for a person at a terminal."""
+    if as_json is None:
+        as_json = not sys.stdout.isatty()
+    if as_json:
+        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
+        return
+    table = Table(show_header=False)
+    for key, value in _flattened(result):
+        table.add_row(key, value)
+    Console().print(table)
+
+
+def _flattened(value: object, prefix: str = "") -> list[tuple[str, str]]:
+    if isinstance(value, dict) and value:
+        return [row for key, inner in value.items() for row in _flattened(inner, f"{prefix}{key}.")]
+    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
+        return [row for index, item in enumerate(value) for row in _flattened(item, f"{prefix}{index}.")]
+    return [(prefix.rstrip("."), json.dumps(value, default=str) if not isinstance(value, str) else value)]
+
+
+def bench_proxy(
+    repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Sandbox exec and create+destroy p50/p95 in ms, straight to the engine and through `regrow sandbox proxy`."""
+    from regrow.benchmarks.containers import run_proxy_bench
+    from sandbox import SandboxError
+
+    try:
+        report(run_proxy_bench(repetitions), as_json)
+    except SandboxError as error:
+        fail(str(error))
+
+
+def bench_corpus(
+    only: list[str] = typer.Option(
+        None, "--only", help="Corpus repository to run (its PyPI name); repeat for several. Default: all."
+    ),
+    max_tasks: int = typer.Option(2, "--max-tasks", min=1, help="Tasks to make per repository."),
+    max_candidates: int = typer.Option(8, "--max-candidates", min=1, help="Candidates to try per repository at most."),
+    cache_dir: Path = typer.Option(
+        None, "--cache-dir", help="Where sdists and wheelhouses are cached (default REGROW_SYNTH_CACHE_DIR)."
+    ),
+    seed: int = typer.Option(0),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Synthesis on the pinned corpus of real PyPI sdists: per repo tests, candidates, yield and errors."""
+    from regrow.benchmarks.corpus import run_corpus_bench, select
+    from sandbox import SandboxError
+    from task_synth.errors import SynthError
+
+    settings = synth_settings(
+        max_tasks=max_tasks, max_candidates=max_candidates, cache_dir=cache_dir, seed=seed, jobs=1
+    )
+    try:
+        repos = select(only)
+    except SynthError as error:
+        fail(str(error))
+    progress, _, repositories = progress_bars(console)
+    try:
+        with progress:
+            result = run_corpus_bench(
+                settings, repos, on_repo=lambda name, done, total: repositories(done, total, name)
+            )
+    except SandboxError as error:
+        fail(str(error))
+    report(result, as_json)
+
+
+def bench_synth(
+    source: str = typer.Argument(..., help="Local path or git URL of the repository."),
+    max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks the measured run makes."),
+    jobs: int = typer.Option(2, "--jobs", min=1, help="Candidates validated in parallel."),
+    compare_naive: int = typer.Option(
+        0,
+        "--compare-naive",
+        min=0,
+        help="Also validate this many candidates both coverage-guided and naively (whole suite) and compare.",
+    ),
+    mode: list[str] = typer.Option(["stub", "remove", "file"], "--mode", help=MODES_HELP),
+    seed: int = typer.Option(0),
+    ref: str = typer.Option(None),
+    test_cmd: str = typer.Option(None, "--test-cmd"),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
+    from regrow.benchmarks.synthesis import run_synth_bench, run_throughput_bench
+    from sandbox import SandboxError
+    from task_synth.errors import SynthError
+
+    settings = synth_settings(ref=ref, modes=mode, seed=seed, test_command=test_cmd, max_tasks=max_tasks, jobs=jobs)
+    progress, update, _ = progress_bars(console)
+    try:
+        with progress:
+            result = run_throughput_bench(source, settings, on_progress=update)
+            if compare_naive:
+                result["guided_vs_naive"] = run_synth_bench(source, settings, compare_naive, on_progress=update)
+    except (SynthError, SandboxError) as error:
+        fail(str(error))
+    report(result, as_json)
+
+
+def bench_grade(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
+    repetitions: int = typer.Option(5, min=1, help="Gradings (and bare runs) per task."),
+    max_tasks: int = typer.Option(3, min=1, help="Tasks measured, in id order."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Grading each task's own solution with every defence on, against a bare pytest run of the same tests."""
+    from regrow.benchmarks.grading import run_grade_bench
+    from sandbox import SandboxError
+
+    try:
+        report(run_grade_bench(tasks, repetitions, max_tasks), as_json)
+    except SandboxError as error:
+        fail(str(error))
+
+
+def bench_server(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
+    repetitions: int = typer.Option(50, min=5, help="Steps measured per transport."),
+    episodes: int = typer.Option(16, min=1, help="Concurrent episodes in the load test."),
+    steps: int = typer.Option(20, min=1, help="Steps per episode in the load test (then submit)."),
+    store_size: int = typer.Option(
+        50,
+        "--store-size",
+        min=1,
+        help="Tasks in the store the resets draw from; a smaller "
+        "store is widened with copies of its tasks under new ids.",
+    ),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Step overhead of /ws and gRPC over a direct exec, warm reset against cold create, and a load test."""
+    from regrow.benchmarks.serving import run_server_bench
+
+    report(run_server_bench(tasks, repetitions, episodes, steps, store_size), as_json)
+
+
+def bench_rollouts(
+    env: str = typer.Option(..., "--env", help="Env server: http://host:port or grpc://host:port."),
+    model: str = typer.Option("tiny", "--model", help="'tiny', 'smollm2', or a model folder."),
+    workers: int = typer.Option(4, min=1, help="Concurrent rollout workers."),
+    episodes: int = typer.Option(16, min=1, help="Episodes to play."),
+    max_turns: int = typer.Option(4, min=1, help="Turn limit per episode."),
+    task_id: list[str] = typer.Option([], "--task-id", help="Tasks to play (repeat); default: sample by seed."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Episodes per minute the rollout workers sustain against a live env server."""
+    from regrow.benchmarks.training import run_rollout_bench
+    from trainer_client.env_client import EnvError
+
+    try:
+        result = run_rollout_bench(env, model, workers, episodes, max_turns, task_id)
+    except EnvError as error:
+        fail(str(error))
+    report(result, as_json)
+
+
+def bench_train(
+    model: str = typer.Option("tiny", "--model", help="'tiny' (random 2-layer Qwen2), 'smollm2', or a model folder."),
+    steps: int = typer.Option(3, min=1, help="Timed steps per configuration, alternating (after one warm-up each)."),
+    rows: int = typer.Option(8, min=2, help="Trajectories per batch (an even number: groups of 2)."),
+    turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
+    hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),
+    pairs: int = typer.Option(4, min=1, help="DPO pairs per batch."),
+    dpo_context_grad: bool = typer.Option(
+        True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."
+    ),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
+    from regrow.benchmarks.training import run_train_bench
+
+    report(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), as_json)
+
+
+def bench_sandbox(
+    repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Container start, warm-pool acquire and exec overhead, p50/p95 in ms."""
+    from regrow.benchmarks.containers import run_sandbox_bench
+    from sandbox import DockerBackend, SandboxError
+
+    try:
+        report(run_sandbox_bench(DockerBackend(), repetitions), as_json)
+    except SandboxError as error:
+        fail(str(error))
+
+
+def register(bench_app: typer.Typer) -> None:
+    for name, command in {
+        "sandbox": bench_sandbox,
+        "proxy": bench_proxy,
+        "synth": bench_synth,
+        "corpus": bench_corpus,
+        "server": bench_server,
+        "grade": bench_grade,
+        "train": bench_train,
+        "rollouts": bench_rollouts,
+    }.items():
+        bench_app.command(name)(command)
