@@ -8,11 +8,13 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import docker.errors
 import requests.exceptions
 
 import docker
+from sandbox import images
 from sandbox.errors import DockerUnavailable, ExecTimeout, ImageNotFound, SandboxGone
 from sandbox.exec_stream import read_exec_stream
 from sandbox.file_transfer import DirEntry, export_tree, import_tree, list_dir, read_file, search, write_file
@@ -141,7 +143,7 @@ class Sandbox:
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
             time.sleep(0.01)
-        self._ensure_running()
+        self.ensure_running()
         return -1
 
     def _sweep(self, marker: str, user: str) -> None:
@@ -177,7 +179,7 @@ class Sandbox:
         self._oom_seen = seen
         return increased
 
-    def _ensure_running(self) -> None:
+    def ensure_running(self) -> None:
         try:
             state = self.api.inspect_container(self.id)["State"]
         except docker.errors.APIError as error:
@@ -297,6 +299,28 @@ class DockerBackend:
             raise
         log.debug("sandbox %s started from %s", container_id[:12], image)
         return Sandbox(self, container_id, limits, hardening.user)
+
+    def create_stopped(self, image: str) -> str:
+        """A container of `image` that never runs (its files can be exported), tracked and labelled like a sandbox."""
+        labels = {MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
+        if own_container_id():
+            labels[OWNER_CONTAINER_LABEL] = own_container_id()
+        try:
+            created = self.api.create_container(image, command=["true"], labels=labels, network_disabled=True)
+        except docker.errors.ImageNotFound as error:
+            raise ImageNotFound(f"image {image!r} not found locally: build it first (`regrow images build`)") from error
+        with self._lock:
+            self._live.add(created["Id"])
+        return created["Id"]
+
+    def build_image(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str]) -> None:
+        images.build_image(self, context, tag, buildargs, labels)
+
+    def remove_image(self, tag: str) -> None:
+        images.remove_image(self, tag)
+
+    def image_files(self, image: str) -> Iterator[tuple[str, bytes]]:
+        return images.image_files(self, image)
 
     def remove(self, container_id: str) -> bool:
         """Force-remove a container; False when the engine refused (for example while it was still starting it)."""

@@ -31,3 +31,11 @@ class FileTooLarge(SandboxError):
 
 class SandboxFileNotFound(SandboxError, FileNotFoundError):
     """A path does not exist inside the sandbox."""
+
+
+class ImageBuildFailed(SandboxError):
+    """An image build failed; `output` is the build's log, pip's errors included."""
+
+    def __init__(self, message: str, output: str):
+        super().__init__(message)
+        self.output = output

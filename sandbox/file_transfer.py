@@ -37,7 +37,7 @@ def _absolute(path: str) -> str:
 
 
 def _not_found_or_gone(sb: Sandbox, path: str, error: docker.errors.APIError) -> Exception:
-    sb._ensure_running()  # raises SandboxGone when the container itself is missing
+    sb.ensure_running()  # raises SandboxGone when the container itself is missing
     if isinstance(error, docker.errors.NotFound):
         return SandboxFileNotFound(f"no such file or directory in the sandbox: {path}")
     return error

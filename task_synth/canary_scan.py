@@ -14,7 +14,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sandbox import DockerBackend
-from sandbox.owner import MANAGED_LABEL, OWNER_LABEL
 from task_synth.deletion import Deletion
 from task_synth.python_ast import parse_python
 
@@ -114,53 +113,13 @@ def archive_files(archive: bytes) -> Iterator[tuple[str, bytes]]:
                 yield member.name.lstrip("./"), handle.read() if handle else b""
 
 
-class _ChunkReader(io.RawIOBase):
-    """A file object over the byte chunks of `docker export`, for tarfile's stream mode."""
-
-    def __init__(self, chunks: Iterator[bytes]):
-        self._chunks = chunks
-        self._buffer = b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, target) -> int:
-        while not self._buffer:
-            try:
-                self._buffer = next(self._chunks)
-            except StopIteration:
-                return 0
-        size = min(len(target), len(self._buffer))
-        target[:size] = self._buffer[:size]
-        self._buffer = self._buffer[size:]
-        return size
-
-
-def image_files(backend: DockerBackend, image: str) -> Iterator[tuple[str, bytes]]:
-    """Every regular file of the image's filesystem as (path without leading slash, bytes)."""
-    container = backend.api.create_container(
-        image, command=["true"], labels={MANAGED_LABEL: "1", OWNER_LABEL: backend.owner}, network_disabled=True
-    )["Id"]
-    try:
-        stream = io.BufferedReader(_ChunkReader(iter(backend.api.export(container, chunk_size=1 << 20))), 1 << 20)
-        with tarfile.open(fileobj=stream, mode="r|") as archive:
-            for member in archive:
-                if member.isfile():
-                    handle = archive.extractfile(member)
-                    yield member.name.lstrip("./"), handle.read() if handle else b""
-                elif member.isdir():
-                    yield member.name.lstrip("./") + "/", b""
-    finally:
-        backend.remove(container)
-
-
 def index_image(backend: DockerBackend, image: str, packages: list[str]) -> tuple[ImageIndex, list[Hit]]:
     """One read of the repository image: every token and long line (zip members too), and what must never be in it,
     an installed copy of the package or a cache under a scrubbed root."""
     index = ImageIndex()
     hits: list[Hit] = []
     installed = _installed_pattern(packages)
-    for outer, outer_data in image_files(backend, image):
+    for outer, outer_data in backend.image_files(image):
         for path, data in with_zip_members(outer, outer_data):
             index.add(data)
             hits += _forbidden(path, installed)
@@ -279,4 +238,4 @@ def scan_image(
     backend: DockerBackend, image: str, canaries: Canaries, test_paths: set[str], packages: list[str]
 ) -> list[Hit]:
     """`scan_files` over every file of an image."""
-    return scan_files(image_files(backend, image), canaries, test_paths, packages)
+    return scan_files(backend.image_files(image), canaries, test_paths, packages)

@@ -18,7 +18,6 @@ from task_synth.candidates import Unit, enumerate_units, rank_weight, sample_uni
 from task_synth.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
 from task_synth.errors import SynthError
 from task_synth.repo_context import RepoContext, prepare_repo
-from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
 from task_synth.source import require_source
 from task_synth.task_builder import BuiltTask, build_task, repo_dir
@@ -197,7 +196,7 @@ def synthesize(
                 )
     except BaseException:
         for image in created_images:
-            remove_image(backend, image)
+            backend.remove_image(image)
         raise
     report.wall_s = time.monotonic() - started
     report.stages = context.clock.report()

@@ -8,9 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import docker.errors
-
-from sandbox import DockerBackend
+from sandbox import DockerBackend, ImageBuildFailed
 from sandbox.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
 from task_synth.suite_runs import pip_error_lines
@@ -36,12 +34,9 @@ def _build(
 ) -> None:
     shutil.copy(DOCKERFILES / dockerfile, context / "Dockerfile")
     try:
-        backend.client.images.build(
-            path=str(context), tag=tag, buildargs=buildargs, labels=labels, network_mode="none", rm=True, forcerm=True
-        )
-    except docker.errors.BuildError as error:
-        output = "".join(str(step.get("stream", "")) for step in error.build_log) + "\n" + str(error.msg)
-        detail = " | ".join(pip_error_lines(output))
+        backend.build_image(context, tag, buildargs, labels)
+    except ImageBuildFailed as error:
+        detail = " | ".join(pip_error_lines(error.output))
         raise SynthError(
             f"building image {tag} failed ({detail}): check that the wheelhouse holds every dependency"
         ) from error
@@ -71,12 +66,3 @@ def build_store_images(backend: DockerBackend, records: list, store: Path) -> di
             raise SynthError(f"{wheels} is missing, so {tag} cannot be rebuilt: copy the whole task store")
         built[tag] = build_repo_image(backend, tag, wheels)
     return built
-
-
-def remove_image(backend: DockerBackend, tag: str) -> None:
-    try:
-        backend.client.images.remove(tag, force=True, noprune=False)
-    except docker.errors.ImageNotFound:
-        pass
-    except docker.errors.APIError as error:
-        log.warning("could not remove image %s: %s", tag, error)

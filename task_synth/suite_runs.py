@@ -149,7 +149,7 @@ EDITABLE_INSTALL = (
 def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
     """Copy the checkout into /workspace and install it editable, with no network; `capture_install` then reads what
     the install added to the venv."""
-    sb.api.put_archive(sb.id, "/workspace", tree_archive(checkout))
+    sb.import_tree("/workspace", tree_archive(checkout))
     sb.exec(f"mkdir -p {SCRATCH} && touch {INSTALL_MARK}", timeout=30).raise_for_timeout()
     result = sb.exec(EDITABLE_INSTALL, timeout=timeout, cwd="/workspace")
     if result.exit_code != 0:

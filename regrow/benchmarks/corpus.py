@@ -18,7 +18,6 @@ from pathlib import Path
 from sandbox import DockerBackend, SandboxError
 from task_synth.errors import SynthError
 from task_synth.pipeline import synthesize
-from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
 
 log = logging.getLogger(__name__)
@@ -213,7 +212,7 @@ def run_corpus_bench(
                 error = f"internal error: {type(failure).__name__}: {failure}"
         if report:
             for record in report.records:
-                remove_image(backend, record.image)
+                backend.remove_image(record.image)
         rows.append(repo_row(repo, report, error, time.monotonic() - started))
         # The whole row, so that an interrupted bench still leaves every finished repo's result in the log.
         log.info("%s: %s", repo.requirement, json.dumps(rows[-1]))

@@ -12,7 +12,6 @@ from task_synth.candidates import enumerate_units
 from task_synth.deletion import DeletionError, delete_unit
 from task_synth.pipeline import ordered_candidates, synthesize
 from task_synth.repo_context import prepare_repo
-from task_synth.repo_image import remove_image
 from task_synth.settings import SynthSettings
 from task_synth.validation import validate
 
@@ -92,7 +91,7 @@ def run_synth_bench(
                     progress("candidates", index + 1, len(deletions))
     except BaseException:
         for image in created:
-            remove_image(backend, image)
+            backend.remove_image(image)
         raise
     guided, naive = ways["guided"], ways["naive"]
     mismatches = [

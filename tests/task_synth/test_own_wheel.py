@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.repo_image import build_repo_image, remove_image
+from task_synth.repo_image import build_repo_image
 from task_synth.wheelhouse import OWN_WHEELS, set_aside_own_wheels
 
 
@@ -62,7 +62,7 @@ def test_the_repo_image_installs_what_needs_the_project_then_uninstalls_the_proj
         assert "freezer==2.9" in installed
         assert "tiny" not in installed  # each workspace installs it editable; no copy may stay in the image
     finally:
-        remove_image(docker_backend, tag)
+        docker_backend.remove_image(tag)
 
 
 def test_the_project_is_known_by_its_poetry_name_or_its_sdists_pkg_info(tmp_path):
