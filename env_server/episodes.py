@@ -337,7 +337,7 @@ class EpisodeRuntime:
                 result = self._run_tool(episode, action)
                 episode.steps_taken += 1
                 episode.steps_left -= 1
-                if action.tool == "submit":
+                if _terminal(action):
                     observation = self._finish(episode, "submitted", result)
                 elif episode.steps_left <= 0 and not episode.done:
                     result.feedback = _joined(result.feedback, "step budget used up; graded as is")
@@ -390,10 +390,10 @@ class EpisodeRuntime:
                 feedback="arguments are not valid UTF-8 text (they hold a lone surrogate); send valid text",
                 error="VALIDATION_ERROR",
             )
-        if action.tool == "submit":
+        if args_model.terminal:
             return ToolResult(output="submitted")
         try:
-            return call_tool(episode.sandbox_ready(), action.tool, args, self.settings)
+            return call_tool(episode.sandbox_ready(), args, self.settings)
         except SandboxGone as error:
             self.metrics.sandbox_failures.labels("exec").inc()
             self.abort(episode, f"sandbox gone: {error}", lock_held=True)
@@ -478,3 +478,8 @@ class EpisodeRuntime:
             for episode in self.live_episodes():
                 if episode.last_activity < cutoff and not episode.lock.locked():
                     self.abort(episode, f"idle for more than {self.settings.idle_timeout_s:g}s")
+
+
+def _terminal(action: ToolCall) -> bool:
+    args_model = TOOL_ARGS.get(action.tool)
+    return args_model is not None and args_model.terminal

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import ast
 import posixpath
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -196,19 +198,20 @@ def list_dir(sb: Sandbox, args: ListDirArgs, settings: ServerSettings) -> ToolRe
     return ToolResult(output=output, truncated=truncated)
 
 
-TOOLS = {
-    "read_file": read_file,
-    "write_file": write_file,
-    "edit_file": edit_file,
-    "run": run,
-    "search": search,
-    "list_dir": list_dir,
+# The implementation of every tool that is not terminal, keyed by the argument model proto declares it with.
+IMPLEMENTATIONS: dict[type[BaseModel], Callable[[Sandbox, Any, ServerSettings], ToolResult]] = {
+    ReadFileArgs: read_file,
+    WriteFileArgs: write_file,
+    EditFileArgs: edit_file,
+    RunArgs: run,
+    SearchArgs: search,
+    ListDirArgs: list_dir,
 }
 
 
-def call_tool(sb: Sandbox, name: str, args: BaseModel, settings: ServerSettings) -> ToolResult:
-    """Run tool `name` (not submit) with validated `args`; a rejected call comes back as feedback."""
+def call_tool(sb: Sandbox, args: BaseModel, settings: ServerSettings) -> ToolResult:
+    """Run the tool whose validated arguments `args` are (not a terminal one); a rejected call becomes feedback."""
     try:
-        return TOOLS[name](sb, args, settings)
+        return IMPLEMENTATIONS[type(args)](sb, args, settings)
     except ToolRejected as rejected:
         return ToolResult(output="", feedback=rejected.feedback, error=rejected.error)

@@ -3,14 +3,13 @@
 Both the env server and the trainer import these models; nothing else of regrow is shared.
 """
 
-from proto.actions import TOOL_ARGS, TOOL_DESCRIPTIONS, ToolCall, tool_specs
+from proto.actions import TOOL_ARGS, ToolCall, tool_description, tool_specs
 from proto.observations import CodingObservation, EpisodeState, RewardDetails, TestOutcome
 from proto.tasks import DeletedUnit, TaskRecord, TaskStats
 from proto.traces import EpisodeTrace, StepTrace
 
 __all__ = [
     "TOOL_ARGS",
-    "TOOL_DESCRIPTIONS",
     "CodingObservation",
     "DeletedUnit",
     "EpisodeState",
@@ -21,5 +20,6 @@ __all__ = [
     "TaskStats",
     "TestOutcome",
     "ToolCall",
+    "tool_description",
     "tool_specs",
 ]

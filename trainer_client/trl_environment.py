@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
+
+from proto.actions import TOOL_ARGS, tool_description
+
 
 class RegrowCodingEnv:
     """One rollout's episode on a regrow env server, its tools as methods: pass the class as TRL's
@@ -9,6 +14,7 @@ class RegrowCodingEnv:
 
     Set `base_url` (a subclass, or `RegrowCodingEnv.base_url = ...`) to your server. TRL calls `reset`, exposes
     every other public method as a tool from its signature and docstring, and reads `get_reward` at the end.
+    The tool methods are made from proto's TOOL_ARGS, so they always match the server.
     """
 
     base_url = "http://127.0.0.1:8000"
@@ -31,64 +37,36 @@ class RegrowCodingEnv:
         observation = result.observation
         return "\n".join(filter(None, [observation["output"], observation.get("feedback")]))
 
-    def read_file(self, path: str, start_line: int | None = None, end_line: int | None = None) -> str:
-        """Read a text file, optionally a range of lines.
-
-        Args:
-            path: File path; relative paths are under /workspace.
-            start_line: First line to show (1-based).
-            end_line: Last line to show (inclusive).
-        """
-        return self._call("read_file", path=path, start_line=start_line, end_line=end_line)
-
-    def write_file(self, path: str, content: str) -> str:
-        """Create or overwrite a file with the given content.
-
-        Args:
-            path: File path; relative paths are under /workspace.
-            content: The whole new content of the file.
-        """
-        return self._call("write_file", path=path, content=content)
-
-    def edit_file(self, path: str, old: str, new: str) -> str:
-        """Replace one exact occurrence of `old` with `new` in a file.
-
-        Args:
-            path: File path; relative paths are under /workspace.
-            old: Exact text to replace; it must occur exactly once.
-            new: Replacement text.
-        """
-        return self._call("edit_file", path=path, old=old, new=new)
-
-    def run(self, command: str, timeout: float | None = None) -> str:
-        """Run a shell command in /workspace and return its output and exit code.
-
-        Args:
-            command: Shell command, run in /workspace.
-            timeout: Seconds; capped by the server.
-        """
-        return self._call("run", command=command, timeout=timeout)
-
-    def search(self, pattern: str, path: str | None = None) -> str:
-        """Search files for a regular expression; returns matching lines with line numbers.
-
-        Args:
-            pattern: Regular expression (grep -E).
-            path: File or directory to search; default /workspace.
-        """
-        return self._call("search", pattern=pattern, path=path)
-
-    def list_dir(self, path: str | None = None) -> str:
-        """List a directory.
-
-        Args:
-            path: Directory; default /workspace.
-        """
-        return self._call("list_dir", path=path)
-
-    def submit(self) -> str:
-        """Finish the episode; your changes are graded by the task's tests."""
-        return self._call("submit")
-
     def get_reward(self) -> float:
         return self._reward
+
+
+def _tool_method(name: str) -> Callable[..., str]:
+    """A method for tool `name` whose signature and Google-style docstring TRL turns into the tool's schema."""
+    fields = TOOL_ARGS[name].model_fields
+    parameters = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)] + [
+        inspect.Parameter(
+            field,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            default=inspect.Parameter.empty if info.is_required() else info.default,
+            annotation=info.annotation,
+        )
+        for field, info in fields.items()
+    ]
+    signature = inspect.Signature(parameters, return_annotation=str)
+
+    def method(self: RegrowCodingEnv, *args: object, **kwargs: object) -> str:
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        return self._call(name, **{key: value for key, value in bound.arguments.items() if key != "self"})
+
+    args_doc = "".join(f"\n    {field}: {info.description}" for field, info in fields.items())
+    method.__name__, method.__qualname__ = name, f"RegrowCodingEnv.{name}"
+    method.__doc__ = tool_description(name) + (f"\n\nArgs:{args_doc}" if fields else "")
+    method.__signature__ = signature  # type: ignore[attr-defined]
+    method.__annotations__ = {field: info.annotation for field, info in fields.items()} | {"return": str}
+    return method
+
+
+for _name in TOOL_ARGS:
+    setattr(RegrowCodingEnv, _name, _tool_method(_name))

@@ -40,5 +40,5 @@ def test_home_is_the_agents_own_writable_directory(sandbox):
 
 def test_the_agents_run_hashes_strings_with_seed_zero(sandbox):
     command = "echo $PYTHONHASHSEED; python3 -c 'print(hash(\"regrow\"))'"
-    first, second = (call_tool(sandbox, "run", RunArgs(command=command), ServerSettings()) for _ in range(2))
+    first, second = (call_tool(sandbox, RunArgs(command=command), ServerSettings()) for _ in range(2))
     assert first.output.splitlines()[0] == "0" and first.output == second.output
