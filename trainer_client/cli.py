@@ -1,77 +1,59 @@
-"""`regrow train` and `regrow bench train` (plus the replay part's `regrow replay`); heavy imports run late."""
+"""`regrow train` (plus the replay part's `regrow replay`); heavy imports run late.
 
-from pathlib import Path
+The train command's options are made from TrainSettings' fields, so each setting is declared once: its type,
+default, bounds and help come from the field, and its REGROW_TRAIN_<NAME> variable from pydantic-settings.
+"""
+
+import inspect
+import types
+import typing
+from typing import Any
 
 import typer
 from rich.console import Console
 
+from trainer_client.train_settings import TrainSettings
+
 console = Console(stderr=True)
 
 
-# CLI parameters whose TrainSettings field has another name.
-_SETTING_OF_PARAMETER = {"task_id": "task_ids", "vllm_timeout": "vllm_timeout_s"}
+def _cli_type(annotation: Any) -> Any:
+    """The type typer parses a field as: Literal choices and optional types become their plain type."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        return type(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        (inner,) = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        return _cli_type(inner)
+    return annotation
 
 
-def train(
-    ctx: typer.Context,
-    env: str = typer.Option(
-        None, "--env", help="Env server: http://host:port (WebSocket) or grpc://host:port [REGROW_TRAIN_ENV]."
-    ),
-    model: str = typer.Option(
-        "smollm2", "--model", help="save_pretrained folder, .gguf file, or 'smollm2' (offline demo)."
-    ),
-    output_dir: Path = typer.Option(
-        Path("runs/regrow"), "--output-dir", help="Checkpoints, TensorBoard logs (runs/), the final model."
-    ),
-    task_id: list[str] = typer.Option([], "--task-id", help="Train on these tasks (repeat); default: sample by seed."),
-    steps: int = typer.Option(100, min=1, help="Optimizer steps."),
-    group_size: int = typer.Option(4, min=2, help="Episodes per task in one GRPO group."),
-    groups_per_step: int = typer.Option(2, min=1, help="Groups per optimizer step."),
-    workers: int = typer.Option(4, min=1, help="Concurrent rollout workers."),
-    max_staleness: int = typer.Option(1, min=0, help="Drop groups started more than this many updates ago."),
-    max_turns: int = typer.Option(12, min=1),
-    max_turn_tokens: int = typer.Option(384, min=8),
-    max_completion_tokens: int = typer.Option(3072, min=64, help="Token budget of all turns and env replies."),
-    learning_rate: float = typer.Option(1e-6, "--lr"),
-    temperature: float = typer.Option(1.0),
-    loss_type: str = typer.Option(
-        "dr_grpo", help="TRL objective: dr_grpo (default), grpo, dapo, bnpo, cispo, sapo, ..."
-    ),
-    alpha_sdpo: float = typer.Option(0.0, "--alpha-sdpo", min=0.0, help="Weight of SDPO on hinted turns (0: off)."),
-    sdpo_teacher: str = typer.Option("live", help="SDPO teacher weights: live, ema or initial."),
-    sdpo_jsd_alpha: float = typer.Option(0.5, min=0.0, max=1.0, help="0 forward KL, 1 reverse KL, between: JSD."),
-    sdpo_top_k: int = typer.Option(None, min=1, help="Distil only the student's top-k tokens plus a tail bucket."),
-    pairs: Path = typer.Option(
-        None, "--pairs", exists=True, dir_okay=False, help="Replay pairs JSONL (regrow replay)."
-    ),
-    beta_dpo: float = typer.Option(0.0, "--beta-dpo", min=0.0, help="Weight of the replay-DPO channel (0: off)."),
-    dpo_beta: float = typer.Option(0.1, "--dpo-beta", help="The DPO loss's own beta."),
-    dpo_pairs_per_step: int = typer.Option(
-        4, "--dpo-pairs-per-step", min=1, help="Replay pairs in each optimizer step."
-    ),
-    dpo_context_grad: bool = typer.Option(
-        True,
-        help="Backpropagate DPO through the pairs' contexts (exact); --no-dpo-context-grad: only the actions, cheaper.",
-    ),
-    sdpo_importance_clip: float = typer.Option(
-        2.0, min=0.0, help="Upper clip of pi_theta/pi_rollout per distilled token."
-    ),
-    device: str = typer.Option("auto", help="auto, cpu or cuda."),
-    bf16: bool = typer.Option(True, help="bf16 autocast on a GPU."),
-    logger: str = typer.Option("tensorboard", help="tensorboard or none."),
-    save_steps: int = typer.Option(50, min=1, help="Checkpoint every N steps."),
-    resume: bool = typer.Option(True, help="Continue from the last checkpoint in --output-dir."),
-    seed: int = typer.Option(0),
-    vllm_server: str = typer.Option(
-        None,
-        "--vllm-server",
-        help="Generate turns on this vLLM server (http://host:8100, from `trl vllm-serve --model <same --model>`) and "
-        "push the weights to it every step; needs CUDA and vllm here too. Default: the HF model generates.",
-    ),
-    vllm_timeout: float = typer.Option(
-        10.0, "--vllm-timeout", min=0.1, help="Seconds to wait for the vLLM server at startup."
-    ),
-) -> None:
+def _option(name: str, field: Any) -> inspect.Parameter:
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    flag = str(extra.get("flag", "--" + name.replace("_", "-")))
+    cli_type = _cli_type(field.annotation)
+    choices = typing.get_args(field.annotation) if typing.get_origin(field.annotation) is typing.Literal else ()
+    value = None if field.is_required() else field.get_default(call_default_factory=True)
+    default = "required" if field.is_required() else "none" if value in (None, []) else str(value)
+    help_text = " ".join(
+        part
+        for part in (
+            field.description or "",
+            f"One of: {', '.join(choices)}." if choices else "",
+            f"[{default}; env REGROW_TRAIN_{name.upper()}]",
+        )
+        if part
+    )
+    declaration = f"{flag}/--no-{flag[2:]}" if cli_type is bool else flag
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(None, declaration, help=help_text, show_default=False),
+        annotation=cli_type | None if typing.get_origin(cli_type) is not list else cli_type,
+    )
+
+
+def train(ctx: typer.Context, **options: Any) -> None:
     """Train a policy on env episodes: Dr.GRPO, plus SDPO on hinted turns and DPO on replay pairs.
 
     Every option can also come from a REGROW_TRAIN_<OPTION> variable; a flag given here wins.
@@ -81,19 +63,18 @@ def train(
 
       CUDA_VISIBLE_DEVICES=1 trl vllm-serve --model ./policy --port 8100
 
-      CUDA_VISIBLE_DEVICES=0 regrow train --env http://127.0.0.1:8000 --model ./policy \
+      CUDA_VISIBLE_DEVICES=0 regrow train --env http://127.0.0.1:8000 --model ./policy \\
         --vllm-server http://127.0.0.1:8100
     """
     from pydantic import ValidationError
 
     from trainer_client.env_client import EnvError
     from trainer_client.train_run import run_training
-    from trainer_client.train_settings import TrainSettings
 
     # Only flags given on the command line override REGROW_TRAIN_* variables; the rest fall through to TrainSettings.
     given = {
-        _SETTING_OF_PARAMETER.get(name, name): value
-        for name, value in ctx.params.items()
+        name: value
+        for name, value in options.items()
         if ctx.get_parameter_source(name).name == "COMMANDLINE"  # by name: typer may bundle its own click
     }
     try:
@@ -109,6 +90,12 @@ def train(
     )
     if summary.log_history:
         console.print({k: round(v, 5) if isinstance(v, float) else v for k, v in summary.log_history[-1].items()})
+
+
+train.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+    [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+    + [_option(name, field) for name, field in TrainSettings.model_fields.items()]
+)
 
 
 def register(app: typer.Typer) -> None:

@@ -16,24 +16,32 @@ class TrainSettings(BaseSettings):
     env: str = Field(description="Env server URL: http://host:port (WebSocket /ws) or grpc://host:port.")
     model: str = Field(default="smollm2", description="Policy: a save_pretrained folder, a .gguf file, or 'smollm2'.")
     output_dir: Path = Field(default=Path("runs/regrow"), description="Checkpoints and TensorBoard logs.")
-    task_ids: list[str] = Field(default_factory=list, description="Tasks to train on, cycled; empty samples by seed.")
+    task_ids: list[str] = Field(
+        default_factory=list,
+        description="Tasks to train on, cycled (repeat the flag); empty samples by seed.",
+        json_schema_extra={"flag": "--task-id"},
+    )
     split: str = Field(default="train", description="Task split to sample from when no task ids are given.")
     steps: int = Field(default=100, ge=1, description="Optimizer steps.")
     group_size: int = Field(default=4, ge=2, description="Episodes per task in a GRPO group.")
     groups_per_step: int = Field(default=2, ge=1, description="Groups in one optimizer step.")
     workers: int = Field(default=4, ge=1, description="Concurrent rollout workers (env sessions).")
     max_staleness: int = Field(default=1, ge=0, description="Drop groups started more than this many updates ago.")
-    max_turns: int = Field(default=12, ge=1)
-    max_turn_tokens: int = Field(default=384, ge=8)
+    max_turns: int = Field(default=12, ge=1, description="Policy turns per episode.")
+    max_turn_tokens: int = Field(default=384, ge=8, description="Tokens the policy may generate in one turn.")
     max_completion_tokens: int = Field(default=3072, ge=64, description="Token budget of all turns and env replies.")
-    temperature: float = Field(default=1.0, gt=0)
-    learning_rate: float = Field(default=1e-6, gt=0)
+    temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
+    learning_rate: float = Field(
+        default=1e-6, gt=0, description="Optimizer learning rate.", json_schema_extra={"flag": "--lr"}
+    )
     loss_type: str = Field(default="dr_grpo", description="TRL loss: dr_grpo, grpo, dapo, bnpo, cispo, sapo, ...")
     alpha_sdpo: float = Field(default=0.0, ge=0, description="Weight of the SDPO channel.")
-    sdpo_teacher: Literal["live", "ema", "initial"] = "live"
-    sdpo_jsd_alpha: float = Field(default=0.5, ge=0, le=1)
-    sdpo_top_k: int | None = Field(default=None, ge=1)
-    sdpo_importance_clip: float = Field(default=2.0, gt=0)
+    sdpo_teacher: Literal["live", "ema", "initial"] = Field(default="live", description="SDPO teacher weights.")
+    sdpo_jsd_alpha: float = Field(default=0.5, ge=0, le=1, description="0 forward KL, 1 reverse KL, between: JSD.")
+    sdpo_top_k: int | None = Field(
+        default=None, ge=1, description="Distil only the student's top-k tokens plus a tail bucket."
+    )
+    sdpo_importance_clip: float = Field(default=2.0, gt=0, description="Upper clip of pi_theta/pi_rollout per token.")
     pairs: Path | None = Field(default=None, description="Replay pairs JSONL for the DPO channel.")
     beta_dpo: float = Field(default=0.0, ge=0, description="Weight of the DPO channel.")
     dpo_beta: float = Field(default=0.1, gt=0, description="The DPO loss's own beta.")
@@ -43,12 +51,12 @@ class TrainSettings(BaseSettings):
         description="Backpropagate DPO through the pairs' contexts (exact); False: only through the action tokens, "
         "cheaper.",
     )
-    device: Literal["auto", "cpu", "cuda"] = "auto"
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Where the policy trains.")
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
-    logger: Literal["tensorboard", "none"] = "tensorboard"
-    save_steps: int = Field(default=50, ge=1)
+    logger: Literal["tensorboard", "none"] = Field(default="tensorboard", description="Where metrics go.")
+    save_steps: int = Field(default=50, ge=1, description="Checkpoint every N steps.")
     resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
-    seed: int = 0
+    seed: int = Field(default=0, description="Seeds task sampling, rollouts and the trainer.")
     episode_timeout_s: float = Field(default=1800.0, gt=0, description="Longest wait for a finished group.")
     vllm_server: str | None = Field(
         default=None,
@@ -56,7 +64,10 @@ class TrainSettings(BaseSettings):
         "pushes its weights to it every step. None: the HF model generates.",
     )
     vllm_timeout_s: float = Field(
-        default=10.0, gt=0, description="Longest wait for the vLLM server to answer at startup."
+        default=10.0,
+        gt=0,
+        description="Longest wait for the vLLM server to answer at startup.",
+        json_schema_extra={"flag": "--vllm-timeout"},
     )
 
     @field_validator("vllm_server")

@@ -5,21 +5,23 @@ import typer
 from typer.testing import CliRunner
 
 from regrow.cli import app
-from trainer_client.cli import _SETTING_OF_PARAMETER
 from trainer_client.train_settings import TrainSettings
 
 
-def test_every_train_flag_is_a_setting_with_the_same_default():
+def test_the_train_options_are_the_settings_fields_with_their_help():
     command = typer.main.get_command(app).commands["train"]
-    fields = TrainSettings.model_fields
-    for parameter in command.params:
-        name = _SETTING_OF_PARAMETER.get(parameter.name, parameter.name)
-        assert name in fields, f"--{parameter.name} has no TrainSettings field"
-        default = fields[name].get_default(call_default_factory=True)
-        if parameter.default not in (None, ()):
-            assert parameter.default == default, (
-                f"--{parameter.name} defaults to {parameter.default!r}, the setting to {default!r}"
-            )
+    options = {parameter.name: parameter for parameter in command.params}
+    assert set(options) == set(TrainSettings.model_fields)
+    for name, field in TrainSettings.model_fields.items():
+        assert options[name].default in (None, ()), f"--{name}: the default must come from TrainSettings"
+        assert f"REGROW_TRAIN_{name.upper()}" in options[name].help
+        assert (field.description or "") in options[name].help
+    assert "--lr" in options["learning_rate"].opts and "--task-id" in options["task_ids"].opts
+
+
+def test_a_flag_is_checked_against_the_settings_bounds():
+    result = CliRunner().invoke(app, ["train", "--env", "http://127.0.0.1:9", "--group-size", "1", "--device", "cpu"])
+    assert result.exit_code == 1 and "group_size" in result.output
 
 
 def test_variables_configure_the_run_when_no_flag_is_given(tmp_path):
