@@ -15,13 +15,11 @@ from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from env_server.path_policy import PathPolicy
-from sandbox.file_transfer import AGENT_UID
+from sandbox.layout import AGENT_UID, CACHE_NAMES
 
 # Never graded and never compared: version control and the caches tools leave behind.
-SKIPPED_DIRS = frozenset(
-    {".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache", ".hypothesis", ".tox", ".nox"}
-)
-SKIPPED_SUFFIXES = (".pyc", ".pyo")
+SKIPPED_DIRS = frozenset({".git", *(name for name in CACHE_NAMES if "*" not in name and name != ".coverage")})
+SKIPPED_SUFFIXES = tuple(name[1:] for name in CACHE_NAMES if name.startswith("*."))
 SKIPPED_FILES = frozenset({".coverage"})
 
 

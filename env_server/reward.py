@@ -37,10 +37,10 @@ from env_server.task_store import Task
 from env_server.tools import WORKSPACE
 from proto.observations import RefusedPath, RewardDetails, TestOutcome
 from sandbox import Sandbox, SandboxError
+from sandbox.layout import AGENT_HOME
 
 log = logging.getLogger(__name__)
 
-AGENT_HOME = "/home/agent"
 _ROOT_FOLDERS = ("workspace", "home", "home/agent")
 _CONFIG_NAMES = frozenset(name for name, _ in PYTEST_CONFIGS)
 # Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).

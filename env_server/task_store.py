@@ -1,4 +1,4 @@
-"""Reads a task store (tasks.jsonl, workspaces/, hidden/<id>/, repos/) and picks tasks by id or by seed and split."""
+"""Reads a task store (its layout is proto.task_files) and picks tasks by id or by seed and split."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from proto.task_files import INSTALL_ARCHIVE, IO_CHECKS, PRISTINE_TESTS, RECORDS, hidden_dir, read_records
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import Sandbox
 
@@ -47,7 +48,7 @@ class Task:
 
     def install_archive(self) -> bytes:
         """The gzipped tar of what the editable install adds to the repository image, rooted at /."""
-        return self._stored(f"{self.record.repo_dir}/install.tar.gz")
+        return self._stored(f"{self.record.repo_dir}/{INSTALL_ARCHIVE}")
 
     @property
     def pool_key(self) -> str:
@@ -72,7 +73,7 @@ class Task:
         """Each test file's pristine bytes, by path relative to the repository root."""
         files = {}
         for path in self.record.test_files:
-            source = self.hidden_dir / "tests" / path
+            source = self.hidden_dir / PRISTINE_TESTS / path
             if not source.is_file():
                 raise FileNotFoundError(f"task {self.id}: pristine test {source} is missing; rebuild the task store")
             files[path] = source.read_bytes()
@@ -80,7 +81,7 @@ class Task:
 
     def io_checks(self) -> list[IoCheck]:
         """Recorded calls of the deleted unit that the grader replays as hidden tests; none for older stores."""
-        source = self.hidden_dir / "io_checks.json"
+        source = self.hidden_dir / IO_CHECKS
         if not source.is_file():
             return []
         return [IoCheck.model_validate(item) for item in json.loads(source.read_text())]
@@ -91,19 +92,18 @@ class TaskStore:
 
     def __init__(self, root: Path):
         self.root = Path(root)
-        jsonl = self.root / "tasks.jsonl"
+        jsonl = self.root / RECORDS
         if not jsonl.is_file():
             raise FileNotFoundError(f"{jsonl} not found: point --tasks at a directory written by `regrow synth`")
-        self.tasks: dict[str, Task] = {}
-        for line in jsonl.read_text().splitlines():
-            if line.strip():
-                record = TaskRecord.model_validate_json(line)
-                self.tasks[record.instance_id] = Task(record, self.root / "hidden" / record.instance_id, self.root)
+        self.tasks: dict[str, Task] = {
+            record.instance_id: Task(record, hidden_dir(self.root, record.instance_id), self.root)
+            for record in read_records(self.root)
+        }
         if not self.tasks:
             raise ValueError(f"{jsonl} holds no tasks")
         for task in self.tasks.values():
             if task.as_files:
-                for relative in (task.record.workspace_archive, f"{task.record.repo_dir}/install.tar.gz"):
+                for relative in (task.record.workspace_archive, f"{task.record.repo_dir}/{INSTALL_ARCHIVE}"):
                     if not (self.root / relative).is_file():
                         raise FileNotFoundError(
                             f"task {task.id}: {self.root / relative} is missing; copy the whole task "

@@ -14,8 +14,8 @@ from env_server.settings import ServerSettings
 from proto.actions import EditFileArgs, ListDirArgs, ReadFileArgs, RunArgs, SearchArgs, WriteFileArgs
 from proto.tasks import HASH_SEED
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
+from sandbox.layout import WORKSPACE
 
-WORKSPACE = "/workspace"
 # The agent's commands hash strings as the task's test runs did, so that its pytest sees the same ids and orders.
 RUN_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
 

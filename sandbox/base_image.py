@@ -16,13 +16,13 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sandbox.docker_backend import DockerBackend
 from sandbox.errors import SandboxError
+from sandbox.layout import AGENT_UID, AGENT_USER, WORKSPACE
 
 log = logging.getLogger(__name__)
 
 # tzdata and locales: what test suites commonly assume a developer's machine has (minbase of trixie drops tzdata).
 BASE_PACKAGES = ("python3", "python3-venv", "git", "coreutils", "ca-certificates", "tzdata", "locales")
 LOCALES = ("C.UTF-8", "en_US.UTF-8")
-AGENT_UID = 1000
 # Bump when the recipe below changes: the tag changes, so every machine builds the new image (and repo images on it).
 BASE_REVISION = 2
 
@@ -169,12 +169,13 @@ def build_base_image(backend: DockerBackend, tag: str = BASE_IMAGE, force: bool 
                     str(AGENT_UID),
                     "--shell",
                     "/bin/bash",
-                    "agent",
+                    AGENT_USER,
                 ],
                 "useradd",
             )
             _run(
-                ["chroot", str(rootfs), "install", "-d", "-o", "agent", "-g", "agent", "/workspace"], "mkdir /workspace"
+                ["chroot", str(rootfs), "install", "-d", "-o", AGENT_USER, "-g", AGENT_USER, WORKSPACE],
+                f"mkdir {WORKSPACE}",
             )
             _run(["sh", "-c", f"rm -rf {rootfs}/var/cache/apt/archives/*.deb {rootfs}/var/lib/apt/lists/*"], "clean-up")
             archive = Path(work) / "rootfs.tar"

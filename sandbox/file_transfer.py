@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 import docker.errors
 
 from sandbox.errors import FileTooLarge, SandboxError, SandboxFileNotFound
+from sandbox.layout import AGENT_UID
 
 if TYPE_CHECKING:
     from sandbox.docker_backend import ExecResult, Sandbox
 
-AGENT_UID = 1000
 _GO_MODE_DIR = 1 << 31
 _GO_MODE_SYMLINK = 1 << 27
 _MAX_LINK_HOPS = 8

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass, field
 
+from sandbox.layout import AGENT_USER
+
 MiB = 1024 * 1024
 
 
@@ -29,7 +31,7 @@ class Hardening:
     """Security defaults; a caller relaxes them only through these typed fields."""
 
     network: bool = False
-    user: str = "agent"
+    user: str = AGENT_USER
     drop_all_capabilities: bool = True
     no_new_privileges: bool = True
     extra_capabilities: tuple[str, ...] = field(default=())

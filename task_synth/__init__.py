@@ -13,8 +13,8 @@ _EXPORTS = {
     "SynthReport": "task_synth.pipeline",
     "SynthSettings": "task_synth.settings",
     "SynthError": "task_synth.errors",
-    "export_parquet": "task_synth.task_store",
-    "read_records": "task_synth.task_store",
+    "export_parquet": "task_synth.store_writer",
+    "read_records": "proto.task_files",
 }
 __all__ = list(_EXPORTS)
 

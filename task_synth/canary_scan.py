@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import fnmatch
 import hashlib
 import io
 import re
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from sandbox import DockerBackend
+from sandbox.layout import CACHE_NAMES as CACHE_NAME_GLOBS
 from task_synth.deletion import Deletion
 from task_synth.python_ast import parse_python
 
@@ -21,7 +23,9 @@ TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5
 MIN_LITERAL = 8
 CACHE_NAMES = re.compile(
-    r"(^|/)(__pycache__|[^/]+\.pyc|\.mypy_cache|\.pytest_cache|\.ruff_cache|\.hypothesis|\.coverage(\.[^/]*)?|\.tox|\.nox)(/|$)"
+    r"(^|/)("
+    + "|".join(fnmatch.translate(name)[4:-3].replace(".*", "[^/]*") for name in CACHE_NAME_GLOBS)  # (?s:...)\Z
+    + r")(/|$)"
 )
 SCRUBBED_ROOTS = ("workspace/", "opt/venv/", "home/agent/", "root/")
 # Archives Python imports from or pip installs: a copy of the deleted code can hide in them.

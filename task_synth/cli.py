@@ -160,8 +160,8 @@ def synth(
 def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_repo) -> None:
     from rich.table import Table
 
+    from proto.task_files import read_records
     from task_synth.batch import read_sources, synthesize_many
-    from task_synth.task_store import read_records
 
     sources = read_sources(repos)
     with progress:

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
+from sandbox.layout import WORKSPACE
 from task_synth.deletion import Deletion
 from task_synth.io_recorder_plugin import MAX_RECORDS, MAX_TEXT, literal_text
 from task_synth.python_ast import literal_value, parse_python
@@ -322,7 +323,7 @@ def _recorder_output(sb: Sandbox, seed: str, tests: list[str], settings: SynthSe
     out = f"{SCRATCH}/io_calls_{seed}.json"
     env = {"PYTHONPATH": PLUGIN_DIR, "PYTHONHASHSEED": seed, "REGROW_IO_CONFIG": IO_CONFIG, "REGROW_IO_OUT": out}
     script = f'{settings.test_command} -q -p {RECORDER} "$@"'
-    result = sb.exec(["sh", "-c", script, "sh", *tests], timeout=settings.test_timeout_s, cwd="/workspace", env=env)
+    result = sb.exec(["sh", "-c", script, "sh", *tests], timeout=settings.test_timeout_s, cwd=WORKSPACE, env=env)
     if result.timed_out:
         log.info("recording calls timed out after %gs; no checks from this run", settings.test_timeout_s)
         return [], len(tests)
@@ -346,7 +347,7 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     result = sb.exec(
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
         timeout=budget_s + 30,
-        cwd="/workspace",
+        cwd=WORKSPACE,
         env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR},
     )
     found: list[Call | None] = [None] * len(checks)
@@ -381,7 +382,7 @@ def _reproduced(sb: Sandbox, calls: list[Call]) -> list[Call]:
 
 def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:
     """Modules of the pytest11 entry points installed in the sandbox's image; None when they cannot be read."""
-    result = sb.exec(["python", "-I", "-c", PLUGIN_MODULES_SCRIPT], timeout=60, cwd="/workspace")
+    result = sb.exec(["python", "-I", "-c", PLUGIN_MODULES_SCRIPT], timeout=60, cwd=WORKSPACE)
     try:
         modules = json.loads(result.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):

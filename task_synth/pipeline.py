@@ -20,8 +20,8 @@ from task_synth.errors import SynthError
 from task_synth.repo_context import RepoContext, prepare_repo
 from task_synth.settings import SynthSettings
 from task_synth.source import require_source
+from task_synth.store_writer import RepoFiles, write_store
 from task_synth.task_builder import BuiltTask, build_task, repo_dir
-from task_synth.task_store import RepoFiles, write_store
 from task_synth.validation import REJECTIONS, validate
 
 log = logging.getLogger(__name__)

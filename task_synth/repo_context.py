@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandbox import DockerBackend, Limits, Sandbox
+from sandbox.layout import WORKSPACE
 from task_synth.baseline import Baseline, run_baseline
 from task_synth.canary_scan import ImageIndex, index_image
 from task_synth.errors import SynthError
@@ -48,7 +49,7 @@ class RepoContext:
     def sandbox(self) -> Sandbox:
         """A sandbox from the repo image with the original workspace installed editable."""
         sb = self.backend.create(
-            self.repo_image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "validate"}, workdir="/workspace"
+            self.repo_image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "validate"}, workdir=WORKSPACE
         )
         try:
             install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)

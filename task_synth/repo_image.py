@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from proto.task_files import WHEELS
 from sandbox import DockerBackend, ImageBuildFailed
 from sandbox.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
@@ -61,7 +62,7 @@ def build_store_images(backend: DockerBackend, records: list, store: Path) -> di
     wanted = {record.image: record.repo_dir for record in records if record.repo_dir}
     built = {}
     for tag, folder in sorted(wanted.items()):
-        wheels = store / folder / "wheels"
+        wheels = store / folder / WHEELS
         if not wheels.is_dir() and not backend.image_exists(tag):
             raise SynthError(f"{wheels} is missing, so {tag} cannot be rebuilt: copy the whole task store")
         built[tag] = build_repo_image(backend, tag, wheels)

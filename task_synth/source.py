@@ -10,22 +10,11 @@ from pathlib import Path
 
 import git
 
+from sandbox.layout import CACHE_NAMES as LEFT_BY_TOOLS
 from task_synth.errors import SynthError
 from task_synth.repo_layout import SKIPPED_DIRS
 
-CACHE_NAMES = (
-    "__pycache__",
-    "*.pyc",
-    ".mypy_cache",
-    ".pytest_cache",
-    ".ruff_cache",
-    ".hypothesis",
-    ".coverage",
-    ".coverage.*",
-    "*.egg-info",
-    ".tox",
-    ".nox",
-)
+CACHE_NAMES = (*LEFT_BY_TOOLS, "*.egg-info")
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,5 @@
-"""Writing the task store: tasks.jsonl, each task's workspace archive and hidden grader files, the repository's
-install archive and wheels, and a Hugging Face datasets Parquet export.
-
-    tasks.jsonl  tasks.parquet
-    workspaces/<id>.tar.gz          what a reset writes into /workspace
-    hidden/<id>/                    pristine tests, solution.patch, io_checks.json (the grader's, never the agent's)
-    repos/<repo>-<commit>/          install.tar.gz (the editable install's files) and wheels/ (rebuilds the image)
-"""
+"""Writing the task store (its layout is proto.task_files): records, each task's workspace archive and hidden
+grader files, the repository's install archive and wheels, and a Hugging Face datasets Parquet export."""
 
 from __future__ import annotations
 
@@ -19,12 +13,20 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from proto.task_files import (
+    INSTALL_ARCHIVE,
+    IO_CHECKS,
+    PARQUET,
+    PRISTINE_TESTS,
+    RECORDS,
+    SOLUTION_PATCH,
+    WHEELS,
+    hidden_dir,
+    read_records,
+)
 from proto.tasks import IoCheck, TaskRecord
 from task_synth.errors import SynthError
 from task_synth.splits import mixed_snapshots
-
-IO_CHECKS_FILE = "io_checks.json"
-INSTALL_ARCHIVE = "install.tar.gz"
 
 
 @dataclass(frozen=True)
@@ -46,16 +48,9 @@ def _write_atomic(path: Path, data: bytes) -> None:
 def write_repo_files(store: Path, repo: RepoFiles) -> None:
     folder = store / repo.folder
     _write_atomic(folder / INSTALL_ARCHIVE, repo.install_archive)
-    if repo.wheelhouse is not None and not (folder / "wheels").is_dir():
-        shutil.copytree(repo.wheelhouse, folder / "wheels.partial", dirs_exist_ok=True)
-        os.replace(folder / "wheels.partial", folder / "wheels")
-
-
-def read_records(store: Path) -> list[TaskRecord]:
-    path = store / "tasks.jsonl"
-    if not path.exists():
-        return []
-    return [TaskRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    if repo.wheelhouse is not None and not (folder / WHEELS).is_dir():
+        shutil.copytree(repo.wheelhouse, folder / f"{WHEELS}.partial", dirs_exist_ok=True)
+        os.replace(folder / f"{WHEELS}.partial", folder / WHEELS)
 
 
 def write_store(
@@ -86,24 +81,24 @@ def write_store(
     write_repo_files(store, repo)
     for record in records:
         _write_atomic(store / record.workspace_archive, workspaces[record.instance_id])
-        hidden = store / "hidden" / record.instance_id
+        hidden = hidden_dir(store, record.instance_id)
         shutil.rmtree(hidden, ignore_errors=True)
-        (hidden / "tests").mkdir(parents=True)
-        (hidden / "solution.patch").write_text(record.solution_patch)
+        (hidden / PRISTINE_TESTS).mkdir(parents=True)
+        (hidden / SOLUTION_PATCH).write_text(record.solution_patch)
         checks = [check.model_dump() for check in io_checks.get(record.instance_id, [])]
-        (hidden / IO_CHECKS_FILE).write_text(json.dumps(checks, indent=1) + "\n")
+        (hidden / IO_CHECKS).write_text(json.dumps(checks, indent=1) + "\n")
         for test_file in record.test_files:
-            target = hidden / "tests" / test_file
+            target = hidden / PRISTINE_TESTS / test_file
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(checkout_root / test_file, target)
-    partial = store / "tasks.jsonl.partial"
+    partial = store / f"{RECORDS}.partial"
     partial.write_text("".join(record.model_dump_json() + "\n" for record in merged))
-    os.replace(partial, store / "tasks.jsonl")
-    export_parquet(store, store / "tasks.parquet")
+    os.replace(partial, store / RECORDS)
+    export_parquet(store, store / PARQUET)
 
 
 def export_parquet(store: Path, destination: Path) -> Path:
-    """tasks.jsonl as one Parquet file that `datasets.load_dataset("parquet", data_files=...)` reads."""
+    """The records as one Parquet file that `datasets.load_dataset("parquet", data_files=...)` reads."""
     rows = [record.model_dump(mode="json") for record in read_records(store)]
     table = pa.Table.from_pylist(rows) if rows else pa.table({"instance_id": pa.array([], pa.string())})
     partial = destination.with_name(destination.name + ".partial")

@@ -13,10 +13,11 @@ from pathlib import Path
 
 from proto.tasks import HASH_SEED
 from sandbox import Sandbox
+from sandbox.layout import AGENT_HOME, AGENT_UID, AGENT_USER, WORKSPACE
 
 log = logging.getLogger(__name__)
 # Not under /tmp: the engine archive API cannot see into the tmpfs mounted there.
-SCRATCH = "/home/agent/.regrow-synth"
+SCRATCH = f"{AGENT_HOME}/.regrow-synth"
 JUNIT_PATH = f"{SCRATCH}/junit.xml"
 PLUGIN_DIR = f"{SCRATCH}/plugins"
 COVERAGE_RC = f"{SCRATCH}/coverage.rc"
@@ -26,7 +27,7 @@ INSTALL_ARCHIVE = f"{SCRATCH}/install.tar.gz"
 # Files and folders the install created or changed (newer than the mark), caches left out, owned by agent.
 _CAPTURE = (
     f"find opt/venv -newer {INSTALL_MARK} -not -name '*.pyc' -not -path '*/__pycache__*' -print0 | "
-    f"tar --null --no-recursion -T - --owner=1000 --group=1000 --numeric-owner -czf {INSTALL_ARCHIVE}"
+    f"tar --null --no-recursion -T - --owner={AGENT_UID} --group={AGENT_UID} --numeric-owner -czf {INSTALL_ARCHIVE}"
 )
 # --tb=line: outcomes are all a run needs, and rendering long tracebacks took most of a run in which a deletion
 # fails 2,000 tests (packaging: minutes per run). Collection errors still show their `E` lines.
@@ -120,15 +121,15 @@ class SuiteRun:
 
 
 def tree_archive(root: Path, prefix: str = "", mtime: int | None = None) -> bytes:
-    """A tar of `root`'s files owned by agent (uid 1000), for put_archive; with a `prefix` ("name/"), `root` itself is
+    """A tar of `root`'s files owned by the agent user, for import_tree; with a `prefix` ("name/"), `root` itself is
     an entry of that name too. `mtime` gives every entry one time."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for path in ([root] if prefix else []) + sorted(root.rglob("*")):
             name = prefix.rstrip("/") if path == root else f"{prefix}{path.relative_to(root).as_posix()}"
             info = archive.gettarinfo(str(path), arcname=name)
-            info.uid = info.gid = 1000
-            info.uname = info.gname = "agent"
+            info.uid = info.gid = AGENT_UID
+            info.uname = info.gname = AGENT_USER
             if mtime is not None:
                 info.mtime = mtime
             if info.isfile():
@@ -149,9 +150,9 @@ EDITABLE_INSTALL = (
 def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
     """Copy the checkout into /workspace and install it editable, with no network; `capture_install` then reads what
     the install added to the venv."""
-    sb.import_tree("/workspace", tree_archive(checkout))
+    sb.import_tree(WORKSPACE, tree_archive(checkout))
     sb.exec(f"mkdir -p {SCRATCH} && touch {INSTALL_MARK}", timeout=30).raise_for_timeout()
-    result = sb.exec(EDITABLE_INSTALL, timeout=timeout, cwd="/workspace")
+    result = sb.exec(EDITABLE_INSTALL, timeout=timeout, cwd=WORKSPACE)
     if result.exit_code != 0:
         from task_synth.errors import SynthError
 
@@ -244,7 +245,7 @@ def run_tests(
             PYTHONPATH=":".join(filter(None, [PLUGIN_DIR, env.get("PYTHONPATH")])),
         )
     script = f'{test_command} -q {RUN_OPTIONS} --junitxml={JUNIT_PATH} "$@"'
-    result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd="/workspace", env=env)
+    result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd=WORKSPACE, env=env)
     run = SuiteRun(
         timed_out=result.timed_out,
         exit_code=result.exit_code,
@@ -316,7 +317,7 @@ def coverage_map(
     sb.write_file(COVERAGE_RC, coverage_rc(packages))
     env = {"PYTHONPATH": PLUGIN_DIR, "REGROW_COVERAGE_RC": COVERAGE_RC}
     run = run_tests(sb, f"{test_command} -p regrow_test_context", None, timeout, env=env)
-    report = sb.exec(["python", COVERAGE_LINES_PY, COVERAGE_DATA, COVERAGE_JSON], timeout=timeout, cwd="/workspace")
+    report = sb.exec(["python", COVERAGE_LINES_PY, COVERAGE_DATA, COVERAGE_JSON], timeout=timeout, cwd=WORKSPACE)
     if report.exit_code != 0:
         log.warning("reading coverage data failed: %s", report.stderr[-500:])
         return run, {}

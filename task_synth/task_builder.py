@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from proto import task_files
 from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
 from sandbox.base_image import regrow_version
+from sandbox.layout import WORKSPACE
 from task_synth.canary_scan import Canaries, Hit, archive_files, canaries_for, is_vendored, scan_files, vendored_copy
 from task_synth.deletion import Deletion
 from task_synth.io_recording import pytest_plugin_modules, record_io_checks
@@ -76,7 +78,7 @@ def instance_id(context: RepoContext, deletion: Deletion) -> str:
 
 def repo_dir(context: RepoContext) -> str:
     """The repository's folder in the task store (install archive and wheels), one per commit."""
-    return f"repos/{slug(context.checkout.repo_name)}-{context.checkout.commit[:12]}"
+    return task_files.repo_dir(slug(context.checkout.repo_name), context.checkout.commit)
 
 
 def workspace_archive(workspace: Path) -> bytes:
@@ -129,16 +131,16 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
     tests = verdict.fail_to_pass + verdict.pass_to_pass
     image, clock = context.repo_image, context.clock
     with clock.stage("task: oracle container"):
-        sb = context.backend.create(image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "oracle"}, workdir="/workspace")
+        sb = context.backend.create(image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "oracle"}, workdir=WORKSPACE)
     with sb:
         seed_workspace(sb, context.install_archive, archive)
-        invariants = sb.exec(WORKSPACE_INVARIANTS, timeout=60, cwd="/workspace")
+        invariants = sb.exec(WORKSPACE_INVARIANTS, timeout=60, cwd=WORKSPACE)
         if invariants.exit_code != 0:
             return OracleRun(
                 "leak", 0, detail="the workspace is not one clean commit: " + invariants.stderr.strip()[-200:]
             )
         sb.write_file(f"{SCRATCH}/solution.patch", patch)
-        applied = sb.exec(f"git apply {SCRATCH}/solution.patch", timeout=60, cwd="/workspace")
+        applied = sb.exec(f"git apply {SCRATCH}/solution.patch", timeout=60, cwd=WORKSPACE)
         if applied.exit_code != 0:
             log.info("solution patch does not apply to %s: %s", image, applied.stderr.strip())
             return OracleRun(
@@ -191,7 +193,7 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
         repo=context.checkout.repo_name,
         source_commit=context.checkout.commit,
         image=context.repo_image,
-        workspace_archive=f"workspaces/{identifier}.tar.gz",
+        workspace_archive=task_files.workspace_archive(identifier),
         repo_dir=repo_dir(context),
         mode=deletion.mode,
         deleted=[

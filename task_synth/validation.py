@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from sandbox import Sandbox
+from sandbox.layout import WORKSPACE
 from task_synth.baseline import Baseline
 from task_synth.deletion import Deletion
 from task_synth.python_ast import parse_python
@@ -135,7 +136,7 @@ def apply_deletion(sb: Sandbox, deletion: Deletion, restore: bool = False) -> No
 def import_check(sb: Sandbox, packages: list[str], timeout: float) -> str | None:
     """None when every top-level package imports, else the error's last line."""
     code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
-    result = sb.exec(["python", "-c", code, *packages], timeout=timeout, cwd="/workspace")
+    result = sb.exec(["python", "-c", code, *packages], timeout=timeout, cwd=WORKSPACE)
     if result.exit_code == 0:
         return None
     lines = result.stderr.strip().splitlines()

@@ -12,7 +12,7 @@ from task_synth.errors import SynthError
 from task_synth.pipeline import SynthReport
 from task_synth.settings import SynthSettings
 from task_synth.splits import mixed_snapshots, split_of
-from task_synth.task_store import RepoFiles, write_store
+from task_synth.store_writer import RepoFiles, write_store
 
 
 def _record(identifier: str, repo="r", commit="c" * 40, split="train", lines=3, statement="p") -> TaskRecord:

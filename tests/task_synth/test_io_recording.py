@@ -41,7 +41,7 @@ from task_synth.io_recording import (
     unseen_checks,
 )
 from task_synth.repo_layout import read_layout
-from task_synth.task_store import RepoFiles, write_store
+from task_synth.store_writer import RepoFiles, write_store
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 FUNCTIONS = {"pkg.core": ["double", "letters"]}

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from env_server.task_store import TaskStore
+from proto.task_files import read_records
 from proto.tasks import IoCheck, TaskRecord
 from task_synth.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
 from task_synth.candidates import enumerate_units
@@ -25,7 +26,6 @@ from task_synth.repo_layout import read_layout
 from task_synth.settings import SynthSettings
 from task_synth.suite_runs import parse_junit
 from task_synth.task_builder import workspace_text
-from task_synth.task_store import read_records
 
 pytestmark = pytest.mark.docker
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
