@@ -15,7 +15,8 @@ from openenv.core.env_server.types import ConcurrencyConfig
 
 from env_server.disconnect_watch import AbortOnDisconnect
 from env_server.environment import PER_REQUEST, CodingEnvironment
-from env_server.episodes import EpisodeError, EpisodeRuntime
+from env_server.episode_errors import EpisodeError
+from env_server.episodes import EpisodeRuntime
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, EpisodeState
 from proto.traces import EpisodeTrace

@@ -7,7 +7,8 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from env_server.episodes import EpisodeError, EpisodeRuntime
+from env_server.episode_errors import EpisodeError
+from env_server.episodes import EpisodeRuntime
 
 # Observations carry the episode id in their metadata; text from the sandbox is JSON-escaped, so it cannot forge this.
 _EPISODE_ID = re.compile(r'"episode_id":\s*"([^"\\]+)"')

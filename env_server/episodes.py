@@ -1,4 +1,7 @@
-"""Live episodes of one server: capacity, sandboxes from warm pools, budgets, steps, grading, idle reaping."""
+"""Live episodes of one server: capacity, budgets, steps, grading on submit, idle reaping.
+
+Sandboxes come from env_server.provisioning; the errors the API answers are env_server.episode_errors.
+"""
 
 from __future__ import annotations
 
@@ -8,59 +11,35 @@ import tarfile
 import threading
 import time
 import uuid
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from env_server.episode_errors import (
+    CapacityReached,
+    EpisodeError,
+    EpisodeNotFound,
+    EpisodeOver,
+    TaskNotFound,
+)
 from env_server.event_log import log_event
 from env_server.metrics import ServerMetrics
+from env_server.provisioning import SandboxSupply
 from env_server.reward import PristineCache, failing_summary, grade
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.tools import ToolResult, call_tool
 from env_server.trace_store import TraceStore
-from env_server.workspace_layers import WorkspaceLayers
 from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
-from sandbox import DockerBackend, Reaper, Sandbox, SandboxError, SandboxGone, WarmPool
-from sandbox.settings import SandboxSettings
+from sandbox import DockerBackend, Reaper, Sandbox, SandboxError, SandboxGone
 
 log = logging.getLogger(__name__)
 
 SERVER_LABEL = "regrow.server"
-
-
-class EpisodeError(Exception):
-    """A request about episodes that cannot be served; `code` and `http_status` say how to report it."""
-
-    code = "EXECUTION_ERROR"
-    http_status = 409
-
-    def __init__(self, message: str):
-        super().__init__(f"{self.code}: {message}")
-
-
-class CapacityReached(EpisodeError):
-    code, http_status = "CAPACITY_REACHED", 503
-
-
-class TaskNotFound(EpisodeError):
-    code, http_status = "UNKNOWN_TASK", 404
-
-
-class EpisodeNotFound(EpisodeError):
-    code, http_status = "UNKNOWN_EPISODE", 404
-
-
-class NoEpisode(EpisodeError):
-    code = "NO_EPISODE"
-
-
-class EpisodeOver(EpisodeError):
-    code = "EPISODE_OVER"
 
 
 def _joined(*hints: str | None) -> str | None:
@@ -124,14 +103,7 @@ class EpisodeRuntime:
         self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
         self.metrics = metrics or ServerMetrics()
         self.server_id = uuid.uuid4().hex[:12]
-        self.limits = SandboxSettings().limits()
-        self.labels = {SERVER_LABEL: self.server_id}
-        self.pools: dict[str, WarmPool] = {}
-        self._pool_tasks = store.pool_keys()
-        # Writes a task's rest into its pooled sandbox while the reset answers and the policy reads the statement.
-        self._seeder = ThreadPoolExecutor(max(2, settings.max_episodes), thread_name_prefix="seed")
-        self._workspace_layers: dict[str, WorkspaceLayers] = {}
-        self._layers_lock = threading.Lock()
+        self.sandboxes = SandboxSupply(settings, store, backend, self.metrics, {SERVER_LABEL: self.server_id})
         self.pristine = PristineCache()
         self.reaper = Reaper(backend, interval_s=settings.reaper_interval_s)
         self._episodes: dict[str, Episode] = {}
@@ -154,23 +126,7 @@ class EpisodeRuntime:
         reaped = self.reaper.reap_once()
         log_event("server.start", server_id=self.server_id, orphans_reaped=len(reaped), tasks=len(self.store.tasks))
         self.reaper.start()
-        budget = self.settings.warm_pool_total
-        for key, tasks in self._pool_tasks.items():
-            size = min(self.settings.warm_pool_per_image, budget)
-            if size <= 0:
-                break
-            budget -= size
-            pool = WarmPool(
-                self.backend,
-                tasks[0].record.image,
-                size,
-                limits=self.limits,
-                labels=self.labels,
-                prepare=lambda sb, key=key: self._prepare(key, sb),
-                name=key,
-            )
-            self.pools[key] = pool
-            self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(lambda pool=pool: pool.ready)
+        self.sandboxes.fill_pools()
         self.metrics.active_episodes.set_function(lambda: len(self._episodes))
         self._idle_thread.start()
         return self
@@ -182,67 +138,17 @@ class EpisodeRuntime:
         self._stop.set()
         for episode in list(self._episodes.values()):
             self.abort(episode, "server shutdown")
-        for pool in self.pools.values():
-            pool.close()
+        self.sandboxes.close()
         self.reaper.stop()
-        self._seeder.shutdown(wait=True, cancel_futures=True)
         for container in self.backend.managed_containers():
             if container.get("Labels", {}).get(SERVER_LABEL) == self.server_id:
                 self.backend.remove(container["Id"])
         log_event("server.stop", server_id=self.server_id)
 
     def wait_warm(self, timeout: float = 120.0) -> bool:
-        return all(pool.wait_ready(timeout) for pool in self.pools.values())
+        return self.sandboxes.wait_warm(timeout)
 
     # --- episodes --------------------------------------------------------------------------------
-
-    def _layers(self, key: str) -> WorkspaceLayers:
-        """The workspace layers of a pool key, computed from its tasks' archives the first time they are needed."""
-        with self._layers_lock:
-            if key not in self._workspace_layers:
-                tasks = self._pool_tasks[key]
-                self._workspace_layers[key] = WorkspaceLayers.of(task.workspace_archive() for task in tasks)
-            return self._workspace_layers[key]
-
-    def _prepare(self, key: str, sandbox: Sandbox) -> None:
-        """Ready a pooled container for any task of `key`: the install and the workspace every task of it shares."""
-        first = self._pool_tasks[key][0]
-        if first.as_files:
-            first.prepare(sandbox)
-            sandbox.import_tree("/", self._layers(key).base)
-
-    def _sandbox(self, task: Task) -> Sandbox:
-        """A started container of the task's image with the task's files in it."""
-        sandbox, rest = self._acquire(task)
-        if rest is not None:
-            self._write_rest(sandbox, rest)
-        return sandbox
-
-    def _acquire(self, task: Task) -> tuple[Sandbox, bytes | None]:
-        """A started container of the task's image, and what is left to write into it: for a task stored as files,
-        from a pool, the task's rest over the pooled base (else None: the sandbox is complete)."""
-        image, pool = task.record.image, self.pools.get(task.pool_key)
-        try:
-            sandbox = pool.acquire() if pool else self.backend.create(image, limits=self.limits, labels=self.labels)
-        except (SandboxError, OSError):
-            self.metrics.sandbox_failures.labels("create").inc()
-            raise
-        try:
-            if pool is None or not task.as_files:
-                return task.seed(sandbox), None
-            return sandbox, self._layers(task.pool_key).rest(task.id, task.workspace_archive())
-        except BaseException:
-            self.metrics.sandbox_failures.labels("create").inc()
-            sandbox.destroy()
-            raise
-
-    def _write_rest(self, sandbox: Sandbox, rest: bytes) -> None:
-        try:
-            sandbox.import_tree("/", rest)
-        except BaseException:
-            self.metrics.sandbox_failures.labels("create").inc()
-            sandbox.destroy()
-            raise
 
     def pick_task(self, task_id: str | None, seed: int | None, split: str | None) -> Task:
         try:
@@ -267,7 +173,7 @@ class EpisodeRuntime:
                 raise EpisodeError(f"episode id {episode_id!r} is already used; choose another or omit it")
             self._reserved += 1
         try:
-            sandbox, rest = self._acquire(task)
+            sandbox, rest = self.sandboxes.acquire(task)
         finally:
             with self._lock:
                 self._reserved -= 1
@@ -289,7 +195,7 @@ class EpisodeRuntime:
             steps_left=self.settings.step_budget,
         )
         if rest is not None:
-            episode.seeding = self._seeder.submit(self._write_rest, sandbox, rest)
+            episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)
         with self._lock:
             self._episodes[new_id] = episode
         self.traces.start_episode(trace)
@@ -420,7 +326,7 @@ class EpisodeRuntime:
             details = grade(
                 episode.task,
                 episode.sandbox_ready(),
-                lambda: self._sandbox(episode.task),
+                lambda: self.sandboxes.sandbox(episode.task),
                 self.pristine,
                 self.settings.grade_limits(),
             )

@@ -1,0 +1,114 @@
+"""Sandboxes for episodes: warm pools per repository (pool key), each container readied with the install and the
+workspace its tasks share, and a task's own rest of the workspace written in while the reset answers."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from env_server.metrics import ServerMetrics
+from env_server.settings import ServerSettings
+from env_server.task_store import Task, TaskStore
+from env_server.workspace_layers import WorkspaceLayers
+from sandbox import DockerBackend, Sandbox, SandboxError, WarmPool
+from sandbox.settings import SandboxSettings
+
+
+class SandboxSupply:
+    """Where every episode's and every grading's sandbox comes from."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        store: TaskStore,
+        backend: DockerBackend,
+        metrics: ServerMetrics,
+        labels: dict[str, str],
+    ):
+        self.settings, self.backend, self.metrics, self.labels = settings, backend, metrics, labels
+        self.limits = SandboxSettings().limits()
+        self.pools: dict[str, WarmPool] = {}
+        self.pool_tasks = store.pool_keys()
+        # Writes a task's rest into its pooled sandbox while the reset answers and the policy reads the statement.
+        self._seeder = ThreadPoolExecutor(max(2, settings.max_episodes), thread_name_prefix="seed")
+        self._workspace_layers: dict[str, WorkspaceLayers] = {}
+        self._layers_lock = threading.Lock()
+
+    def fill_pools(self) -> None:
+        """One warm pool per pool key, in key order, until the server's total pool budget is spent."""
+        budget = self.settings.warm_pool_total
+        for key, tasks in self.pool_tasks.items():
+            size = min(self.settings.warm_pool_per_image, budget)
+            if size <= 0:
+                break
+            budget -= size
+            pool = WarmPool(
+                self.backend,
+                tasks[0].record.image,
+                size,
+                limits=self.limits,
+                labels=self.labels,
+                prepare=lambda sb, key=key: self._prepare(key, sb),
+                name=key,
+            )
+            self.pools[key] = pool
+            self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(lambda pool=pool: pool.ready)
+
+    def wait_warm(self, timeout: float = 120.0) -> bool:
+        return all(pool.wait_ready(timeout) for pool in self.pools.values())
+
+    def close(self) -> None:
+        for pool in self.pools.values():
+            pool.close()
+        self._seeder.shutdown(wait=True, cancel_futures=True)
+
+    def write_rest_soon(self, sandbox: Sandbox, rest: bytes) -> Future:
+        return self._seeder.submit(self._write_rest, sandbox, rest)
+
+    def _layers(self, key: str) -> WorkspaceLayers:
+        """The workspace layers of a pool key, computed from its tasks' archives the first time they are needed."""
+        with self._layers_lock:
+            if key not in self._workspace_layers:
+                tasks = self.pool_tasks[key]
+                self._workspace_layers[key] = WorkspaceLayers.of(task.workspace_archive() for task in tasks)
+            return self._workspace_layers[key]
+
+    def _prepare(self, key: str, sandbox: Sandbox) -> None:
+        """Ready a pooled container for any task of `key`: the install and the workspace every task of it shares."""
+        first = self.pool_tasks[key][0]
+        if first.as_files:
+            first.prepare(sandbox)
+            sandbox.import_tree("/", self._layers(key).base)
+
+    def sandbox(self, task: Task) -> Sandbox:
+        """A started container of the task's image with the task's files in it."""
+        sandbox, rest = self.acquire(task)
+        if rest is not None:
+            self._write_rest(sandbox, rest)
+        return sandbox
+
+    def acquire(self, task: Task) -> tuple[Sandbox, bytes | None]:
+        """A started container of the task's image, and what is left to write into it: for a task stored as files,
+        from a pool, the task's rest over the pooled base (else None: the sandbox is complete)."""
+        image, pool = task.record.image, self.pools.get(task.pool_key)
+        try:
+            sandbox = pool.acquire() if pool else self.backend.create(image, limits=self.limits, labels=self.labels)
+        except (SandboxError, OSError):
+            self.metrics.sandbox_failures.labels("create").inc()
+            raise
+        try:
+            if pool is None or not task.as_files:
+                return task.seed(sandbox), None
+            return sandbox, self._layers(task.pool_key).rest(task.id, task.workspace_archive())
+        except BaseException:
+            self.metrics.sandbox_failures.labels("create").inc()
+            sandbox.destroy()
+            raise
+
+    def _write_rest(self, sandbox: Sandbox, rest: bytes) -> None:
+        try:
+            sandbox.import_tree("/", rest)
+        except BaseException:
+            self.metrics.sandbox_failures.labels("create").inc()
+            sandbox.destroy()
+            raise
