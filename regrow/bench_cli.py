@@ -178,7 +178,7 @@ def bench_rollouts(
 ) -> None:
     """Episodes per minute the rollout workers sustain against a live env server."""
     from regrow.benchmarks.training import run_rollout_bench
-    from trainer_client.env_client import EnvError
+    from trainer_client.env.client import EnvError
 
     try:
         result = run_rollout_bench(env, model, workers, episodes, max_turns, task_id)

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 from rich.console import Console
 
-from trainer_client.train_settings import TrainSettings
+from trainer_client.train.settings import TrainSettings
 
 console = Console(stderr=True)
 
@@ -68,8 +68,8 @@ def train(ctx: typer.Context, **options: Any) -> None:
     """
     from pydantic import ValidationError
 
-    from trainer_client.env_client import EnvError
-    from trainer_client.train_run import run_training
+    from trainer_client.env.client import EnvError
+    from trainer_client.train.run import run_training
 
     # Only flags given on the command line override REGROW_TRAIN_* variables; the rest fall through to TrainSettings.
     given = {

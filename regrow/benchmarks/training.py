@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from proto import ToolCall, tool_specs
-from trainer_client.agent_loop import Trajectory, TurnRecord
-from trainer_client.chat_format import format_tool_call, hint_message, initial_messages
-from trainer_client.chat_tokens import EpisodeTokenizer
+from trainer_client.rollout.agent_loop import Trajectory, TurnRecord
+from trainer_client.rollout.chat_format import format_tool_call, hint_message, initial_messages
+from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 TURN_TOKENS = 40
 RESPONSE_TOKENS = 60
@@ -56,8 +56,8 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
     """Replay pairs whose contexts are `context_turns`-turn episode prefixes, scored by `model` as reference."""
     import torch
 
-    from trainer_client.dpo_loss import completion_logps
-    from trainer_client.preference_pairs import PreferencePair, completion_ids
+    from trainer_client.channels.dpo_loss import completion_logps
+    from trainer_client.channels.preference_pairs import PreferencePair, completion_ids
 
     rng = random.Random(seed)
     pairs = []
@@ -105,7 +105,7 @@ def _bench_model(spec: str) -> tuple[Any, Any]:
     if spec == "tiny":
         from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-        from trainer_client.policy_loading import demo_gguf_path
+        from trainer_client.train.policy_loading import demo_gguf_path
 
         gguf = demo_gguf_path()  # the demo tokenizer and chat template, with a small random model
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
@@ -122,7 +122,7 @@ def _bench_model(spec: str) -> tuple[Any, Any]:
         )
         tokenizer.padding_side = "left"
         return Qwen2ForCausalLM(config), tokenizer
-    from trainer_client.policy_loading import load_policy
+    from trainer_client.train.policy_loading import load_policy
 
     return load_policy(spec, "cpu")
 
@@ -131,9 +131,9 @@ def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path,
     """A trainer whose rollouts are the fixed synthetic batch, ready to step by hand."""
     import copy
 
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
-    from trainer_client.preference_pairs import PairBatches
-    from trainer_client.rollout_rows import env_reward, episode_slots, trajectory_rows
+    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.rollout.rows import env_reward, episode_slots, trajectory_rows
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     args = RegrowGRPOConfig(
         output_dir=str(workdir),
@@ -191,7 +191,7 @@ def run_train_bench(
     tokens = EpisodeTokenizer(tokenizer)
     trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share)
     pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
-    from trainer_client.rollout_rows import EPISODE_SLOT
+    from trainer_client.rollout.rows import EPISODE_SLOT
 
     slots = [{"prompt": EPISODE_SLOT} for _ in trajectories]
     with tempfile.TemporaryDirectory() as workdir:
@@ -245,9 +245,9 @@ def run_rollout_bench(
     """Episodes per minute that `workers` rollout workers sustain against a live env server."""
     import itertools
 
-    from trainer_client.agent_loop import EpisodeLimits
-    from trainer_client.hf_sampler import HFTurnSampler
-    from trainer_client.rollout_stream import RolloutStream
+    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.hf_sampler import HFTurnSampler
+    from trainer_client.rollout.stream import RolloutStream
 
     model, tokenizer = _bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)

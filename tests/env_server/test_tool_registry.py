@@ -5,7 +5,7 @@ from pathlib import Path
 
 from env_server.tools import IMPLEMENTATIONS
 from proto.actions import TOOL_ARGS, tool_description, tool_specs
-from trainer_client.trl_environment import RegrowCodingEnv
+from trainer_client.env.trl_environment import RegrowCodingEnv
 
 
 def test_every_tool_but_the_terminal_one_has_exactly_one_implementation():

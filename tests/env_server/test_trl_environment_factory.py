@@ -6,7 +6,7 @@ import pytest
 
 from proto.actions import TOOL_ARGS
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
-from trainer_client.trl_environment import RegrowCodingEnv
+from trainer_client.env.trl_environment import RegrowCodingEnv
 
 transformers_utils = pytest.importorskip("transformers.utils", reason="the train extra is not installed")
 pytest.importorskip("trl", reason="the train extra is not installed")

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer_client.dpo_loss import completion_logps, sigmoid_dpo_loss  # noqa: E402
+from trainer_client.channels.dpo_loss import completion_logps, sigmoid_dpo_loss  # noqa: E402
 
 pytestmark = pytest.mark.train
 

@@ -3,7 +3,7 @@
 import pytest
 
 from proto.actions import ToolCall
-from trainer_client.preference_pairs import (
+from trainer_client.channels.preference_pairs import (
     ChatMessage,
     PairBatches,
     PreferencePair,

@@ -18,7 +18,7 @@ from regrow.cli import app as regrow_app
 from tests.live_process import free_port, wait_healthy
 from tests.replay.tool_caller import READ_CORE
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store
-from trainer_client.preference_pairs import read_pairs
+from trainer_client.channels.preference_pairs import read_pairs
 from trainer_client.replay.action_key import action_key
 from trainer_client.replay.replay_run import read_traces
 
@@ -137,8 +137,8 @@ def test_regrow_replay_turns_live_episodes_into_pairs_and_a_report(live_traces, 
 def test_three_training_steps_with_all_three_channels_use_the_replay_pairs(
     live_server, live_pairs, tiny_model_dir, tmp_path
 ):
-    from trainer_client.train_run import run_training
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.run import run_training
+    from trainer_client.train.settings import TrainSettings
 
     url, _ = live_server
     settings = TrainSettings(

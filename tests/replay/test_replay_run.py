@@ -10,15 +10,15 @@ torch = pytest.importorskip("torch")
 from proto.actions import ToolCall  # noqa: E402
 from tests.replay.recorded_traces import recorded_traces  # noqa: E402
 from tests.replay.tool_caller import READ_CORE  # noqa: E402
-from trainer_client.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call, messages_from_trace  # noqa: E402
-from trainer_client.dpo_loss import completion_logps  # noqa: E402
-from trainer_client.preference_pairs import encode_pair  # noqa: E402
+from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
+from trainer_client.channels.preference_pairs import encode_pair  # noqa: E402
 from trainer_client.replay.action_key import action_key  # noqa: E402
 from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
 from trainer_client.replay.replay_run import ReplayRun, ReplaySettings, turn_starts  # noqa: E402
 from trainer_client.replay.spending import SpendingCap  # noqa: E402
 from trainer_client.replay.teachers import open_teacher  # noqa: E402
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
+from trainer_client.rollout.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call, messages_from_trace  # noqa: E402
 
 pytestmark = pytest.mark.train
 

@@ -4,8 +4,8 @@ from pathlib import Path
 
 from proto.actions import ToolCall
 from tests.replay.recorded_traces import recorded_traces
-from trainer_client.chat_format import format_tool_call, messages_from_trace
-from trainer_client.preference_pairs import completion_ids
+from trainer_client.channels.preference_pairs import completion_ids
+from trainer_client.rollout.chat_format import format_tool_call, messages_from_trace
 
 READ_CORE = ToolCall(tool="read_file", args={"path": "mathlib/core.py"})
 RUN_TESTS = ToolCall(tool="run", args={"command": "python -m pytest -q"})

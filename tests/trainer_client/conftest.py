@@ -2,7 +2,7 @@
 
 import pytest
 
-from trainer_client.agent_loop import GeneratedTurn
+from trainer_client.rollout.agent_loop import GeneratedTurn
 
 
 class ScriptedSampler:
@@ -33,7 +33,7 @@ def tokenizer():
 
 @pytest.fixture(scope="session")
 def episode_tokens(tokenizer):
-    from trainer_client.chat_tokens import EpisodeTokenizer
+    from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
     return EpisodeTokenizer(tokenizer)
 

@@ -8,9 +8,9 @@ import pytest
 from proto import ToolCall
 from tests.trainer_client.conftest import ScriptedSampler
 from tests.trainer_client.scripted_env import serve_scripted_env
-from trainer_client.agent_loop import EpisodeLimits
-from trainer_client.env_client import EnvAtCapacity, EnvClient, EnvTransportError
-from trainer_client.rollout_stream import RolloutStream
+from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvTransportError
+from trainer_client.rollout.agent_loop import EpisodeLimits
+from trainer_client.rollout.stream import RolloutStream
 
 
 async def test_capacity_error_names_the_limit_and_the_remedy():

@@ -4,7 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trainer_client.sdpo_loss import generalized_jsd, sdpo_token_loss, top_k_with_tail  # noqa: E402
+from trainer_client.channels.sdpo_loss import generalized_jsd, sdpo_token_loss, top_k_with_tail  # noqa: E402
 
 
 def logits(seed: int, n: int = 6, vocab: int = 50):

@@ -5,7 +5,7 @@ import typer
 from typer.testing import CliRunner
 
 from regrow.cli import app
-from trainer_client.train_settings import TrainSettings
+from trainer_client.train.settings import TrainSettings
 
 
 def test_the_train_options_are_the_settings_fields_with_their_help():
@@ -47,7 +47,7 @@ def test_a_missing_env_url_is_a_clear_error():
 @pytest.mark.train
 def test_every_setting_the_trainer_config_shares_reaches_it():
     pytest.importorskip("trl")
-    from trainer_client.train_run import build_config
+    from trainer_client.train.run import build_config
 
     changed = {
         "alpha_sdpo": 0.3,

@@ -65,8 +65,8 @@ def tiny_policy_dir(tmp_path_factory) -> Path:
 def test_three_training_steps_against_the_live_env(live_env, tiny_policy_dir, tmp_path, transport):
     from transformers import AutoModelForCausalLM
 
-    from trainer_client.train_run import run_training
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.run import run_training
+    from trainer_client.train.settings import TrainSettings
 
     http_url, grpc_url = live_env
     settings = TrainSettings(

@@ -16,7 +16,7 @@ def tiny_policy_dir(tmp_path_factory):
 
 
 def settings_for(url, model, output_dir, steps):
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.settings import TrainSettings
 
     return TrainSettings(
         env=url,
@@ -39,7 +39,7 @@ def settings_for(url, model, output_dir, steps):
 
 
 def test_run_saves_checkpoints_and_resumes_from_the_last_one(scripted_env_url, tiny_policy_dir, tmp_path):
-    from trainer_client.train_run import last_checkpoint, run_training
+    from trainer_client.train.run import last_checkpoint, run_training
 
     first = run_training(settings_for(scripted_env_url, tiny_policy_dir, tmp_path, steps=1))
     assert first.steps == 1 and last_checkpoint(tmp_path).endswith("checkpoint-1")

@@ -11,9 +11,9 @@ pytest.importorskip("trl")
 
 from tests.trainer_client.conftest import ScriptedSampler  # noqa: E402
 from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.agent_loop import EpisodeLimits, play_episode  # noqa: E402
-from trainer_client.env_client import EnvClient  # noqa: E402
-from trainer_client.rollout_rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows  # noqa: E402
+from trainer_client.env.client import EnvClient  # noqa: E402
+from trainer_client.rollout.agent_loop import EpisodeLimits, play_episode  # noqa: E402
+from trainer_client.rollout.rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -91,7 +91,7 @@ def test_trajectories_have_hinted_turns_and_mixed_rewards(trajectories):
 def test_alpha_zero_step_equals_stock_grpo_trainer(tmp_path, tokenizer, trajectories, episode_tokens):
     from trl import GRPOConfig, GRPOTrainer
 
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     base = tiny_qwen2(tokenizer)
     # SGD: Adam's first step, g / (|g| + eps), magnifies float noise in near-zero gradients up to lr.
@@ -127,7 +127,7 @@ def test_alpha_zero_step_equals_stock_grpo_trainer(tmp_path, tokenizer, trajecto
 
 
 def test_sdpo_step_differs_from_grpo_and_logs_distilled_tokens(tmp_path, tokenizer, trajectories, episode_tokens):
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     base = tiny_qwen2(tokenizer)
     plain = build(
@@ -156,7 +156,7 @@ def test_sdpo_step_differs_from_grpo_and_logs_distilled_tokens(tmp_path, tokeniz
 
 
 def test_sdpo_gradient_touches_only_the_hinted_turn_tokens(tmp_path, tokenizer, trajectories, episode_tokens):
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     trainer = build(
         RegrowGRPOTrainer,
@@ -185,9 +185,9 @@ def test_sdpo_gradient_touches_only_the_hinted_turn_tokens(tmp_path, tokenizer, 
 
 def test_teacher_context_is_the_template_rendering_with_the_hint_inserted(tokenizer, trajectories, episode_tokens):
     from proto import CodingObservation, tool_specs
-    from trainer_client.chat_format import hint_message, initial_messages, tool_response_message
-    from trainer_client.rollout_rows import hinted_turns
-    from trainer_client.sdpo_teacher import teacher_context
+    from trainer_client.channels.hinted_self import teacher_context
+    from trainer_client.rollout.chat_format import hint_message, initial_messages, tool_response_message
+    from trainer_client.rollout.rows import hinted_turns
 
     trajectory = trajectories[3]  # malformed call, then submit
     turn = hinted_turns(trajectory, episode_tokens)[0]
@@ -206,7 +206,7 @@ def test_teacher_context_is_the_template_rendering_with_the_hint_inserted(tokeni
 
 
 def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):
-    from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights
+    from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights
 
     policy = tiny_qwen2(tokenizer)
     ema = SDPOTeacher(TeacherWeights.ema, policy, ema_decay=0.5)
@@ -224,8 +224,8 @@ def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):
 
 
 def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
-    from trainer_client.dpo_loss import completion_logps
-    from trainer_client.policy_forward import pair_logps
+    from trainer_client.channels.dpo_loss import completion_logps
+    from trainer_client.train.policy_forward import pair_logps
 
     model = tiny_qwen2(tokenizer)
     prompts = [
@@ -246,8 +246,8 @@ def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
     tmp_path, tokenizer, trajectories, episode_tokens, context_grad
 ):
     from regrow.benchmarks.training import synthetic_pairs
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
-    from trainer_client.preference_pairs import PairBatches
+    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     model = tiny_qwen2(tokenizer)
     pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
@@ -271,8 +271,8 @@ def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
 def test_three_channels_continue_a_bf16_autocast_forward(tmp_path, tokenizer, trajectories, episode_tokens):
     """The GPU path's mixed precision, on CPU: the extra channels continue keys and values recorded in bf16."""
     from regrow.benchmarks.training import synthetic_pairs
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
-    from trainer_client.preference_pairs import PairBatches
+    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     model = tiny_qwen2(tokenizer)
     pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
@@ -293,7 +293,7 @@ def test_three_channels_continue_a_bf16_autocast_forward(tmp_path, tokenizer, tr
 
 
 def test_dpo_weight_without_pairs_is_refused(tmp_path, tokenizer, trajectories, episode_tokens):
-    from trainer_client.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
     with pytest.raises(ValueError, match="--pairs"):
         build(

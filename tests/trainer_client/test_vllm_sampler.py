@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 
 from tests.live_process import free_port, served_in_thread, served_subprocess
 from tests.trainer_client.tiny_policy import tiny_qwen2
-from trainer_client.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn
+from trainer_client.rollout.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn
 
 pytestmark = pytest.mark.train
 
@@ -90,7 +90,7 @@ class StandInVLLM:
         return app
 
     def _sample(self, body: dict):
-        from trainer_client.hf_sampler import HFTurnSampler
+        from trainer_client.rollout.hf_sampler import HFTurnSampler
 
         stops = list(body.get("stop_token_ids") or []) + (
             [] if body.get("ignore_eos") else [self.tokenizer.eos_token_id]
@@ -159,7 +159,7 @@ def policy_logprobs(model, context: list[int], ids: list[int], temperature: floa
 
 def chat_context(episode_tokens, text="Implement clamp in calc/ops.py."):
     from proto import tool_specs
-    from trainer_client.chat_format import initial_messages
+    from trainer_client.rollout.chat_format import initial_messages
 
     return episode_tokens.prompt_ids(initial_messages(text, tool_specs()))
 
@@ -171,7 +171,7 @@ def chat_context(episode_tokens, text="Implement clamp in calc/ops.py."):
 def test_settings_take_only_a_vllm_base_url(url):
     from pydantic import ValidationError
 
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.settings import TrainSettings
 
     with pytest.raises(ValidationError, match="give the server's base URL"):
         TrainSettings(env="http://env:8001", vllm_server=url)
@@ -181,7 +181,7 @@ def test_settings_take_only_a_vllm_base_url(url):
 def test_settings_refuse_vllm_generation_on_a_cpu_device():
     from pydantic import ValidationError
 
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.settings import TrainSettings
 
     with pytest.raises(ValidationError, match="needs a CUDA device"):
         TrainSettings(env="http://env:8001", vllm_server="http://localhost:8000", device="cpu")
@@ -189,8 +189,8 @@ def test_settings_refuse_vllm_generation_on_a_cpu_device():
 
 
 def test_vllm_switch_changes_only_the_trainers_vllm_fields(tmp_path):
-    from trainer_client.train_run import build_config
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.run import build_config
+    from trainer_client.train.settings import TrainSettings
 
     off = TrainSettings(env="http://env:8001", output_dir=tmp_path, logger="none")
     on = off.model_copy(update={"vllm_server": "http://gpu-box:8000", "vllm_timeout_s": 7.0})
@@ -256,8 +256,8 @@ def test_a_reachable_server_on_cuda_needs_vllm_installed_here(vllm):
 
 
 def test_training_checks_the_server_before_loading_the_policy(tmp_path):
-    from trainer_client.train_run import run_training
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.run import run_training
+    from trainer_client.train.settings import TrainSettings
 
     settings = TrainSettings(
         env="http://127.0.0.1:9",
@@ -353,8 +353,8 @@ async def test_concurrent_workers_turns_are_in_flight_together(vllm, episode_tok
 async def test_agent_loop_records_the_servers_tokens_and_logprobs(
     vllm, scripted_env_url, episode_tokens, trl_client_without_vllm
 ):
-    from trainer_client.agent_loop import EpisodeLimits, play_episode
-    from trainer_client.env_client import EnvClient
+    from trainer_client.env.client import EnvClient
+    from trainer_client.rollout.agent_loop import EpisodeLimits, play_episode
 
     sampler = connect(vllm.url, episode_tokens)
     env = EnvClient(scripted_env_url, max_connections=1)
@@ -478,8 +478,8 @@ async def test_gpu_training_pushes_each_steps_weights_to_the_server(tmp_path, sc
     import torch
     from transformers import AutoModelForCausalLM
 
-    from trainer_client.train_run import run_training
-    from trainer_client.train_settings import TrainSettings
+    from trainer_client.train.run import run_training
+    from trainer_client.train.settings import TrainSettings
 
     policy_dir = vllm_sized_policy(tmp_path / "policy")
     with trl_vllm_serve(policy_dir, tmp_path / "vllm.log", gpu=torch.cuda.device_count() - 1) as url:

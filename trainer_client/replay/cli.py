@@ -68,7 +68,7 @@ async def _run(
     """Load everything, replay with a progress bar, and write the pairs and the report."""
     from rich.progress import Progress
 
-    from trainer_client.preference_pairs import PreferencePair
+    from trainer_client.channels.preference_pairs import PreferencePair
     from trainer_client.replay.policy_scorer import PolicyScorer
     from trainer_client.replay.replay_run import ReplayRun, read_traces, turn_starts
     from trainer_client.replay.spending import SpendingCap

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_client.preference_pairs import completion_ids
+from trainer_client.channels.preference_pairs import completion_ids
 
 
 @dataclass(frozen=True)

@@ -11,20 +11,20 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from proto.traces import EpisodeTrace, StepTrace
-from trainer_client.chat_format import (
-    ASSISTANT_TEXT_KEY,
-    TURN_KEY,
-    format_tool_call,
-    messages_from_trace,
-    parse_tool_calls,
-)
-from trainer_client.preference_pairs import ChatMessage, PreferencePair
+from trainer_client.channels.preference_pairs import ChatMessage, PreferencePair
 from trainer_client.replay.pair_decision import Outcome, StepDecision, TeacherVote, decide_step
 from trainer_client.replay.policy_scorer import ActionScore, PolicyScorer
 from trainer_client.replay.replay_report import ReplayReport, TeacherTally, TraceTally, summarize_latency
 from trainer_client.replay.spending import BudgetExhausted, Reservation, SpendingCap
 from trainer_client.replay.teachers import Teacher, TeacherError, worst_case_cost_usd
 from trainer_client.replay.teachers_config import TeacherConfig
+from trainer_client.rollout.chat_format import (
+    ASSISTANT_TEXT_KEY,
+    TURN_KEY,
+    format_tool_call,
+    messages_from_trace,
+    parse_tool_calls,
+)
 
 log = logging.getLogger(__name__)
 

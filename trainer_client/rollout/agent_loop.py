@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proto import CodingObservation, tool_specs
-from trainer_client.chat_format import (
+from trainer_client.env.client import EnvClient, Episode
+from trainer_client.rollout.chat_format import (
     ASSISTANT_TEXT_KEY,
     TURN_KEY,
     ParsedToolCall,
@@ -19,8 +20,7 @@ from trainer_client.chat_format import (
     tool_response_message,
     turn_feedback,
 )
-from trainer_client.chat_tokens import EpisodeTokenizer
-from trainer_client.env_client import EnvClient, Episode
+from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import grpc
 from proto import CodingObservation, ToolCall
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
-from trainer_client.env_client import CAPACITY_REACHED, EnvAtCapacity, EnvRequestError, EnvTransportError
+from trainer_client.env.client import CAPACITY_REACHED, EnvAtCapacity, EnvRequestError, EnvTransportError
 
 
 def observation_from_proto(message: pb.Observation) -> CodingObservation:

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer_client.agent_loop import EpisodeLimits, Trajectory, TurnSampler, play_episode
-from trainer_client.chat_tokens import EpisodeTokenizer
-from trainer_client.env_client import EnvAtCapacity, EnvClient, EnvError
+from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvError
+from trainer_client.rollout.agent_loop import EpisodeLimits, Trajectory, TurnSampler, play_episode
+from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 logger = logging.getLogger(__name__)
 

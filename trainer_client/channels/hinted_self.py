@@ -12,8 +12,8 @@ from enum import Enum
 
 import torch
 
-from trainer_client.policy_forward import head_logits, last_token_logits
-from trainer_client.prefix_cache import Prefix, continue_prefix
+from trainer_client.train.policy_forward import head_logits, last_token_logits
+from trainer_client.train.prefix_cache import Prefix, continue_prefix
 
 
 class TeacherWeights(str, Enum):

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from trainer_client.agent_loop import GeneratedTurn
+from trainer_client.rollout.agent_loop import GeneratedTurn
 
 logger = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
-from trainer_client.dpo_loss import sigmoid_dpo_loss
-from trainer_client.policy_forward import head_logits, pair_logps
-from trainer_client.preference_pairs import EncodedPair, PreferencePair, encode_pair
-from trainer_client.prefix_cache import Prefix, RecordedForward, recorded_forward
-from trainer_client.sdpo_loss import sdpo_token_loss
-from trainer_client.sdpo_teacher import SDPOTeacher, TeacherWeights, teacher_row
+from trainer_client.channels.dpo_loss import sigmoid_dpo_loss
+from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row
+from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair, encode_pair
+from trainer_client.channels.sdpo_loss import sdpo_token_loss
+from trainer_client.train.policy_forward import head_logits, pair_logps
+from trainer_client.train.prefix_cache import Prefix, RecordedForward, recorded_forward
 
 logger = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_client.train_settings import TrainSettings
+from trainer_client.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +52,8 @@ def last_checkpoint(output_dir: Path) -> str | None:
 
 
 def build_config(settings: TrainSettings, device: str):
-    from trainer_client.grpo_trainer import RegrowGRPOConfig
-    from trainer_client.vllm_sampler import server_mode_config
+    from trainer_client.rollout.vllm_sampler import server_mode_config
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig
 
     vllm = server_mode_config(settings.vllm_server, settings.vllm_timeout_s) if settings.vllm_server else {}
     return RegrowGRPOConfig(
@@ -85,15 +85,15 @@ def build_config(settings: TrainSettings, device: str):
 
 def run_training(settings: TrainSettings) -> TrainSummary:
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
-    from trainer_client.agent_loop import EpisodeLimits
-    from trainer_client.chat_tokens import EpisodeTokenizer
-    from trainer_client.grpo_trainer import RegrowGRPOTrainer
-    from trainer_client.hf_sampler import HFTurnSampler
-    from trainer_client.policy_loading import load_policy
-    from trainer_client.preference_pairs import PairBatches, read_pairs
-    from trainer_client.rollout_rows import StreamedRollouts, env_reward, episode_slots
-    from trainer_client.rollout_stream import RolloutStream
-    from trainer_client.vllm_sampler import VLLMTurnSampler, check_vllm_ready
+    from trainer_client.channels.preference_pairs import PairBatches, read_pairs
+    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.chat_tokens import EpisodeTokenizer
+    from trainer_client.rollout.hf_sampler import HFTurnSampler
+    from trainer_client.rollout.rows import StreamedRollouts, env_reward, episode_slots
+    from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, check_vllm_ready
+    from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
+    from trainer_client.train.policy_loading import load_policy
 
     device = resolve_device(settings.device)
     if settings.vllm_server:

@@ -178,7 +178,7 @@ class EnvClient:
 
     async def _open(self) -> EnvConnection:
         if self._scheme == "grpc":
-            from trainer_client.grpc_env_client import GrpcConnection
+            from trainer_client.env.grpc_client import GrpcConnection
 
             return await GrpcConnection.open(self.url, self._open_timeout, self._request_timeout)
         return await WebSocketConnection.open(self.ws_url, self._open_timeout, self._request_timeout)

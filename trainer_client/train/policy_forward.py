@@ -9,7 +9,7 @@ pairs skip the system prompt they share with the batch.
 
 import torch
 
-from trainer_client.prefix_cache import Prefix, backbone_of, branched_hidden, continue_prefix, empty_prefix
+from trainer_client.train.prefix_cache import Prefix, backbone_of, branched_hidden, continue_prefix, empty_prefix
 
 
 def head_logits(model: torch.nn.Module, hidden: torch.Tensor, temperature: float) -> torch.Tensor:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trainer_client.agent_loop import GeneratedTurn
+from trainer_client.rollout.agent_loop import GeneratedTurn
 
 logger = logging.getLogger(__name__)
 

@@ -7,10 +7,10 @@ times; the rows here are placeholders, since the env picks the task, and each gr
 
 from typing import Any
 
-from trainer_client.agent_loop import Trajectory
-from trainer_client.chat_tokens import EpisodeTokenizer
-from trainer_client.rollout_stream import RolloutStream
-from trainer_client.sdpo_teacher import HintedTurn
+from trainer_client.channels.hinted_self import HintedTurn
+from trainer_client.rollout.agent_loop import Trajectory
+from trainer_client.rollout.chat_tokens import EpisodeTokenizer
+from trainer_client.rollout.stream import RolloutStream
 
 EPISODE_SLOT = [{"role": "user", "content": "(an episode streamed from the env server)"}]
 

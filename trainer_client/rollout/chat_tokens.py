@@ -7,7 +7,7 @@ the generation prompt, SDPO hints) are rendered, as the difference of two templa
 from dataclasses import dataclass
 from typing import Any
 
-from trainer_client.chat_format import hint_message
+from trainer_client.rollout.chat_format import hint_message
 
 _DUMMY = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
 
