@@ -1,6 +1,7 @@
 """The env client's guarantees: a clear error at capacity, no reuse of a timed-out connection, pooling."""
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -91,3 +92,20 @@ def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, ep
 
     assert stream.stats.groups_dropped_stale >= 1
     assert all(t.policy_version == 5 for t in fresh[0])
+
+
+def test_the_stream_stops_its_workers_every_time(tokenizer, episode_tokens):
+    submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+    with serve_scripted_env(max_sessions=64) as url:  # the server frees a closed session a moment later
+        for _ in range(10):  # a cancel racing an instant reply was lost now and then, and the thread lived on
+            sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
+            options = iter([{"task_id": f"task-{n}"} for n in range(100)])
+            stream = RolloutStream(url, sampler, episode_tokens, EpisodeLimits(), options, workers=2)
+            started = time.monotonic()
+            with stream:
+                stream.next_groups(1, policy_version=0, timeout=60)
+            assert time.monotonic() - started < 15
+            alive = [
+                thread for thread in threading.enumerate() if thread.name == "rollout-workers" and thread.is_alive()
+            ]
+            assert not alive

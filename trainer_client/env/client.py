@@ -96,7 +96,9 @@ class WebSocketConnection:
                     await self._socket.send(json.dumps(frame))
                 except ConnectionClosed:
                     pass  # a server that refused the session has already said why: read it below
-                raw = await asyncio.wait_for(self._socket.recv(), timeout=self._request_timeout)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that races a reply
+                async with asyncio.timeout(self._request_timeout):
+                    raw = await self._socket.recv()
             except TimeoutError as error:
                 self.broken = True
                 raise EnvTransportError(

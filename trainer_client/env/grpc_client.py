@@ -62,7 +62,8 @@ class GrpcConnection:
         async with self._lock:
             try:
                 await self._stream.write(frame)
-                reply = await asyncio.wait_for(self._stream.read(), timeout=self._request_timeout)
+                async with asyncio.timeout(self._request_timeout):  # not wait_for: it can swallow a cancel (3.11)
+                    reply = await self._stream.read()
             except TimeoutError as error:
                 self.broken = True
                 raise EnvTransportError(

@@ -10,6 +10,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,11 +83,18 @@ class RolloutStream:
         started.wait()
         return self
 
-    def stop(self) -> None:
-        if self._thread is not None and self._thread.is_alive() and self._loop is not None and self._main is not None:
-            self._loop.call_soon_threadsafe(self._main.cancel)
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Cancel the workers and wait for their thread; a cancel lost in a race is sent again every 10 s."""
+        thread, deadline = self._thread, time.monotonic() + timeout_s
+        while thread is not None and thread.is_alive() and time.monotonic() < deadline:
+            if self._loop is not None and self._main is not None and not self._loop.is_closed():
+                try:
+                    self._loop.call_soon_threadsafe(self._main.cancel)
+                except RuntimeError:  # the loop closed between the check and the call
+                    pass
+            thread.join(timeout=min(10.0, max(0.0, deadline - time.monotonic())))
+        if thread is not None and thread.is_alive():
+            logger.warning("rollout workers did not stop within %.0fs; their thread is left running", timeout_s)
         self._thread = None
 
     def __enter__(self) -> "RolloutStream":
@@ -141,9 +149,7 @@ class RolloutStream:
             for task in done:
                 task.result()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await _cancel_all(tasks)
             await env.aclose()
             if hasattr(self.sampler, "aclose"):
                 await self.sampler.aclose()
@@ -182,3 +188,13 @@ class RolloutStream:
         raise EnvError(
             f"episode {options} failed {self._episode_retries + 1} times; last error: {last_error}"
         ) from last_error
+
+
+async def _cancel_all(tasks: list[asyncio.Task]) -> None:
+    """Cancel `tasks` and wait for them, cancelling again any that lived on: a cancel can be lost in a race with a
+    reply (Python 3.11's wait_for and libraries built on it), and a worker that missed it would run forever."""
+    pending = {task for task in tasks if not task.done()}
+    while pending:
+        for task in pending:
+            task.cancel()
+        _, pending = await asyncio.wait(pending, timeout=1.0)
