@@ -21,11 +21,13 @@ from task_synth.pytest_compat import pytest_requirement
 log = logging.getLogger(__name__)
 
 # pytest itself comes first, capped for a repository whose conftests need it (pytest_compat).
-TEST_TOOLS = ("coverage", "setuptools>=68", "wheel")
+# setuptools and wheel only when the build asks for them: setuptools vendors more_itertools, jaraco.* and packaging,
+# and a copy of a project in the image is a leak of its deleted code.
+TEST_TOOLS = ("coverage",)
 # Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements,
 # 3: the project's own wheel kept in OWN_WHEELS, found by its PKG-INFO or poetry name too,
-# 4: editable requirements resolved with the build table).
-WHEELHOUSE_FORMAT = 4
+# 4: editable requirements resolved with the build table, 5: setuptools and wheel only for builds that need them).
+WHEELHOUSE_FORMAT = 5
 # The project's own wheel, apart: a test dependency may require the project (freezegun needs python-dateutil), so pip
 # must find it, but the repo image uninstalls it again, since each workspace installs the project editable.
 OWN_WHEELS = "own"
