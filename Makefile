@@ -78,6 +78,7 @@ test-fast: setup lint
 lint: setup-core
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 up: images wheelhouse .env
 	$(COMPOSE) -f compose.yaml up --build
