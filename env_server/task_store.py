@@ -7,7 +7,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from proto.task_files import INSTALL_ARCHIVE, IO_CHECKS, PRISTINE_TESTS, RECORDS, hidden_dir, read_records
+from proto.task_files import IO_CHECKS, PRISTINE_TESTS, RECORDS, hidden_dir, install_archive, read_records
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import Sandbox
 
@@ -48,7 +48,7 @@ class Task:
 
     def install_archive(self) -> bytes:
         """The gzipped tar of what the editable install adds to the repository image, rooted at /."""
-        return self._stored(f"{self.record.repo_dir}/{INSTALL_ARCHIVE}")
+        return self._stored(install_archive(self.record.repo_dir))
 
     @property
     def pool_key(self) -> str:
@@ -103,7 +103,7 @@ class TaskStore:
             raise ValueError(f"{jsonl} holds no tasks")
         for task in self.tasks.values():
             if task.as_files:
-                for relative in (task.record.workspace_archive, f"{task.record.repo_dir}/{INSTALL_ARCHIVE}"):
+                for relative in (task.record.workspace_archive, install_archive(task.record.repo_dir)):
                     if not (self.root / relative).is_file():
                         raise FileNotFoundError(
                             f"task {task.id}: {self.root / relative} is missing; copy the whole task "

@@ -31,6 +31,11 @@ def repo_dir(repo_slug: str, commit: str) -> str:
     return f"repos/{repo_slug}-{commit[:12]}"
 
 
+def install_archive(repo_dir: str) -> str:
+    """Relative to the store: the editable install's files of a repository snapshot."""
+    return f"{repo_dir}/{INSTALL_ARCHIVE}"
+
+
 def hidden_dir(store: Path, instance_id: str) -> Path:
     return store / "hidden" / instance_id
 

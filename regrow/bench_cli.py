@@ -10,9 +10,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from regrow.output import console, fail
 from task_synth.cli import MODES_HELP, progress_bars, synth_settings
-
-console = Console(stderr=True)
 
 AS_JSON = typer.Option(
     None,
@@ -20,12 +19,6 @@ AS_JSON = typer.Option(
     help="Print JSON (the default when stdout is not a terminal) or a table.",
     show_default=False,
 )
-
-
-def fail(message: str) -> None:
-    """Print a one-line error and exit 1."""
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(1)
 
 
 def report(result: dict, as_json: bool | None) -> None:

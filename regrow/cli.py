@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
+
+from regrow.output import console, fail
 
 app = typer.Typer(
     help="Train coding agents with RL on tasks synthesized from your own repositories.", no_args_is_help=True
@@ -16,8 +17,6 @@ bench_app = typer.Typer(
 )
 app.add_typer(images_app, name="images")
 app.add_typer(bench_app, name="bench")
-
-console = Console(stderr=True)
 
 
 def _register_parts() -> None:
@@ -44,12 +43,6 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
-
-
-def fail(message: str) -> None:
-    """Print a one-line error and exit 1."""
-    console.print(f"[bold red]error:[/] {message}")
-    raise typer.Exit(1)
 
 
 @images_app.command("build")

@@ -264,9 +264,7 @@ class DockerBackend:
         """Start a container from `image` with the hardened defaults, ready for `exec`."""
         limits = limits or Limits()
         hardening = hardening or Hardening()
-        all_labels = {**(labels or {}), MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
-        if own_container_id():
-            all_labels[OWNER_CONTAINER_LABEL] = own_container_id()
+        all_labels = self._owned(labels)
         host_config = self.api.create_host_config(
             network_mode="bridge" if hardening.network else "none",
             cap_drop=["ALL"] if hardening.drop_all_capabilities else None,
@@ -300,13 +298,17 @@ class DockerBackend:
         log.debug("sandbox %s started from %s", container_id[:12], image)
         return Sandbox(self, container_id, limits, hardening.user)
 
+    def _owned(self, labels: Mapping[str, str] | None = None) -> dict[str, str]:
+        """`labels` plus the ones that mark a container as regrow's and name its owner, for the reaper."""
+        owned = {**(labels or {}), MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
+        if own_container_id():
+            owned[OWNER_CONTAINER_LABEL] = own_container_id()
+        return owned
+
     def create_stopped(self, image: str) -> str:
         """A container of `image` that never runs (its files can be exported), tracked and labelled like a sandbox."""
-        labels = {MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
-        if own_container_id():
-            labels[OWNER_CONTAINER_LABEL] = own_container_id()
         try:
-            created = self.api.create_container(image, command=["true"], labels=labels, network_disabled=True)
+            created = self.api.create_container(image, command=["true"], labels=self._owned(), network_disabled=True)
         except docker.errors.ImageNotFound as error:
             raise ImageNotFound(f"image {image!r} not found locally: build it first (`regrow images build`)") from error
         with self._lock:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import ast
 import bisect
-import fnmatch
 import hashlib
 import io
 import re
@@ -23,9 +22,7 @@ TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5
 MIN_LITERAL = 8
 CACHE_NAMES = re.compile(
-    r"(^|/)("
-    + "|".join(fnmatch.translate(name)[4:-3].replace(".*", "[^/]*") for name in CACHE_NAME_GLOBS)  # (?s:...)\Z
-    + r")(/|$)"
+    r"(^|/)(" + "|".join(re.escape(name).replace(r"\*", "[^/]*") for name in CACHE_NAME_GLOBS) + r")(/|$)"
 )
 SCRUBBED_ROOTS = ("workspace/", "opt/venv/", "home/agent/", "root/")
 # Archives Python imports from or pip installs: a copy of the deleted code can hide in them.

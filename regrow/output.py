@@ -1,0 +1,12 @@
+"""What the `regrow` command prints outside a command's own output: one stderr console and the one-line error."""
+
+import typer
+from rich.console import Console
+
+console = Console(stderr=True)
+
+
+def fail(message: str) -> None:
+    """Print a one-line error and exit 1."""
+    console.print(f"[bold red]error:[/] {message}")
+    raise typer.Exit(1)
