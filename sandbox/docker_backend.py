@@ -10,10 +10,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import docker
 import docker.errors
 import requests.exceptions
 
-import docker
 from sandbox import images
 from sandbox.errors import DockerUnavailable, ExecTimeout, ImageNotFound, SandboxGone
 from sandbox.exec_stream import read_exec_stream
@@ -301,8 +301,8 @@ class DockerBackend:
     def _owned(self, labels: Mapping[str, str] | None = None) -> dict[str, str]:
         """`labels` plus the ones that mark a container as regrow's and name its owner, for the reaper."""
         owned = {**(labels or {}), MANAGED_LABEL: "1", OWNER_LABEL: self.owner}
-        if own_container_id():
-            owned[OWNER_CONTAINER_LABEL] = own_container_id()
+        if container := own_container_id():
+            owned[OWNER_CONTAINER_LABEL] = container
         return owned
 
     def create_stopped(self, image: str) -> str:
@@ -315,8 +315,15 @@ class DockerBackend:
             self._live.add(created["Id"])
         return created["Id"]
 
-    def build_image(self, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str]) -> None:
-        images.build_image(self, context, tag, buildargs, labels)
+    def build_image(
+        self,
+        context: Path,
+        tag: str,
+        buildargs: Mapping[str, str],
+        labels: Mapping[str, str],
+        target: str | None = None,
+    ) -> None:
+        images.build_image(self, context, tag, buildargs, labels, target)
 
     def remove_image(self, tag: str) -> None:
         images.remove_image(self, tag)

@@ -20,11 +20,18 @@ log = logging.getLogger(__name__)
 
 
 def build_image(
-    backend: DockerBackend, context: Path, tag: str, buildargs: Mapping[str, str], labels: Mapping[str, str]
+    backend: DockerBackend,
+    context: Path,
+    tag: str,
+    buildargs: Mapping[str, str],
+    labels: Mapping[str, str],
+    target: str | None = None,
 ) -> None:
-    """Build `context`/Dockerfile as `tag` with no network; ImageBuildFailed carries the build's output."""
+    """Build `context`/Dockerfile (up to stage `target`, or whole) as `tag` with no network; ImageBuildFailed carries
+    the build's output."""
     try:
         backend.client.images.build(
+            target=target,
             path=str(context),
             tag=tag,
             buildargs=dict(buildargs),

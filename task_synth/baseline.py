@@ -11,7 +11,7 @@ from task_synth.errors import SynthError
 from task_synth.mention_index import mention_index
 from task_synth.pytest_compat import dropped_doctests, project_addopts
 from task_synth.repo_layout import RepoLayout
-from task_synth.suite_runs import EXCEPTION_LINE, SuiteRun, coverage_map, run_tests
+from task_synth.suite_runs import EXCEPTION_LINE, IMPORT_TIME, SuiteRun, coverage_map, run_tests
 
 log = logging.getLogger(__name__)
 # A SIGKILL that was not the sandbox's OOM killer (seen on an engine shared with other test runs): worth one retry.
@@ -39,6 +39,14 @@ class Baseline:
             for line in range(start, end + 1):
                 tests |= by_line.get(line, set())
         return tests & self.stable
+
+    def runs_at_import(self, unit: Unit) -> bool:
+        """Whether the unit's body runs while the package is imported or the tests collected: deleting it breaks the
+        import, so such a unit is tried last."""
+        by_line = self.lines.get(unit.path, {})
+        return any(
+            IMPORT_TIME in by_line.get(line, ()) for start, end in unit.used_lines for line in range(start, end + 1)
+        )
 
 
 def suite_error(run: SuiteRun) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import libcst as cst
@@ -40,10 +40,17 @@ class Unit:
     statements: int
     complexity: int
     helpers: tuple[str, ...] = field(default=())
+    # Lines that run only when the unit is used, not when it is defined: a class's method bodies; None means
+    # `body_lines` (a function's body), () never (a module runs as it is imported, by its tests too).
+    call_lines: tuple[tuple[int, int], ...] | None = None
 
     @property
     def key(self) -> str:
         return f"{self.path}::{self.qualname}::{self.kind}"
+
+    @property
+    def used_lines(self) -> tuple[tuple[int, int], ...]:
+        return self.body_lines if self.call_lines is None else self.call_lines
 
 
 def _statements(node: cst.CSTNode) -> int:
@@ -140,11 +147,14 @@ def module_units(path: str, source: str, package_text: str) -> list[Unit]:
             units.append(functions[owner])
         elif isinstance(statement, cst.ClassDef):
             owner = statement.name.value
-            units.append(_definition_unit(path, owner, "class", statement, positions))
-            for member in statement.body.body:
-                if isinstance(member, cst.FunctionDef):
-                    qualname = f"{owner}.{member.name.value}"
-                    units.append(_definition_unit(path, qualname, "method", member, positions))
+            methods = [
+                _definition_unit(path, f"{owner}.{member.name.value}", "method", member, positions)
+                for member in statement.body.body
+                if isinstance(member, cst.FunctionDef)
+            ]
+            whole = _definition_unit(path, owner, "class", statement, positions)
+            units += [replace(whole, call_lines=tuple(span for method in methods for span in method.body_lines))]
+            units += methods
         for name in referenced_names(statement) - {owner}:
             referrers.setdefault(name, set()).add(owner)
     units += _features(path, functions, referrers, package_text)
@@ -210,6 +220,7 @@ def enumerate_units(layout: RepoLayout) -> list[Unit]:
                     ((1, lines),),
                     _statements(module),
                     _complexity(module),
+                    call_lines=(),
                 )
             )
     return units

@@ -84,7 +84,8 @@ class SynthReport:
 def ordered_candidates(
     context: RepoContext, units: list[Unit], modes: list[str], seed: int, budget: int
 ) -> list[tuple[Unit, str]]:
-    """Units sampled per mode by rank weight, interleaved across modes, deterministic for a seed."""
+    """Units sampled per mode by rank weight, interleaved across modes, deterministic for a seed; units whose body
+    runs at import time come after the others of their mode (six: most of its module runs as it loads)."""
     per_mode = []
     for mode in modes:
         weighted = [
@@ -92,7 +93,11 @@ def ordered_candidates(
             for unit in units
             if unit.kind in MODE_KINDS[mode]
         ]
-        per_mode.append([(unit, mode) for unit in sample_units(weighted, budget, seed)])
+        at_import = [pair for pair in weighted if context.baseline.runs_at_import(pair[0])]
+        later = {id(pair[0]) for pair in at_import}
+        first = sample_units([pair for pair in weighted if id(pair[0]) not in later], budget, seed)
+        first += sample_units(at_import, budget - len(first), seed)
+        per_mode.append([(unit, mode) for unit in first])
     interleaved: list[tuple[Unit, str]] = []
     for index in range(max((len(group) for group in per_mode), default=0)):
         interleaved += [group[index] for group in per_mode if index < len(group)]
@@ -225,8 +230,7 @@ def _run_candidates(context, candidates, settings: SynthSettings, report: SynthR
                     continue
                 outcomes.append((built.rejection, built.detail))
                 report.candidates += 1
-                keep = built.record is not None and report.valid < settings.max_tasks
-                if keep:
+                if built.record is not None and built.workspace is not None and report.valid < settings.max_tasks:
                     report.records.append(built.record)
                     report.io_checks[built.record.instance_id] = built.io_checks
                     report.workspaces[built.record.instance_id] = built.workspace

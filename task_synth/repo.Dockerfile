@@ -1,7 +1,10 @@
-# One repo image per repository and commit: its dependencies and the test tools, installed with no network.
-# The venv belongs to agent so that validation sandboxes can install the workspace editable without root.
+# One repo image per repository and dependency set, in two stages, installed with no network:
+# - build: the dependencies, the test tools and what the build needs; the baseline installs the workspace editable
+#   in it once, as agent (the venv is agent's), and captures the files the install adds;
+# - task: the image every task runs in, without pip and the build-only tools (they vendor popular projects, a leak
+#   when the repository is one of them); the captured install is written in instead of running pip.
 ARG BASE_IMAGE
-FROM ${BASE_IMAGE}
+FROM ${BASE_IMAGE} AS build
 USER root
 COPY wheels /tmp/wheels
 # The project's own wheel (wheels/own) is there only for a dependency that requires the project; uninstalled after,
@@ -20,4 +23,14 @@ RUN python3 -m venv /opt/venv \
  && chown -R agent:agent /opt/venv
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PIP_NO_INDEX=1 PIP_NO_CACHE_DIR=1
 WORKDIR /workspace
+USER agent
+
+FROM build AS task
+USER root
+COPY build_tools.py wheels/build-only.txt /tmp/strip/
+COPY wheels/own /tmp/strip/own/
+RUN removed="$(/opt/venv/bin/python /tmp/strip/build_tools.py /tmp/strip/build-only.txt /tmp/strip/own)" \
+ && if [ -n "$removed" ]; then /opt/venv/bin/python -m pip uninstall -y -q --disable-pip-version-check $removed; fi \
+ && rm -rf /tmp/strip /root/.cache \
+ && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
 USER agent

@@ -17,12 +17,12 @@ from task_synth.baseline import Baseline, run_baseline
 from task_synth.canary_scan import ImageIndex, index_image
 from task_synth.errors import SynthError
 from task_synth.pytest_compat import dropped_doctests, kept_options, project_addopts
-from task_synth.repo_image import SYNTH_LABEL, build_repo_image, repo_image_tag
+from task_synth.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
 from task_synth.repo_layout import RepoLayout, read_layout
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.source import Checkout, checkout
 from task_synth.stage_clock import StageClock
-from task_synth.suite_runs import capture_install, install_workspace
+from task_synth.suite_runs import capture_install, install_workspace, seed_workspace, tree_archive
 from task_synth.wheelhouse import build_wheelhouse
 
 log = logging.getLogger(__name__)
@@ -47,16 +47,26 @@ class RepoContext:
     image_index: ImageIndex = field(default_factory=ImageIndex)
 
     def sandbox(self) -> Sandbox:
-        """A sandbox from the repo image with the original workspace installed editable."""
+        """A sandbox of the task image with the original workspace in it, as a reset makes one: the captured editable
+        install and the checkout are written in, and no pip runs."""
         sb = self.backend.create(
             self.repo_image, limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "validate"}, workdir=WORKSPACE
         )
         try:
-            install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
+            seed_workspace(sb, self.install_archive, tree_archive(self.checkout.root, f"{WORKSPACE.lstrip('/')}/"))
         except BaseException:
             sb.destroy()
             raise
         return sb
+
+    def capture_editable_install(self) -> None:
+        """Install the checkout editable in the build stage, once, and keep the files the install adds."""
+        sb = self.backend.create(
+            build_stage_tag(self.repo_image), limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "install"}, workdir=WORKSPACE
+        )
+        with sb:
+            install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
+            self.install_archive = capture_install(sb)
 
     @contextmanager
     def sandbox_pool(self, size: int) -> Iterator[queue.Queue[Sandbox]]:
@@ -118,13 +128,14 @@ def prepare_repo(
     tag = repo_image_tag(checked.repo_name, wheelhouse.name)
     stage("repo image")
     if build_repo_image(backend, tag, wheelhouse):
-        created_images.append(tag)
+        created_images += [tag, build_stage_tag(tag)]
     context = RepoContext(
         backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock
     )
+    stage("editable install")
+    context.capture_editable_install()
     stage("baseline")
     with context.sandbox() as sb:
-        context.install_archive = capture_install(sb)
         context.baseline = run_baseline(
             sb,
             layout,

@@ -1,4 +1,5 @@
-"""The repo image (deps + test tools from the wheelhouse) and the thin task images built on it."""
+"""The repo image of a repository's dependencies and test tools, from its wheelhouse, in two stages: `build`, where
+the baseline installs the workspace editable once, and the task image every task runs in, without pip."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ from pathlib import Path
 from proto.task_files import WHEELS
 from sandbox import DockerBackend, ImageBuildFailed
 from sandbox.base_image import BASE_IMAGE
+from task_synth import build_tools
 from task_synth.errors import SynthError
 from task_synth.suite_runs import pip_error_lines
+from task_synth.wheelhouse import BUILD_ONLY, OWN_WHEELS
 
 log = logging.getLogger(__name__)
 # Beside the modules, so that the package-data pattern "*.Dockerfile" ships them in the wheel.
@@ -30,12 +33,23 @@ def repo_image_tag(repo_name: str, wheelhouse_key: str) -> str:
     return f"regrow/repo-{slug(repo_name)}:{wheelhouse_key}-{BASE_IMAGE.partition(':')[2]}"
 
 
+def build_stage_tag(tag: str) -> str:
+    """The repo image's build stage: pip and the build tools are still in it."""
+    return f"{tag}-build"
+
+
 def _build(
-    backend: DockerBackend, context: Path, dockerfile: str, tag: str, buildargs: dict[str, str], labels: dict[str, str]
+    backend: DockerBackend,
+    context: Path,
+    dockerfile: str,
+    tag: str,
+    buildargs: dict[str, str],
+    labels: dict[str, str],
+    target: str | None = None,
 ) -> None:
     shutil.copy(DOCKERFILES / dockerfile, context / "Dockerfile")
     try:
-        backend.build_image(context, tag, buildargs, labels)
+        backend.build_image(context, tag, buildargs, labels, target)
     except ImageBuildFailed as error:
         detail = " | ".join(pip_error_lines(error.output))
         raise SynthError(
@@ -44,13 +58,20 @@ def _build(
 
 
 def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool:
-    """Build the repo image unless it exists; returns True when this call built it."""
-    if backend.image_exists(tag):
+    """Build the repo image's two stages (`tag` and its build stage) unless both exist; True when this call built."""
+    if backend.image_exists(tag) and backend.image_exists(build_stage_tag(tag)):
         return False
-    with tempfile.TemporaryDirectory(prefix="regrow-repo-image-") as context:
-        shutil.copytree(wheelhouse, Path(context) / "wheels")
+    with tempfile.TemporaryDirectory(prefix="regrow-repo-image-") as scratch:
+        context = Path(scratch)
+        shutil.copytree(wheelhouse, context / "wheels")
+        (context / "wheels" / OWN_WHEELS).mkdir(exist_ok=True)
+        (context / "wheels" / BUILD_ONLY).touch()  # a wheelhouse older than the list: only pip goes, and the installers
+        shutil.copy(build_tools.__file__, context / "build_tools.py")
         log.info("building %s", tag)
-        _build(backend, Path(context), "repo.Dockerfile", tag, {"BASE_IMAGE": BASE_IMAGE}, {SYNTH_LABEL: "repo"})
+        arguments = {"BASE_IMAGE": BASE_IMAGE}
+        labels = {SYNTH_LABEL: "repo"}
+        _build(backend, context, "repo.Dockerfile", build_stage_tag(tag), arguments, labels, target="build")
+        _build(backend, context, "repo.Dockerfile", tag, arguments, labels)
     return True
 
 

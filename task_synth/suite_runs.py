@@ -45,11 +45,9 @@ import os
 import coverage
 import pytest
 
+# Started on import, before the conftests load: what runs while the package is imported is measured too.
 _coverage = coverage.Coverage(config_file=os.environ["REGROW_COVERAGE_RC"])
-
-
-def pytest_configure(config):
-    _coverage.start()
+_coverage.start()
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -160,6 +158,14 @@ def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
         raise SynthError(
             f"the repository does not install editable in its image ({detail}): check its build configuration"
         )
+
+
+def seed_workspace(sb: Sandbox, install_archive: bytes, archive: bytes) -> None:
+    """Make a container of the task image into the task's, as a reset does: the editable install's files, then the
+    workspace (an archive rooted at /)."""
+    sb.import_tree("/", install_archive)
+    sb.import_tree("/", archive)
+    sb.exec(f"mkdir -p {SCRATCH}", timeout=30).raise_for_timeout()
 
 
 def capture_install(sb: Sandbox) -> bytes:
@@ -280,7 +286,7 @@ import coverage
 
 data = coverage.CoverageData(basename=sys.argv[1])
 data.read()
-contexts = sorted(name for name in data.measured_contexts() if name)
+contexts = sorted(data.measured_contexts())
 index = {name: number for number, name in enumerate(contexts)}
 files = {}
 for path in data.measured_files():
@@ -289,12 +295,15 @@ for path in data.measured_files():
 json.dump({"contexts": contexts, "files": files}, open(sys.argv[2], "w"), separators=(",", ":"))
 """
 COVERAGE_LINES_PY = f"{SCRATCH}/regrow_coverage_lines.py"
+# The context of lines run outside any test: no node id looks like it.
+IMPORT_TIME = "<import>"
 COVERAGE_DATA = f"{SCRATCH}/coverage.data"
 
 
 def coverage_lines(report: dict) -> dict[str, dict[int, set[str]]]:
-    """path -> line -> node ids, from what COVERAGE_LINES_SCRIPT printed (paths relative to /workspace)."""
-    contexts = report["contexts"]
+    """path -> line -> node ids, from what COVERAGE_LINES_SCRIPT printed (paths relative to /workspace); a line run
+    outside any test (while modules are imported and collected) names IMPORT_TIME."""
+    contexts = [name or IMPORT_TIME for name in report["contexts"]]
     lines: dict[str, dict[int, set[str]]] = {}
     for path, by_line in report["files"].items():
         relative = path.removeprefix("/workspace/")

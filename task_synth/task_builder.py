@@ -28,7 +28,7 @@ from task_synth.problem_statement import problem_statement
 from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
 from task_synth.repo_image import SYNTH_LABEL, slug
 from task_synth.splits import split_of
-from task_synth.suite_runs import SCRATCH, run_tests, tree_archive
+from task_synth.suite_runs import SCRATCH, run_tests, seed_workspace, tree_archive
 from task_synth.validation import Verdict
 from task_synth.workspace import build_workspace, solution_patch
 
@@ -118,12 +118,6 @@ def check_leaks(context: RepoContext, deletion: Deletion, archive: bytes) -> tup
     )
     files = itertools.chain(archive_files(archive), archive_files(context.install_archive))
     return canaries, scan_files(files, canaries, set(context.layout.test_files), context.baseline.packages)
-
-
-def seed_workspace(sb, install_archive: bytes, archive: bytes) -> None:
-    """Make a container of the repository image into the task's: the editable install's files, then the workspace."""
-    sb.import_tree("/", install_archive)
-    sb.import_tree("/", archive)
 
 
 def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch: str, verdict: Verdict) -> OracleRun:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 
+from task_synth.build_tools import requirement_names
 from task_synth.errors import SynthError
 from task_synth.pytest_compat import pytest_requirement
 
@@ -26,11 +27,14 @@ log = logging.getLogger(__name__)
 TEST_TOOLS = ("coverage",)
 # Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements,
 # 3: the project's own wheel kept in OWN_WHEELS, found by its PKG-INFO or poetry name too,
-# 4: editable requirements resolved with the build table, 5: setuptools and wheel only for builds that need them).
-WHEELHOUSE_FORMAT = 5
+# 4: editable requirements resolved with the build table, 5: setuptools and wheel only for builds that need them,
+# 6: BUILD_ONLY written, for the task image to drop).
+WHEELHOUSE_FORMAT = 6
 # The project's own wheel, apart: a test dependency may require the project (freezegun needs python-dateutil), so pip
 # must find it, but the repo image uninstalls it again, since each workspace installs the project editable.
 OWN_WHEELS = "own"
+# The names only the build asked for (not the project, its tests or a requirements file): the task image drops them.
+BUILD_ONLY = "build-only.txt"
 # PEP 517's fallback for a project without a [build-system] table.
 LEGACY_BUILD_SYSTEM = (["setuptools", "wheel"], "setuptools.build_meta:__legacy__")
 TEST_EXTRAS = ("test", "tests", "testing")
@@ -200,8 +204,18 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
         # instead of adding a second, conflicting version that the repo image cannot install.
         _pip_wheel(root, partial, [*editable, *build_system(root).requires], (partial, *find_links), offline)
     set_aside_own_wheels(partial, project_name(root))
+    (partial / BUILD_ONLY).write_text("".join(f"{name}\n" for name in sorted(build_only(root, editable))))
     partial.rename(target)
     return target
+
+
+def build_only(root: Path, editable: list[str]) -> set[str]:
+    """The build's requirements (and the backend's editable ones) that no requirements file also asks for."""
+    asked = set()
+    for name in REQUIREMENT_FILES:
+        if (root / name).exists():
+            asked |= requirement_names((root / name).read_text(errors="replace").splitlines())
+    return requirement_names([*build_system(root).requires, *editable]) - asked - requirement_names(suite_tools(root))
 
 
 def set_aside_own_wheels(wheelhouse: Path, own: str | None) -> list[Path]:

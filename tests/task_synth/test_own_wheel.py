@@ -11,8 +11,16 @@ import pytest
 from task_synth.repo_image import build_repo_image
 from task_synth.wheelhouse import OWN_WHEELS, set_aside_own_wheels
 
+# The task image has no pip: the installed distributions, as name==version lines.
+LIST_DISTRIBUTIONS = [
+    "python",
+    "-c",
+    "from importlib import metadata\n"
+    "for dist in metadata.distributions(): print(f\"{dist.metadata['Name']}=={dist.version}\")",
+]
 
-def _wheel(root: Path, name: str, dependencies: list[str], out: Path) -> None:
+
+def build_wheel(root: Path, name: str, dependencies: list[str], out: Path) -> None:
     project = root / name
     (project / name.replace("-", "_")).mkdir(parents=True)
     (project / name.replace("-", "_") / "__init__.py").write_text("")
@@ -38,8 +46,8 @@ def _wheel(root: Path, name: str, dependencies: list[str], out: Path) -> None:
 
 def _wheelhouse(tmp_path: Path) -> Path:
     wheels = tmp_path / "wheels"
-    _wheel(tmp_path / "src", "tiny-dateutil", [], wheels)
-    _wheel(tmp_path / "src", "freezer", ["tiny-dateutil>=2.7"], wheels)
+    build_wheel(tmp_path / "src", "tiny-dateutil", [], wheels)
+    build_wheel(tmp_path / "src", "freezer", ["tiny-dateutil>=2.7"], wheels)
     set_aside_own_wheels(wheels, "tiny_dateutil")
     return wheels
 
@@ -58,7 +66,7 @@ def test_the_repo_image_installs_what_needs_the_project_then_uninstalls_the_proj
     try:
         assert build_repo_image(docker_backend, tag, _wheelhouse(tmp_path))
         with docker_backend.create(tag) as sb:
-            installed = sb.exec("pip list --format=freeze", timeout=60).stdout
+            installed = sb.exec(LIST_DISTRIBUTIONS, timeout=60).stdout
         assert "freezer==2.9" in installed
         assert "tiny" not in installed  # each workspace installs it editable; no copy may stay in the image
     finally:

@@ -7,7 +7,7 @@ import sys
 
 import coverage
 
-from task_synth.suite_runs import COVERAGE_LINES_SCRIPT, coverage_lines
+from task_synth.suite_runs import COVERAGE_LINES_SCRIPT, IMPORT_TIME, coverage_lines
 
 MODULE = "def double(x):\n    y = x * 2\n    return y\n\n\ndef half(x):\n    return x / 2\n"
 
@@ -38,7 +38,7 @@ def test_each_line_maps_to_the_tests_that_ran_it(tmp_path, monkeypatch):
     lines = coverage_lines(json.loads((tmp_path / "out.json").read_text()))
     assert lines["pkg/__init__.py"][2] == {"tests/test_pkg.py::test_double", "tests/test_pkg.py::test_both[a b]"}
     assert lines["pkg/__init__.py"][7] == {"tests/test_pkg.py::test_both[a b]"}
-    assert lines["pkg/__init__.py"][1] == set()  # the def ran at import, outside any test
+    assert lines["pkg/__init__.py"][1] == {IMPORT_TIME}  # the def ran at import, outside any test
     sys.modules.pop("pkg", None)
 
 
