@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -40,7 +41,13 @@ def serve(
     from env_server.settings import ServerSettings
     from sandbox import SandboxError
 
-    overrides = {"host": host, "port": port, "grpc_port": grpc_port, "max_episodes": max_episodes, "trace_db": traces}
+    overrides: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "grpc_port": grpc_port,
+        "max_episodes": max_episodes,
+        "trace_db": traces,
+    }
     settings = ServerSettings(tasks_dir=tasks, **{k: v for k, v in overrides.items() if v is not None})
     _use_json_logs()
     try:

@@ -34,6 +34,13 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         self.episode: Episode | None = None
         self.per_request = PER_REQUEST.get()
 
+    @property
+    def episode_id(self) -> str:
+        """The running episode's id; RuntimeError before the first reset."""
+        if self.episode is None:
+            raise RuntimeError("no episode yet: send reset first")
+        return self.episode.id
+
     def reset(
         self,
         seed: int | None = None,

@@ -7,6 +7,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from concurrent import futures
+from typing import NoReturn
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -87,7 +88,7 @@ def _reset(env: CodingEnvironment, request: pb.ResetRequest) -> pb.EpisodeReply:
         seed=request.seed if request.HasField("seed") else None,
         split=request.split or None,
     )
-    return pb.EpisodeReply(episode_id=env.episode.id, observation=observation_message(observation))
+    return pb.EpisodeReply(episode_id=env.episode_id, observation=observation_message(observation))
 
 
 def _error_code(error: Exception) -> tuple[str, str]:
@@ -107,10 +108,11 @@ class CodingEnvService(pb_grpc.CodingEnvServicer):
         self._sessions: dict[str, CodingEnvironment] = {}
         self._lock = threading.Lock()
 
-    def _abort(self, context: grpc.ServicerContext, error: Exception) -> None:
+    def _abort(self, context: grpc.ServicerContext, error: Exception) -> NoReturn:
         code, message = _error_code(error)
         context.set_trailing_metadata(((ERROR_CODE_KEY, code),))
         context.abort(_STATUS.get(code, grpc.StatusCode.FAILED_PRECONDITION), message)
+        raise AssertionError("grpc's context.abort raises")
 
     def _session(self, episode_id: str) -> CodingEnvironment:
         with self._lock:
@@ -170,7 +172,7 @@ class CodingEnvService(pb_grpc.CodingEnvServicer):
                     observation = env.step(tool_call(frame.step))
                     yield pb.ServerFrame(
                         observation=pb.EpisodeReply(
-                            episode_id=env.episode.id, observation=observation_message(observation)
+                            episode_id=env.episode_id, observation=observation_message(observation)
                         )
                     )
                 elif kind == "state":

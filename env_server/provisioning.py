@@ -3,7 +3,9 @@ workspace its tasks share, and a task's own rest of the workspace written in whi
 
 from __future__ import annotations
 
+import functools
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from env_server.metrics import ServerMetrics
@@ -48,11 +50,11 @@ class SandboxSupply:
                 size,
                 limits=self.limits,
                 labels=self.labels,
-                prepare=lambda sb, key=key: self._prepare(key, sb),
+                prepare=functools.partial(self._prepare, key),
                 name=key,
             )
             self.pools[key] = pool
-            self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(lambda pool=pool: pool.ready)
+            self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(_readiness(pool))
 
     def wait_warm(self, timeout: float = 120.0) -> bool:
         return all(pool.wait_ready(timeout) for pool in self.pools.values())
@@ -112,3 +114,8 @@ class SandboxSupply:
             self.metrics.sandbox_failures.labels("create").inc()
             sandbox.destroy()
             raise
+
+
+def _readiness(pool: WarmPool) -> Callable[[], float]:
+    """The gauge's reading of one pool (a closure per pool, not per loop variable)."""
+    return lambda: pool.ready

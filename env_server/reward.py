@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from typing import Any
 
 from env_server.change_set import ChangeSet, SubmissionTooLarge, Tree, archive_of, compare, differs_from, read_tree
 from env_server.grading_run import (
@@ -35,7 +36,7 @@ from env_server.settings import GradeLimits
 from env_server.tamper_scan import scan_change_set
 from env_server.task_store import Task
 from env_server.tools import WORKSPACE
-from proto.observations import RefusedPath, RewardDetails, TestOutcome
+from proto.observations import RefusedPath, RewardDetails, RewardMode, TestOutcome
 from sandbox import Sandbox, SandboxError
 from sandbox.layout import AGENT_HOME
 
@@ -153,7 +154,7 @@ def _outcome(result: RunResult, nodeid: str) -> Outcome:
     return result.outcomes.get(nodeid, "missing")
 
 
-def score(task: Task, suite: HiddenSuite, main: RunResult, counter: RunResult, mode: str) -> RewardDetails:
+def score(task: Task, suite: HiddenSuite, main: RunResult, counter: RunResult, mode: RewardMode) -> RewardDetails:
     """The reward and the tripwires: a F2P pass counts only when the counterfactual run, without the unit, fails it."""
     tests = [TestOutcome(nodeid=n, outcome=_outcome(main, n), group="FAIL_TO_PASS") for n in task.record.FAIL_TO_PASS]
     tests += [TestOutcome(nodeid=n, outcome=_outcome(main, n), group="PASS_TO_PASS") for n in task.record.PASS_TO_PASS]
@@ -222,7 +223,7 @@ def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
     return f"{len(failing)} of {len(details.tests)} tests fail: {names}{more}"
 
 
-def _empty(task: Task, mode: str, **update: object) -> RewardDetails:
+def _empty(task: Task, mode: RewardMode, **update: Any) -> RewardDetails:
     return RewardDetails(
         reward=0.0,
         mode=mode,

@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+import grpc
 import uvicorn
 
 from env_server.app import build_app
@@ -34,7 +35,7 @@ class RunningServer:
     grpc_target: str
     _uvicorn: uvicorn.Server
     _thread: threading.Thread
-    _grpc: object
+    _grpc: grpc.Server
 
     def stop(self) -> None:
         self._uvicorn.should_exit = True

@@ -3,10 +3,11 @@
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from proto.observations import RewardMode
 
 # What one episode needs at most: its sandbox's memory limit plus the grading container and slack.
 EPISODE_MEMORY_BYTES = 1536 * 1024 * 1024
@@ -25,7 +26,7 @@ def default_max_episodes() -> int:
 class GradeLimits:
     """How a grading runs: the reward mode, the test timeout, strictness and the size limits of a submission."""
 
-    mode: str = "fraction"
+    mode: RewardMode = "fraction"
     timeout_s: float = 300.0
     strict_tamper: bool = True
     file_cap_bytes: int = 5 * 1024 * 1024
@@ -54,7 +55,7 @@ class ServerSettings(BaseSettings):
     warm_pool_per_image: int = Field(default=2, ge=0)
     warm_pool_total: int = Field(default=8, ge=0)
     reaper_interval_s: float = Field(default=60.0, gt=0)
-    reward_mode: Literal["fraction", "binary"] = "fraction"
+    reward_mode: RewardMode = "fraction"
     strict_tamper: bool = Field(
         default=True, description="A static tamper flag zeroes the reward (else it is reported)"
     )

@@ -13,6 +13,7 @@ import textwrap
 from collections import Counter, defaultdict, namedtuple
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -185,10 +186,10 @@ def _fold(node: ast.AST, depth: int = 0) -> str | None:
     elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
         left = _fold(node.left, depth)
         right = None if left is None else _fold(node.right, depth)
-        text = None if right is None else left + right
+        text = None if left is None or right is None else left + right
     elif isinstance(node, ast.JoinedStr):
         parts = [_fold(part.value if isinstance(part, ast.FormattedValue) else part, depth) for part in node.values]
-        text = None if None in parts else "".join(parts)
+        text = None if None in parts else "".join(cast(list[str], parts))
     elif isinstance(node, ast.Subscript) and (text := _fold(node.value, depth)) is not None:
         index = node.slice
         bounds = (index.lower, index.upper, index.step) if isinstance(index, ast.Slice) else (index, None, None)
@@ -215,7 +216,7 @@ def _fold_call(func: ast.AST, args: list[ast.expr], depth: int) -> str | None:
             items = ast.List([ast.Call(items.args[0], [piece], []) for piece in pieces])
         parts = [_fold(item, depth) for item in items.elts] if isinstance(items, (ast.List, ast.Tuple)) else [None]
         separator = _fold(func.value, depth)
-        return None if separator is None or None in parts else separator.join(parts)
+        return None if separator is None or None in parts else separator.join(cast(list[str], parts))
     if func.attr not in _DECODERS and func.attr not in ("decode", "encode"):
         return None
     base = _fold(func.value, depth)
@@ -233,12 +234,13 @@ class _Scanner:
     """Walks one parsed module once and records every use of a rule's construct."""
 
     def __init__(self, tree: ast.Module, lines: list[str], path: str, trusted: bool = False):
-        self.lines, self.own, self.uses = lines, set(path.split("/")[:-1]), []
+        self.lines, self.own = lines, set(path.split("/")[:-1])
+        self.uses: list[_Use] = []
         self.inner: set[int] = set()  # ids of a name chain's inner links, so `a.b.c` counts once
         self.called: set[int] = set()  # ids of the names that calls call
         # trusted code may be a fragment cut from its imports: `sys` there means the module sys
         self.aliases: dict[str, str] = {root: root for root in _ROOTS} if trusted else {}
-        statements = list(tree.body)
+        statements: list[ast.AST] = list(tree.body)
         for node in statements:  # every import first: an import at the bottom still binds names used above
             statements += [child for field in _BODIES for child in getattr(node, field, ())]
             if isinstance(node, ast.Import):
@@ -284,9 +286,14 @@ class _Scanner:
         if isinstance(node, ast.Subscript) and self.resolve(node.value, depth + 1) == "sys.modules":
             return _fold(node.slice)
         callee = self.callee(node, depth + 1) if isinstance(node, ast.Call) and node.args else None
-        if callee in ("__import__", "builtins.__import__", "importlib.import_module", "importlib.__import__"):
+        if isinstance(node, ast.Call) and callee in (
+            "__import__",
+            "builtins.__import__",
+            "importlib.import_module",
+            "importlib.__import__",
+        ):
             return _fold(node.args[0])
-        if callee in ("getattr", "builtins.getattr") and len(node.args) > 1:
+        if isinstance(node, ast.Call) and callee in ("getattr", "builtins.getattr") and len(node.args) > 1:
             return (
                 (base := self.resolve(node.args[0], depth + 1)) and (attr := _fold(node.args[1])) and f"{base}.{attr}"
             )
@@ -298,7 +305,7 @@ class _Scanner:
         return self.resolve(node.func, depth) or ""
 
     def foreign(self, dotted: str | None) -> bool:
-        return bool(dotted) and dotted.split(".")[0] not in self.own
+        return bool(dotted) and cast(str, dotted).split(".")[0] not in self.own
 
     def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
         module = f"{node.module}." if isinstance(node, ast.ImportFrom) and node.module and not node.level else ""
@@ -356,7 +363,7 @@ class _Scanner:
         decoder = (
             next(
                 (
-                    sub.func.attr
+                    cast(ast.Attribute, sub.func).attr
                     for arg in args
                     for sub in ast.walk(arg)
                     if isinstance(sub, ast.Call)
@@ -422,12 +429,12 @@ class _Scanner:
         return mode is not None and not method  # a method's first argument may be a file name, not a mode
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, name: str = "") -> None:
-        name = name or node.name
+        name = name or getattr(node, "name", "")  # a lambda comes with the name it is assigned to
         if name.startswith("pytest_"):
             self.add(node, "pytest_hook", f"defines {name}")
         if name == "__del__":
             self.add(node, "exit_hook", "defines __del__")
-        results = (
+        results: list[ast.expr | None] = (
             []
             if name not in _ALWAYS
             else [node.body]
@@ -440,15 +447,15 @@ class _Scanner:
     visit_AsyncFunctionDef = visit_FunctionDef
 
     def visit_Assign(self, node: ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Delete) -> None:
-        targets = getattr(node, "targets", None) or [node.target]
+        targets = getattr(node, "targets", None) or [cast(Any, node).target]
         for target in (item for assigned in targets for item in getattr(assigned, "elts", [assigned])):  # a, b.c = ...
             if isinstance(target, ast.Attribute) and self.foreign(base := self.resolve(target.value)):
                 self.add(target, "monkeypatch", f"assigns {base}.{target.attr}")
             elif isinstance(target, ast.Name) and target.id == "pytest_plugins":
                 self.add(target, "pytest_hook", "sets pytest_plugins")
             name = getattr(target, "id", None) or getattr(target, "attr", "")
-            if name and isinstance(getattr(node, "value", None), ast.Lambda):  # Anything.__eq__ = lambda *a: True
-                self.visit_FunctionDef(node.value, name)
+            if name and isinstance(value := getattr(node, "value", None), ast.Lambda):  # X.__eq__ = lambda *a: True
+                self.visit_FunctionDef(value, name)
 
     visit_AugAssign = visit_AnnAssign = visit_Delete = visit_Assign
 
@@ -480,7 +487,8 @@ def _parse_lenient(source: bytes | str) -> ast.Module:
     lines = _lines(source)
     if tree := _parse(source) or _parse(textwrap.dedent("\n".join(lines))):
         return tree
-    body, start, budget = [], 0, _LENIENT_PARSES
+    body: list[ast.stmt] = []
+    start, budget = 0, _LENIENT_PARSES
     while start < len(lines) and budget > 0:
         for end in range(start + 1, min(start + _LENIENT_SPAN, len(lines)) + 1):
             budget -= 1

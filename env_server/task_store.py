@@ -48,7 +48,7 @@ class Task:
 
     def install_archive(self) -> bytes:
         """The gzipped tar of what the editable install adds to the repository image, rooted at /."""
-        return self._stored(install_archive(self.record.repo_dir))
+        return self._stored(install_archive(self.record.repo_dir or ""))
 
     @property
     def pool_key(self) -> str:
@@ -103,7 +103,7 @@ class TaskStore:
             raise ValueError(f"{jsonl} holds no tasks")
         for task in self.tasks.values():
             if task.as_files:
-                for relative in (task.record.workspace_archive, install_archive(task.record.repo_dir)):
+                for relative in (task.record.workspace_archive or "", install_archive(task.record.repo_dir or "")):
                     if not (self.root / relative).is_file():
                         raise FileNotFoundError(
                             f"task {task.id}: {self.root / relative} is missing; copy the whole task "

@@ -30,7 +30,8 @@ def _members(archive: bytes) -> dict[str, tuple[tarfile.TarInfo, bytes | None, K
     entries = {}
     with tarfile.open(fileobj=io.BytesIO(gzip.decompress(archive) if archive[:2] == b"\x1f\x8b" else archive)) as tar:
         for member in tar:
-            data = tar.extractfile(member).read() if member.isfile() else None
+            handle = tar.extractfile(member) if member.isfile() else None
+            data = handle.read() if handle else None
             digest = hashlib.sha256(data).hexdigest() if data is not None else ""
             entries[member.name] = (
                 member,

@@ -5,6 +5,9 @@ from typing import Any, Literal
 from openenv.core.env_server.types import Observation, State
 from pydantic import BaseModel, Field
 
+# fraction: F2P passed over F2P total, when nothing else broke; binary: 1 only when every test passes.
+RewardMode = Literal["fraction", "binary"]
+
 
 class CodingObservation(Observation):
     """The result of one step (or of reset) in a coding episode."""
@@ -45,7 +48,7 @@ class RewardDetails(BaseModel):
     """How a submission was graded; goes into the final observation's metadata."""
 
     reward: float
-    mode: Literal["fraction", "binary"]
+    mode: RewardMode
     f2p_passed: int
     f2p_total: int
     p2p_passed: int

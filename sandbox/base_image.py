@@ -83,9 +83,9 @@ def _deb822_entries(text: str) -> list[dict[str, str]]:
 def _one_line_entries(text: str) -> list[dict[str, str]]:
     entries = []
     for line in text.splitlines():
-        line = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()  # drop [options] and comments
-        if len(line) >= 3:
-            entries.append({"types": line[0], "uris": line[1], "suites": line[2], "components": " ".join(line[3:])})
+        words = re.sub(r"\[[^]]*\]", "", line.split("#", 1)[0]).split()  # drop [options] and comments
+        if len(words) >= 3:
+            entries.append({"types": words[0], "uris": words[1], "suites": words[2], "components": " ".join(words[3:])})
     return entries
 
 

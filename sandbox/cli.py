@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 from rich.console import Console
 
@@ -23,10 +25,9 @@ def proxy(
 
     from sandbox.docker_proxy import ProxySettings, serve
 
+    given: dict[str, Any] = {k: v for k, v in {"listen": listen, "engine": engine}.items() if v is not None}
     try:
-        asyncio.run(
-            serve(ProxySettings(**{k: v for k, v in {"listen": listen, "engine": engine}.items() if v is not None}))
-        )
+        asyncio.run(serve(ProxySettings(**given)))
     except (ValueError, OSError) as error:  # a bad setting, or the address is taken
         console.print(f"[bold red]error:[/] cannot start the docker proxy: {error}")
         raise typer.Exit(1) from None

@@ -236,11 +236,12 @@ class DockerProxy:
             status, info = await self._engine_json(f"/exec/{route.ref}/json")
             if status == 404:
                 return Answer(404, {"message": f"No such exec instance: {route.ref}"})
-            container_ref = field(info, "ContainerID")
-            if status != 200 or not isinstance(container_ref, str):
+            owner = field(info, "ContainerID")
+            if status != 200 or not isinstance(owner, str):
                 raise EngineDown(
                     f"regrow docker proxy: the engine answered {status} to inspecting exec {route.ref[:12]}"
                 )
+            container_ref = owner
         found = await self._container(container_ref)
         if found is None:
             return Answer(404, {"message": f"No such container: {container_ref}"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from urllib.parse import parse_qsl, unquote, urlencode
 
@@ -98,28 +98,28 @@ def _split_target(method: str, target: str) -> tuple[str, str, str]:
 def route_request(method: str, target: str) -> Route:
     """The route of an allowed request; raises Refused for everything else."""
     version, path, query = _split_target(method, target)
-    base = {"method": method, "path": path, "version": version, "query": query}
+    base = Route(method, path, version, query)
     if (path == "/_ping" and method in ("GET", "HEAD")) or (path == "/version" and method == "GET"):
-        return Route(**base)
+        return base
     if path == "/containers/create" and method == "POST":
-        return Route(**base, body="container_create")
+        return replace(base, body="container_create")
     if path == "/containers/json" and method == "GET":
         check_list_query(method, path, query)
-        return Route(**base)
+        return base
     if _IMAGE_PATH.match(path) and method == "GET":
-        return Route(**base)
+        return base
     if match := _CONTAINER_PATH.match(path):
         verb = match.group("verb")
         if (verb is None and method == "DELETE") or (method, verb) in _CONTAINER_VERBS:
-            return Route(
-                **base,
+            return replace(
+                base,
                 scope=Scope.CONTAINER,
                 ref=match.group("ref"),
                 body="exec_create" if verb == "exec" else None,
                 foreign_state_only=verb == "json",
             )
     if (match := _EXEC_PATH.match(path)) and (method, match.group("verb")) in (("POST", "start"), ("GET", "json")):
-        return Route(**base, scope=Scope.EXEC, ref=match.group("ref"), upgrade=match.group("verb") == "start")
+        return replace(base, scope=Scope.EXEC, ref=match.group("ref"), upgrade=match.group("verb") == "start")
     raise refusal(method, path, "regrow's sandboxes never use this endpoint", _ASK_DIRECT)
 
 
@@ -242,8 +242,8 @@ def check_container_create(method: str, path: str, body: bytes) -> bytes:
     host = field(config, "HostConfig")
     # Engines before API 1.44 also read host settings from the top level of the body.
     for where in (host, config):
-        if where is not None and (not isinstance(where, dict) or (problem := _host_config_problem(where))):
-            why = problem if isinstance(where, dict) else "HostConfig must be a JSON object"
+        why = _host_config_problem(where) if isinstance(where, dict) else "HostConfig must be a JSON object"
+        if where is not None and why:
             raise refusal(method, path, why, "use the hardened defaults of DockerBackend.create")
     endpoints = field(field(config, "NetworkingConfig"), "EndpointsConfig") or {}
     if not isinstance(endpoints, dict) or not set(endpoints) <= _ALLOWED_MODES["NetworkMode"]:

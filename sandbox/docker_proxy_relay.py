@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
+from typing import Any
 
 import h11
 
@@ -29,7 +31,7 @@ class Answer:
 
 
 def upstream_request(
-    method: str, target: str, body: bytes, client_headers: list[tuple[bytes, bytes]], upgrade: bool
+    method: str, target: str, body: bytes, client_headers: Iterable[tuple[bytes, bytes]], upgrade: bool
 ) -> bytes:
     """The request re-framed by the proxy: its own length, `Connection: close` (or the exec upgrade), few headers."""
     lines = [f"{method} {target} HTTP/1.1", "Host: docker"]
@@ -90,9 +92,9 @@ async def _until_eof(reader: asyncio.StreamReader) -> None:
         pass
 
 
-async def _first_of(*coroutines: object) -> None:
+async def _first_of(*coroutines: Coroutine[Any, Any, object]) -> None:
     """Run the coroutines until the first one ends; cancel and await the rest, so no task outlives the call."""
-    tasks = [asyncio.ensure_future(c) for c in coroutines]  # type: ignore[arg-type]
+    tasks = [asyncio.ensure_future(c) for c in coroutines]
     try:
         done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -41,7 +41,9 @@ class StreamResult:
 
 def _raw_socket(sock: object) -> socket.socket:
     """The socket.socket under whatever docker-py handed back (SocketIO for unix sockets)."""
-    return getattr(sock, "_sock", sock)  # type: ignore[return-value]
+    raw = getattr(sock, "_sock", sock)
+    assert isinstance(raw, socket.socket), f"docker-py handed back {type(raw).__name__}, not a socket"
+    return raw
 
 
 def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
@@ -38,12 +39,14 @@ class WarmPool:
             raise ValueError(f"pool size must be >= 0, got {size}")
         self.backend, self.image, self.size, self._prepare = backend, image, size, prepare
         self.name = name or image
-        self._create_args = {
-            "limits": limits,
-            "labels": {**(labels or {}), POOL_LABEL: image},
-            "hardening": hardening,
-            "workdir": workdir,
-        }
+        self._create = functools.partial(
+            backend.create,
+            image,
+            limits=limits,
+            labels={**(labels or {}), POOL_LABEL: image},
+            hardening=hardening,
+            workdir=workdir,
+        )
         self._ready: queue.SimpleQueue[Sandbox] = queue.SimpleQueue()
         self._wanted = threading.Event()
         self._closed = threading.Event()
@@ -69,7 +72,7 @@ class WarmPool:
         try:
             sandbox = self._ready.get_nowait()
         except queue.Empty:
-            sandbox = self._create()
+            sandbox = self._create_prepared()
         self._wanted.set()
         return sandbox
 
@@ -85,8 +88,8 @@ class WarmPool:
         finally:
             deadline.cancel()
 
-    def _create(self) -> Sandbox:
-        sandbox = self.backend.create(self.image, **self._create_args)
+    def _create_prepared(self) -> Sandbox:
+        sandbox = self._create()
         if self._prepare is not None:
             try:
                 self._prepare(sandbox)
@@ -102,7 +105,7 @@ class WarmPool:
             self._wanted.clear()
             while not self._closed.is_set() and self._ready.qsize() < self.size:
                 try:
-                    sandbox = self._create()
+                    sandbox = self._create_prepared()
                 except Exception as error:  # keep the filler alive; the next acquire creates directly
                     self.failures += 1
                     log.warning("warm pool %s could not start a container: %s", self.name, error)

@@ -10,7 +10,7 @@ import io
 import re
 import tarfile
 import zipfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
 
 from sandbox import DockerBackend
@@ -160,7 +160,7 @@ def canaries_for(
     deletion: Deletion,
     workspace_text: bytes,
     repo_image_tokens: set[bytes],
-    image_lines: set[bytes] = frozenset(),
+    image_lines: Set[bytes] = frozenset(),
     sorted_image_tokens: list[bytes] | None = None,
 ) -> Canaries:
     """What only the deleted code held: tokens, literals and long lines gone from the changed files and absent

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -11,7 +12,7 @@ console = Console(stderr=True)
 MODES_HELP = "Deletion mode: stub, remove or file; repeat for several (tasks alternate between them)."
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """Print a one-line error and exit 1."""
     console.print(f"[bold red]error:[/] {message}")
     raise typer.Exit(1)

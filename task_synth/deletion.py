@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
@@ -27,7 +28,7 @@ class Deletion:
 
     unit: Unit
     mode: str
-    changed: dict[str, str | None]
+    changed: Mapping[str, str | None]
     original: dict[str, str]
 
 
@@ -77,7 +78,7 @@ def _edit_top_level(module: cst.Module, unit: Unit, mode: str) -> tuple[cst.Modu
             continue
         elif isinstance(statement, cst.ClassDef):
             statement = _stub_class(statement)
-        else:
+        elif isinstance(statement, cst.FunctionDef):  # the only other kind that has a name
             statement = _stubbed(statement)
         body.append(statement)
     if not found:
@@ -88,7 +89,7 @@ def _edit_top_level(module: cst.Module, unit: Unit, mode: str) -> tuple[cst.Modu
 def _edit_method(klass: cst.BaseStatement, method: str, mode: str) -> cst.ClassDef:
     if not isinstance(klass, cst.ClassDef):
         raise DeletionError(f"{klass} is not a class")
-    members: list[cst.BaseStatement] = []
+    members: list[cst.BaseStatement | cst.BaseSmallStatement] = []
     for member in klass.body.body:
         if isinstance(member, cst.FunctionDef) and member.name.value == method:
             if mode == "stub":
@@ -106,15 +107,19 @@ def delete_unit(layout: RepoLayout, unit: Unit, mode: str) -> Deletion:
         raise DeletionError(f"mode {mode!r} deletes {', '.join(MODE_KINDS[mode])}, not a {unit.kind}")
     sources = {path: (layout.root / path).read_text(encoding="utf-8") for path in layout.modules}
     if mode == "file":
-        changed = fix_imports(layout, sources, gone_modules={layout.modules[unit.path]}, gone_names={})
+        changed: dict[str, str | None] = dict(
+            fix_imports(layout, sources, gone_modules={layout.modules[unit.path]}, gone_names={})
+        )
         changed[unit.path] = None
     else:
         edited, removed = _edit_top_level(cst.parse_module(sources[unit.path]), unit, mode)
         sources[unit.path] = edited.code
-        changed = fix_imports(layout, sources, gone_modules=set(), gone_names={layout.modules[unit.path]: removed})
+        changed = dict(
+            fix_imports(layout, sources, gone_modules=set(), gone_names={layout.modules[unit.path]: removed})
+        )
         changed[unit.path] = changed.get(unit.path, edited.code)
     original = {path: (layout.root / path).read_text(encoding="utf-8") for path in changed}
-    changed = {path: text for path, text in changed.items() if text != original[path]}
-    if not changed:
+    differing = {path: text for path, text in changed.items() if text != original[path]}
+    if not differing:
         raise DeletionError(f"deleting {unit.qualname} in mode {mode!r} changes nothing")
-    return Deletion(unit=unit, mode=mode, changed=changed, original=original)
+    return Deletion(unit=unit, mode=mode, changed=differing, original=original)

@@ -107,7 +107,7 @@ def _import_time_names(definition: cst.FunctionDef | cst.ClassDef) -> set[str]:
         if definition.returns:
             names |= referenced_names(definition.returns)
         return names
-    for arg in definition.bases + definition.keywords:
+    for arg in (*definition.bases, *definition.keywords):
         names |= referenced_names(arg)
     for member in definition.body.body:
         if isinstance(member, cst.SimpleStatementLine):

@@ -28,10 +28,10 @@ import time
 
 MAX_TEXT = 300
 MAX_RECORDS = 500
-_functions = {}
-_library_files = set()
-_records = []
-_seen = set()
+_functions: dict = {}
+_library_files: set = set()
+_records: list = []
+_seen: set = set()
 _current_test = [None]
 _FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader)
 

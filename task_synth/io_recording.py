@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -114,7 +115,7 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         if any(len(text) > MAX_TEXT for text in (check.args, check.kwargs, check.result or "")):
             return None
         args, kwargs = literal_value(check.args), literal_value(check.kwargs)
-        result = None if check.raises else literal_value(check.result)
+        result = None if check.raises or check.result is None else literal_value(check.result)
     except (KeyError, ValidationError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     if type(args) is not tuple or type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
@@ -174,7 +175,7 @@ def selected_checks(calls: list[Call], limit: int = MAX_CHECKS) -> list[IoCheck]
     return [call.check for call in _in_turn(spread, lambda call: call.key[:2])[:limit]]
 
 
-def recorded_arguments(raw: list[object]) -> Arguments:
+def recorded_arguments(raw: list[Any]) -> Arguments:
     """The arguments of every call in a recorder's output, whatever its outcome, by (module, qualname)."""
     found: Arguments = {}
     for item in raw:
@@ -186,7 +187,7 @@ def recorded_arguments(raw: list[object]) -> Arguments:
     return found
 
 
-def perturbed_values(value: object, depth: int = 2) -> list[object]:
+def perturbed_values(value: Any, depth: int = 2) -> list[object]:
     """Values of `value`'s type a small step away from it, for calls that no test makes.
 
     Integers move by one or two, flip sign or become 0; floats are scaled or negated; strings and bytes lose a
@@ -236,7 +237,8 @@ def perturbed_calls(
     """
     variants = []
     for call in calls:
-        args, kwargs = literal_value(call.check.args), literal_value(call.check.kwargs)
+        args: Any = literal_value(call.check.args)  # a tuple and a dict: the recorder wrote them
+        kwargs: Any = literal_value(call.check.kwargs)
         mine = [
             (args[:at] + (new,) + args[at + 1 :], kwargs)
             for at, arg in enumerate(args)
@@ -289,7 +291,7 @@ def record_io_checks(
     candidates = linked_calls(_parsed_calls(first, functions), fail_to_pass)[:MAX_CANDIDATES]
     if not candidates:
         return Recording([], executions)
-    tests = list(dict.fromkeys(call.check.test for call in candidates))
+    tests = list(dict.fromkeys(call.check.test for call in candidates if call.check.test))
     second, more = _recorder_output(sb, HASH_SEEDS[1], tests, settings)
     agreed = calls_in_both(candidates, _parsed_calls(second, functions))
     probes: list[IoCheck] = []

@@ -22,7 +22,7 @@ class SynthSettings(BaseSettings):
 
     ref: str | None = Field(None, description="Git ref to check out (branch, tag or commit).")
     modes: list[Mode] = Field(
-        default_factory=lambda: ["stub"], description="Deletion modes; tasks alternate between them."
+        default_factory=lambda: list[Mode](["stub"]), description="Deletion modes; tasks alternate between them."
     )
     seed: int = 0
     max_tasks: int = Field(10, ge=1)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import cast
 
 import libcst as cst
 
@@ -54,13 +56,13 @@ class StandIn:
 def _statements(source: str) -> list[cst.BaseStatement]:
     """The body of the one function that `source` defines."""
     function = cst.parse_module(source).body[0]
-    assert isinstance(function, cst.FunctionDef)
+    assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
     return list(function.body.body)
 
 
 def _with_body(function: cst.FunctionDef, statements: list[cst.BaseStatement]) -> cst.FunctionDef:
     """`function` with its body replaced by `statements`, keeping its docstring as a stub does."""
-    docstring = list(_stubbed(function).body.body[:-1])
+    docstring = cast(list[cst.BaseStatement], list(_stubbed(function).body.body[:-1]))
     return function.with_changes(body=cst.IndentedBlock(body=[*docstring, *statements]))
 
 
@@ -103,7 +105,7 @@ def _definitions(module: cst.Module, qualname: str, kind: str) -> list:
 class _Replacer(cst.CSTTransformer):
     """Swaps given nodes of a tree (libcst nodes compare by identity) for their replacements."""
 
-    def __init__(self, replacements: dict[cst.CSTNode, cst.CSTNode]) -> None:
+    def __init__(self, replacements: Mapping[cst.CSTNode, cst.CSTNode]) -> None:
         self.replacements = replacements
 
     def on_leave(self, original_node, updated_node):
@@ -137,7 +139,9 @@ def _dispatch(sources: list[str]) -> str:
         f"    _regrow_round = _regrow_os.environ.get({ROUND_VARIABLE!r}, '0')",
     ]
     for index, source in enumerate(sources):
-        body = cst.Module(body=_statements(source)).code
+        body = cst.Module(
+            body=cast(list[cst.SimpleStatementLine | cst.BaseCompoundStatement], _statements(source))
+        ).code
         lines.append(f"    if _regrow_round == {str(index)!r}:")
         lines += ["        " + line if line.strip() else line for line in body.splitlines()]
     return "\n".join(lines) + "\n"
@@ -200,7 +204,7 @@ def _located(deletion: Deletion) -> tuple[cst.Module, list] | None:
 
 
 def _stand_in(
-    deletion: Deletion, module: cst.Module, name: str, replacements: dict[cst.CSTNode, cst.CSTNode]
+    deletion: Deletion, module: cst.Module, name: str, replacements: Mapping[cst.CSTNode, cst.CSTNode]
 ) -> StandIn:
     originals = {path: deletion.original[path] for path in deletion.changed}
     return StandIn(name, {**originals, deletion.unit.path: module.visit(_Replacer(replacements)).code})

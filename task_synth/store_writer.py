@@ -23,6 +23,7 @@ from proto.task_files import (
     WHEELS,
     hidden_dir,
     read_records,
+    workspace_archive,
 )
 from proto.tasks import IoCheck, TaskRecord
 from task_synth.errors import SynthError
@@ -80,7 +81,9 @@ def write_store(
     store.mkdir(parents=True, exist_ok=True)
     write_repo_files(store, repo)
     for record in records:
-        _write_atomic(store / record.workspace_archive, workspaces[record.instance_id])
+        _write_atomic(
+            store / (record.workspace_archive or workspace_archive(record.instance_id)), workspaces[record.instance_id]
+        )
         hidden = hidden_dir(store, record.instance_id)
         shutil.rmtree(hidden, ignore_errors=True)
         (hidden / PRISTINE_TESTS).mkdir(parents=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import git
@@ -22,7 +23,7 @@ GIT_ENV = {
 }
 
 
-def _write_state(root: Path, files: dict[str, str | None]) -> None:
+def _write_state(root: Path, files: Mapping[str, str | None]) -> None:
     for path, text in files.items():
         target = root / path
         if text is None:

@@ -12,7 +12,7 @@ RUN /opt/regrow/venv/bin/pip install --no-index --no-deps --no-cache-dir --disab
  && find /opt/regrow/venv -name __pycache__ -prune -exec rm -rf {} +
 COPY tests/fixtures/minilib /opt/regrow/demo-repo
 # Named volumes mounted here start with these owners, so the services can write as `agent`.
-COPY docker/train-packages.sh /opt/regrow/train-packages.sh
+COPY deploy/train-packages.sh /opt/regrow/train-packages.sh
 RUN install -d -o agent -g agent /tasks /home/agent/traces /home/agent/runs
 ENV PATH=/opt/regrow/venv/bin:$PATH \
     REGROW_SYNTH_FIND_LINKS='["/opt/regrow/wheelhouse"]' \
