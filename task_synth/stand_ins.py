@@ -112,7 +112,7 @@ class _Replacer(cst.CSTTransformer):
         return self.replacements.get(original_node, updated_node)
 
 
-# The round a repeated pytest run is in (suite_runs.REPEAT_PLUGIN sets it): the combined stand-in answers as that one.
+# The round a repeated pytest run is in (suite_runs.REPORT_PLUGIN sets it): the combined stand-in answers as that one.
 ROUND_VARIABLE = "REGROW_ROUND"
 
 

@@ -1,4 +1,5 @@
-"""Running a repository's tests in a sandbox: the workspace upload, pytest with JUnit XML, and per-test coverage."""
+"""Running a repository's tests in a sandbox: the workspace upload, pytest with our outcome report, and per-test
+coverage."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import logging
 import re
 import tarfile
-import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,7 +18,6 @@ from sandbox.layout import AGENT_HOME, AGENT_UID, AGENT_USER, WORKSPACE
 log = logging.getLogger(__name__)
 # Not under /tmp: the engine archive API cannot see into the tmpfs mounted there.
 SCRATCH = f"{AGENT_HOME}/.regrow-synth"
-JUNIT_PATH = f"{SCRATCH}/junit.xml"
 PLUGIN_DIR = f"{SCRATCH}/plugins"
 COVERAGE_RC = f"{SCRATCH}/coverage.rc"
 COVERAGE_JSON = f"{SCRATCH}/coverage.json"
@@ -31,7 +30,7 @@ _CAPTURE = (
 )
 # --tb=line: outcomes are all a run needs, and rendering long tracebacks took most of a run in which a deletion
 # fails 2,000 tests (packaging: minutes per run). Collection errors still show their `E` lines.
-RUN_OPTIONS = "-p no:cacheprovider -o junit_family=xunit1 --tb=line"
+RUN_OPTIONS = "-p no:cacheprovider --tb=line"
 # Every test run hashes strings the same way, so that ids and orders built from sets match from run to run.
 TEST_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
 # A line that names an exception, as the last line of a traceback does: "ModuleNotFoundError: No module named 'x'".
@@ -63,40 +62,44 @@ def pytest_unconfigure(config):
 """
 
 
-ROUNDS_PATH = f"{SCRATCH}/rounds.json"
-# Runs the selected tests `REGROW_REPEAT` times in one process, round after round, tells each test its round
-# (REGROW_ROUND) and writes each round's outcomes, so that reruns and trivial stand-ins cost one pytest start in all.
-REPEAT_PLUGIN = """
+REPORT_PATH = f"{SCRATCH}/report.json"
+REPORT_PLUGIN_NAME = "regrow_report"
+# Records each test's outcome under pytest's own node id (report.nodeid, what the grader and the records use), so that
+# no report format has to be mapped back to ids. With REGROW_REPEAT > 1 it runs the selected tests that many rounds in
+# one process, tells each test its round (REGROW_ROUND) and keeps each round's outcomes: reruns and trivial stand-ins
+# cost one pytest start in all.
+REPORT_PLUGIN = """
 import json
 import os
 from collections import Counter
 
 import pytest
 
+_repeat = max(1, int(os.environ.get("REGROW_REPEAT", "1")))
 _seen = Counter()
-_rounds = {}
+_rounds = [{} for _ in range(_repeat)]
 _current = [0]
 
 
 def pytest_collection_modifyitems(session, config, items):
-    items[:] = items * int(os.environ["REGROW_REPEAT"])
+    items[:] = items * _repeat
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_protocol(item, nextitem):
-    _current[0] = _seen[item.nodeid]
+    _current[0] = min(_seen[item.nodeid], _repeat - 1)
     _seen[item.nodeid] += 1
     os.environ["REGROW_ROUND"] = str(_current[0])
 
 
 def pytest_runtest_logreport(report):
-    outcomes = _rounds.setdefault(_current[0], {})
+    outcomes = _rounds[_current[0]]
     outcomes[report.nodeid] = outcomes.get(report.nodeid, True) and report.outcome == "passed"
 
 
 def pytest_sessionfinish(session):
-    with open(os.environ["REGROW_ROUNDS_OUT"], "w") as out:
-        json.dump([_rounds.get(index, {}) for index in range(int(os.environ["REGROW_REPEAT"]))], out)
+    with open(os.environ["REGROW_REPORT_OUT"], "w") as out:
+        json.dump(_rounds, out)
 """
 
 
@@ -195,37 +198,12 @@ def pip_error_lines(output: str) -> list[str]:
     return [line for _, line in found] or lines[-1:] or ["no output"]
 
 
-def node_id(testcase: ElementTree.Element) -> str | None:
-    """pytest's node id from an xunit1 testcase (file + classname + name)."""
-    file, classname, name = testcase.get("file"), testcase.get("classname", ""), testcase.get("name", "")
-    if not file:
-        return None
-    module = file[:-3].replace("/", ".") if file.endswith(".py") else file
-    if classname.startswith(module):
-        inner = classname[len(module) :].strip(".")
-        return "::".join([file, *[part for part in inner.split(".") if part], name])
-    # `file` is where the method is defined (a mixin in tests/__init__.py), `classname` the test module and class
-    # that run it: the module ends before the first capitalised part, as class names start upper case.
-    parts = classname.split(".")
-    split = next((index for index, part in enumerate(parts) if part[:1].isupper()), len(parts))
-    return "::".join(["/".join(parts[:split]) + ".py", *parts[split:], name]) if split else "::".join([file, name])
-
-
-def junit_cases(xml_text: str) -> list[tuple[str, bool]]:
-    """(node id, passed) per testcase, in the report's order (a test run twice appears twice)."""
-    cases = []
-    for testcase in ElementTree.fromstring(xml_text).iter("testcase"):
-        identifier = node_id(testcase)
-        if identifier is not None:
-            cases.append((identifier, not any(child.tag in ("failure", "error", "skipped") for child in testcase)))
-    return cases
-
-
-def parse_junit(xml_text: str) -> dict[str, bool]:
-    outcomes: dict[str, bool] = {}
-    for identifier, passed in junit_cases(xml_text):
-        outcomes[identifier] = outcomes.get(identifier, True) and passed
-    return outcomes
+def read_report(data: bytes) -> list[dict[str, bool]]:
+    """Each round's outcomes, node id -> passed, from what REPORT_PLUGIN wrote; ValueError when it is not that."""
+    rounds = json.loads(data)
+    if not isinstance(rounds, list) or not all(isinstance(outcomes, dict) for outcomes in rounds):
+        raise ValueError("a test report is a JSON list of {node id: passed} objects")
+    return [{str(node): bool(passed) for node, passed in outcomes.items()} for outcomes in rounds]
 
 
 def run_tests(
@@ -240,17 +218,15 @@ def run_tests(
 
     `repeat` > 1 runs the tests that many rounds in one process; `rounds` then holds each round's outcomes.
     """
-    sb.exec(f"rm -f {JUNIT_PATH} {ROUNDS_PATH}", timeout=30)
+    sb.exec(f"rm -f {REPORT_PATH}", timeout=30)
+    sb.write_file(f"{PLUGIN_DIR}/{REPORT_PLUGIN_NAME}.py", REPORT_PLUGIN)
     env = {**TEST_ENV, **(env or {})}
-    if repeat > 1:
-        sb.write_file(f"{PLUGIN_DIR}/regrow_repeat.py", REPEAT_PLUGIN)
-        test_command = f"{test_command} -p regrow_repeat"
-        env.update(
-            REGROW_REPEAT=str(repeat),
-            REGROW_ROUNDS_OUT=ROUNDS_PATH,
-            PYTHONPATH=":".join(filter(None, [PLUGIN_DIR, env.get("PYTHONPATH")])),
-        )
-    script = f'{test_command} -q {RUN_OPTIONS} --junitxml={JUNIT_PATH} "$@"'
+    env.update(
+        REGROW_REPEAT=str(repeat),
+        REGROW_REPORT_OUT=REPORT_PATH,
+        PYTHONPATH=":".join(dict.fromkeys(filter(None, [PLUGIN_DIR, *env.get("PYTHONPATH", "").split(":")]))),
+    )
+    script = f'{test_command} -q {RUN_OPTIONS} -p {REPORT_PLUGIN_NAME} "$@"'
     result = sb.exec(["sh", "-c", script, "sh", *(node_ids or [])], timeout=timeout, cwd=WORKSPACE, env=env)
     run = SuiteRun(
         timed_out=result.timed_out,
@@ -261,19 +237,13 @@ def run_tests(
     if result.timed_out:
         return run
     try:
-        cases = junit_cases(sb.read_file(JUNIT_PATH).decode("utf-8", errors="replace"))
-    except Exception as error:  # no report: pytest died before writing one (usage error, crash)
-        log.debug("no JUnit report (%s): %s", error, run.output_tail)
+        run.rounds = read_report(sb.read_file(REPORT_PATH))
+    except Exception as error:  # no report: pytest died before its session finished (usage error, crash)
+        log.debug("no test report (%s): %s", error, run.output_tail)
         return run
-    for identifier, passed in cases:
-        run.outcomes[identifier] = run.outcomes.get(identifier, True) and passed
-    run.rounds = [dict(run.outcomes)]
-    if repeat > 1:
-        try:
-            run.rounds = json.loads(sb.read_file(ROUNDS_PATH))
-        except Exception as error:  # the plugin wrote nothing: pytest died; the combined outcomes stand for every round
-            log.debug("no rounds report (%s)", error)
-            run.rounds = [dict(run.outcomes)] * repeat
+    for outcomes in run.rounds:
+        for identifier, passed in outcomes.items():
+            run.outcomes[identifier] = run.outcomes.get(identifier, True) and passed
     run.executions = sum(len(outcomes) for outcomes in run.rounds)
     return run
 

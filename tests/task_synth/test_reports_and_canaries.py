@@ -1,4 +1,4 @@
-"""JUnit parsing into pytest node ids, canary selection and the solution patch (pure Python, no Docker)."""
+"""Canary selection and the solution patch (pure Python, no Docker)."""
 
 import subprocess
 from pathlib import Path
@@ -7,31 +7,14 @@ from task_synth.canary_scan import canaries_for
 from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
 from task_synth.repo_layout import read_layout
-from task_synth.suite_runs import parse_junit
 from task_synth.validation import importing_test_files, pytest_arguments
 from task_synth.workspace import build_workspace, solution_patch
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
-JUNIT = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
-<testcase classname="tests.test_shapes.TestRectangle" name="test_area" file="tests/test_shapes.py" line="8" />
-<testcase classname="tests.test_mathops" name="test_gcd[12-18-6]" file="tests/test_mathops.py" line="7"><failure message="x"/></testcase>
-<testcase classname="tests.test_mathops" name="test_lcm[0-3-0]" file="tests/test_mathops.py" line="9"><skipped message="s"/></testcase>
-<testcase classname="tests.test_report" name="test_layout" file="tests/test_report.py" line="3" />
-<testcase classname="tests.test_report" name="test_layout" file="tests/test_report.py" line="3"><error message="teardown"/></testcase>
-</testsuite></testsuites>"""
 
 
 def _unit(layout, kind, qualname):
     return next(u for u in enumerate_units(layout) if (u.kind, u.qualname) == (kind, qualname))
-
-
-def test_junit_xunit1_maps_back_to_node_ids_and_outcomes():
-    assert parse_junit(JUNIT) == {
-        "tests/test_shapes.py::TestRectangle::test_area": True,
-        "tests/test_mathops.py::test_gcd[12-18-6]": False,
-        "tests/test_mathops.py::test_lcm[0-3-0]": False,  # skipped counts as not passing
-        "tests/test_report.py::test_layout": False,  # an error at teardown fails the test
-    }
 
 
 def test_canaries_are_what_only_the_deleted_code_held():

@@ -5,7 +5,6 @@ import ast
 import importlib
 import io
 import json
-import shlex
 import shutil
 import sys
 import zipfile
@@ -24,7 +23,7 @@ from task_synth.io_recording import MAX_CHECKS, MAX_UNSEEN
 from task_synth.pipeline import synthesize
 from task_synth.repo_layout import read_layout
 from task_synth.settings import SynthSettings
-from task_synth.suite_runs import parse_junit
+from task_synth.suite_runs import run_tests
 from task_synth.task_builder import workspace_text
 
 pytestmark = pytest.mark.docker
@@ -53,11 +52,7 @@ def _grade(docker_backend, record: TaskRecord, store: Path, apply_solution: bool
         if apply_solution:
             sb.write_file("/home/agent/solution.patch", (hidden / "solution.patch").read_text())
             assert sb.exec("git apply /home/agent/solution.patch", cwd="/workspace").exit_code == 0
-        command = f"{record.test_command} --junitxml=/home/agent/junit.xml " + shlex.join(
-            record.FAIL_TO_PASS + record.PASS_TO_PASS
-        )
-        sb.exec(command, timeout=300, cwd="/workspace")
-        return parse_junit(sb.read_file("/home/agent/junit.xml").decode())
+        return run_tests(sb, record.test_command, record.FAIL_TO_PASS + record.PASS_TO_PASS, timeout=300).outcomes
 
 
 def test_synthesis_yields_a_valid_task_in_every_mode(synthesized):
