@@ -72,3 +72,22 @@ def test_every_setting_the_trainer_config_shares_reaches_it():
     for name in shared:
         assert getattr(config, name) == getattr(settings, name), f"{name} does not reach the trainer config"
     assert config.max_steps == settings.steps and config.num_generations == settings.group_size
+
+
+def test_the_trl_configs_channel_fields_are_the_settings_declarations():
+    import dataclasses
+
+    from trainer_client.train.grpo_trainer import CHANNEL_SETTINGS, RegrowGRPOConfig
+
+    fields = {field.name: field for field in dataclasses.fields(RegrowGRPOConfig)}
+    for name in CHANNEL_SETTINGS:
+        declared = TrainSettings.model_fields[name]
+        assert (fields[name].default, fields[name].metadata["help"]) == (declared.default, declared.description)
+    config = RegrowGRPOConfig(
+        output_dir="unused",
+        use_cpu=True,
+        **TrainSettings(env="http://127.0.0.1:9", alpha_sdpo=0.25, dpo_context_grad=False).model_dump(
+            include=set(CHANNEL_SETTINGS)
+        ),
+    )
+    assert (config.alpha_sdpo, config.dpo_context_grad, config.loss_type) == (0.25, False, "dr_grpo")

@@ -9,7 +9,7 @@ by name: `rlvr/loss`, `sdpo/loss`, `sdpo/distilled_tokens`, `dpo/loss`, `dpo/rew
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 import torch
 from transformers import TrainerCallback
@@ -21,13 +21,28 @@ from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair
 from trainer_client.channels.sdpo_loss import sdpo_token_loss
 from trainer_client.train.policy_forward import head_logits, pair_logps
 from trainer_client.train.prefix_cache import Prefix, RecordedForward, recorded_forward
+from trainer_client.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)
 
 
+# The channels' settings are declared once, in TrainSettings (CLI, environment, config file); the TRL config, which
+# must be a dataclass, gets them as fields made from those declarations.
+CHANNEL_SETTINGS = (
+    "alpha_sdpo",
+    "sdpo_teacher",
+    "sdpo_jsd_alpha",
+    "sdpo_top_k",
+    "sdpo_importance_clip",
+    "beta_dpo",
+    "dpo_beta",
+    "dpo_context_grad",
+)
+
+
 @dataclass
-class RegrowGRPOConfig(GRPOConfig):
-    """GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels."""
+class _DrGRPOConfig(GRPOConfig):
+    """GRPOConfig with Dr.GRPO's defaults, and what only the trainer needs."""
 
     loss_type: str = field(
         default="dr_grpo", metadata={"help": "TRL loss; Dr.GRPO by default, any TRL objective works."}
@@ -40,25 +55,18 @@ class RegrowGRPOConfig(GRPOConfig):
             "help": "Off: rollout workers generate with the live model, and checkpointing disables its KV cache."
         },
     )
-    alpha_sdpo: float = field(default=0.0, metadata={"help": "Weight of the SDPO channel; 0 turns it off."})
-    sdpo_jsd_alpha: float = field(
-        default=0.5, metadata={"help": "Generalized JSD interpolation: 0 forward KL(T||S), 1 reverse KL(S||T)."}
-    )
-    sdpo_top_k: int | None = field(
-        default=None, metadata={"help": "Compare only the student's top-k tokens plus a tail."}
-    )
-    sdpo_importance_clip: float = field(default=2.0, metadata={"help": "Upper clip of pi_theta/pi_rollout per token."})
-    sdpo_teacher: str = field(default="live", metadata={"help": "Teacher weights: live, ema or initial."})
     sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})
-    beta_dpo: float = field(default=0.0, metadata={"help": "Weight of the replay-DPO channel; 0 turns it off."})
-    dpo_beta: float = field(default=0.1, metadata={"help": "The DPO loss's own beta (sharpness of the sigmoid)."})
-    dpo_context_grad: bool = field(
-        default=True,
-        metadata={
-            "help": "Backpropagate the DPO loss through the pairs' contexts (exact). False runs the contexts without "
-            "gradient: much cheaper, and the gradient flows only through the action tokens."
-        },
-    )
+
+
+RegrowGRPOConfig = make_dataclass(
+    "RegrowGRPOConfig",
+    [
+        (name, info.annotation, field(default=info.default, metadata={"help": info.description}))
+        for name, info in ((name, TrainSettings.model_fields[name]) for name in CHANNEL_SETTINGS)
+    ],
+    bases=(_DrGRPOConfig,),
+    namespace={"__doc__": "GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels."},
+)
 
 
 class _TeacherFollowsPolicy(TrainerCallback):

@@ -53,7 +53,7 @@ def last_checkpoint(output_dir: Path) -> str | None:
 
 def build_config(settings: TrainSettings, device: str):
     from trainer_client.rollout.vllm_sampler import server_mode_config
-    from trainer_client.train.grpo_trainer import RegrowGRPOConfig
+    from trainer_client.train.grpo_trainer import CHANNEL_SETTINGS, RegrowGRPOConfig
 
     vllm = server_mode_config(settings.vllm_server, settings.vllm_timeout_s) if settings.vllm_server else {}
     return RegrowGRPOConfig(
@@ -65,14 +65,7 @@ def build_config(settings: TrainSettings, device: str):
         learning_rate=settings.learning_rate,
         temperature=settings.temperature,
         loss_type=settings.loss_type,
-        alpha_sdpo=settings.alpha_sdpo,
-        sdpo_teacher=settings.sdpo_teacher,
-        sdpo_jsd_alpha=settings.sdpo_jsd_alpha,
-        sdpo_top_k=settings.sdpo_top_k,
-        sdpo_importance_clip=settings.sdpo_importance_clip,
-        beta_dpo=settings.beta_dpo,
-        dpo_beta=settings.dpo_beta,
-        dpo_context_grad=settings.dpo_context_grad,
+        **settings.model_dump(include=set(CHANNEL_SETTINGS)),
         report_to=["tensorboard"] if settings.logger == "tensorboard" else [],
         logging_steps=1,
         save_steps=settings.save_steps,
