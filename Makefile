@@ -68,7 +68,9 @@ wheelhouse-train: wheelhouse
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
 
-test: setup lint images wheelhouse
+test:
+	$(MAKE) -j3 --output-sync=target setup images wheelhouse
+	$(MAKE) lint
 	$(BIN)/pytest
 
 # The pure logic alone: no engine, no network, no GPU.
@@ -80,7 +82,9 @@ lint: setup-core
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-up: images wheelhouse .env
+# The base image (debootstrap, from Debian) and the wheelhouse (from PyPI) are built side by side: both wait on the net.
+up: .env
+	$(MAKE) -j3 --output-sync=target images wheelhouse
 	$(COMPOSE) -f compose.yaml up --build
 
 up-train: images wheelhouse-train .env
