@@ -75,7 +75,7 @@ def train(ctx: typer.Context, **options: Any) -> None:
     given = {
         name: value
         for name, value in options.items()
-        if ctx.get_parameter_source(name).name == "COMMANDLINE"  # by name: typer may bundle its own click
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"  # by name: typer may bundle click
     }
     try:
         settings = TrainSettings(**given)

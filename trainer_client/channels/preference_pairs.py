@@ -134,7 +134,7 @@ class PairBatches(Iterator[list[PreferencePair]]):
         self.passes = 0
 
     def __next__(self) -> list[PreferencePair]:
-        batch = []
+        batch: list[PreferencePair] = []
         while len(batch) < self._batch_size:
             if not self._order:
                 self._order = list(range(len(self._pairs)))

@@ -48,9 +48,10 @@ def decide_step(student: ToolCall, votes: list[TeacherVote], min_agreement: floa
         raise ValueError(f"min_agreement must be in (0, 1], got {min_agreement}")
     if not votes:
         raise ValueError("decide_step needs at least one teacher vote")
-    if any(vote.error is not None or vote.action is None for vote in votes):
+    actions = [vote.action for vote in votes if vote.error is None and vote.action is not None]
+    if len(actions) < len(votes):
         return StepDecision(Outcome.TEACHER_ERROR)
-    keys = [action_key(vote.action) for vote in votes]
+    keys = [action_key(action) for action in actions]
     ranked = Counter(keys).most_common()
     top_key, top_count = ranked[0]
     agreement = top_count / len(votes)

@@ -27,6 +27,7 @@ def hinted_turns(trajectory: Trajectory, tokens: EpisodeTokenizer) -> list[Hinte
     return [
         HintedTurn(hint_at=turn.hint_at, start=turn.start, end=turn.end, hint_ids=tuple(tokens.hint_ids(turn.hint)))
         for turn in trajectory.hinted_turns
+        if turn.hint is not None and turn.hint_at is not None  # what makes a turn hinted
     ]
 
 
