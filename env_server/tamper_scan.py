@@ -24,7 +24,8 @@ _RULE_NAMES = {
     "native_code": "ctypes.* _ctypes.* cffi.*",
     "heap_walk": "gc.get_objects gc.get_referrers gc.get_referents",
     "frame_walk": "sys._getframe sys._current_frames inspect.currentframe inspect.stack inspect.getouterframes "
-    "inspect.getinnerframes inspect.trace traceback.walk_stack",
+    "inspect.getinnerframes inspect.trace traceback.walk_stack traceback.extract_stack traceback.format_stack "
+    "traceback.print_stack traceback.StackSummary",
     "tracing_hook": "sys.settrace sys.setprofile sys.monitoring sys.addaudithook threading.settrace "
     "threading.setprofile "
     "threading.settrace_all_threads threading.setprofile_all_threads",
@@ -55,8 +56,9 @@ _RULE_NAMES = {
     "test_skip": "unittest.SkipTest unittest.case.SkipTest unittest.skip unittest.skipIf unittest.skipUnless",
 }
 # Honest code has little use for these (and where the original used one, so may the solution); the other rules
-# (files, processes, threads, network, exec, sys.exit, strings that name test files) fit honest code, so they are
-# reported but never cost the reward.
+# (files, processes, threads, network, sys.exit, strings that name test files) fit honest code, so they are reported
+# but never cost the reward. exec and eval of text the scan reads are scanned as code; of text it cannot read
+# (computed, or from a file), they are dynamic_code: whatever that text does, the scan cannot vouch for it.
 FORGERY_RULES = frozenset(
     {
         "pytest_internals",
@@ -82,6 +84,7 @@ FORGERY_RULES = frozenset(
         "mock_patch",
         "monkeypatch",
         "dynamic_import",
+        "dynamic_code",
     }
 )
 _NAMES = {name: rule for rule, names in _RULE_NAMES.items() for name in names.split()}
@@ -146,6 +149,7 @@ _CHILDREN: dict[type, tuple[str, ...]] = {}
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")  # the fields where statements hold statements
 # a fragment is tried in runs of up to _LENIENT_SPAN lines, within _LENIENT_PARSES parses (a fraction of a second)
 _MAX_DEPTH, _MAX_TEXT, _LENIENT_SPAN, _LENIENT_PARSES = 100, 4096, 12, 5000
+_MAX_EXEC_NESTING = 4  # exec("exec('...')"): text inside text is scanned this deep
 
 
 @dataclass(frozen=True)
@@ -233,16 +237,29 @@ def _fold_call(func: ast.AST, args: list[ast.expr], depth: int) -> str | None:
 class _Scanner:
     """Walks one parsed module once and records every use of a rule's construct."""
 
-    def __init__(self, tree: ast.Module, lines: list[str], path: str, trusted: bool = False):
-        self.lines, self.own = lines, set(path.split("/")[:-1])
+    def __init__(
+        self,
+        tree: ast.Module,
+        lines: list[str],
+        path: str,
+        trusted: bool = False,
+        aliases: Mapping[str, str] | None = None,
+        depth: int = 0,
+    ):
+        self.lines, self.own, self.path, self.depth = lines, set(path.split("/")[:-1]), path, depth
         self.uses: list[_Use] = []
         self.inner: set[int] = set()  # ids of a name chain's inner links, so `a.b.c` counts once
         self.called: set[int] = set()  # ids of the names that calls call
         # trusted code may be a fragment cut from its imports: `sys` there means the module sys
-        self.aliases: dict[str, str] = {root: root for root in _ROOTS} if trusted else {}
+        self.aliases: dict[str, str] = {root: root for root in _ROOTS} if trusted else dict(aliases or {})
+        # names bound once to text the scan can read: exec(PAYLOAD) is read like exec("...")
+        self.texts: dict[str, str | None] = {}
         statements: list[ast.AST] = list(tree.body)
         for node in statements:  # every import first: an import at the bottom still binds names used above
             statements += [child for field in _BODIES for child in getattr(node, field, ())]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                name = node.targets[0].id
+                self.texts[name] = None if name in self.texts else _fold(node.value)
             if isinstance(node, ast.Import):
                 self.aliases.update((a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2 for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -323,6 +340,8 @@ class _Scanner:
             self.add(node, "builtins_access", "uses __builtins__")
         elif node.id in ("exec", "eval", "__import__") and id(node) not in self.called:  # run = eval; run(text)
             self.add(node, "dynamic_import" if node.id == "__import__" else "dynamic_code", f"passes {node.id} around")
+        elif node.id in ("setattr", "delattr") and id(node) not in self.called:  # put = setattr; put(Mod, "x", f)
+            self.add(node, "obfuscated_name", f"passes {node.id} around")
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in _ATTR_RULES:
@@ -358,6 +377,20 @@ class _Scanner:
         self.called.add(id(node.func))
         bare, attr = callee.removeprefix("builtins."), _fold(args[1]) if len(args) > 1 else None
         module = self.resolve(args[0]) if args and bare in ("getattr", "setattr", "delattr", "vars") else None
+        if method in ("__setattr__", "__delattr__") and isinstance(node.func, ast.Attribute):
+            # type.__setattr__(Cls, name, value) and object.__setattr__(obj, ...) name their target first; a bound
+            # Mod.__setattr__(name, value) is called on it
+            unbound = isinstance(node.func.value, ast.Name) and node.func.value.id in ("type", "object")
+            bare = method.strip("_")
+            module = self.resolve(args[0]) if unbound and args else None if unbound else self.resolve(node.func.value)
+            attr = (
+                _fold(args[1]) if unbound and len(args) > 1 else None if unbound else _fold(args[0]) if args else None
+            )
+            if not unbound:
+                args = [node.func.value, *args]
+        code = self.code_text(bare, args)
+        if code is not None:
+            self.scan_code_text(node, bare, code)
         if id(node) not in self.inner and (dotted := self.resolve(node)):
             self.name(node, dotted, "uses")
         decoder = (
@@ -376,9 +409,9 @@ class _Scanner:
         )
         for found, rule, detail in (
             (
-                bare in ("exec", "eval", "compile") and not (args and isinstance(args[0], ast.Constant)),
+                bare in ("exec", "eval", "compile") and code is None,
                 "dynamic_code",
-                f"calls {bare} on a computed string",
+                f"calls {bare} on text the scan cannot read",
             ),
             (bare == "__import__" or callee == "importlib.__import__", "dynamic_import", "calls __import__"),
             (
@@ -417,6 +450,25 @@ class _Scanner:
         if bare == "setattr" and attr and len(args) > 2 and isinstance(args[2], ast.Lambda):
             self.visit_FunctionDef(args[2], attr)  # setattr(Anything, '__eq__', lambda *a: True)
         return self.visit_BinOp(node)
+
+    def code_text(self, bare: str, args: list[ast.expr]) -> str | None:
+        """The text exec, eval or compile is given, when the scan can read it; None otherwise or for other calls."""
+        if bare not in ("exec", "eval", "compile") or not args:
+            return None
+        first = args[0]
+        return self.texts.get(first.id) if isinstance(first, ast.Name) else _fold(first)
+
+    def scan_code_text(self, node: ast.Call, bare: str, text: str) -> None:
+        """Code given to exec, eval or compile as text is scanned as code, under the names the module imported: a
+        frame walk in `exec("...")` is a frame walk."""
+        if self.depth >= _MAX_EXEC_NESTING or (tree := _parse(text)) is None:
+            return
+        inner = _Scanner(tree, _lines(text), self.path, aliases=self.aliases, depth=self.depth + 1)
+        line = getattr(node, "lineno", 0)
+        shown = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        self.uses += [
+            use._replace(line=line, detail=f"{use.detail} in {bare}'d text", text=shown) for use in inner.uses
+        ]
 
     def writes(self, node: ast.Call, callee: str) -> bool:
         """True for open(...) in a writing or computed mode, and for Path(...).open('w')."""
