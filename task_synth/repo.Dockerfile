@@ -18,6 +18,8 @@ RUN python3 -m venv /opt/venv \
     --find-links /tmp/wheels/own /tmp/wheels/*.whl \
  && for wheel in /tmp/wheels/own/*.whl; do [ -e "$wheel" ] || continue; \
       /opt/venv/bin/pip uninstall -y -q --disable-pip-version-check "$(basename "$wheel" | cut -d- -f1)" || exit 1; done \
+ && mkdir -p /opt/venv/.strip/own && cp /tmp/wheels/strip/* /opt/venv/.strip/ \
+ && { cp /tmp/wheels/own/*.whl /opt/venv/.strip/own/ 2>/dev/null || true; } \
  && rm -rf /tmp/wheels /root/.cache \
  && find /opt/venv -name __pycache__ -prune -exec rm -rf {} + \
  && chown -R agent:agent /opt/venv
@@ -25,12 +27,10 @@ ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PIP
 WORKDIR /workspace
 USER agent
 
+# One step, as agent (who owns the venv), with what the build stage set aside in /opt/venv/.strip: each step costs
+# seconds on a slow storage driver (fuse-overlayfs: about 6 s a step).
 FROM build AS task
-USER root
-COPY build_tools.py wheels/build-only.txt /tmp/strip/
-COPY wheels/own /tmp/strip/own/
-RUN removed="$(/opt/venv/bin/python /tmp/strip/build_tools.py /tmp/strip/build-only.txt /tmp/strip/own)" \
- && if [ -n "$removed" ]; then /opt/venv/bin/python -m pip uninstall -y -q --disable-pip-version-check $removed; fi \
- && rm -rf /tmp/strip /root/.cache \
+RUN removed="$(python /opt/venv/.strip/build_tools.py /opt/venv/.strip/build-only.txt /opt/venv/.strip/own)" \
+ && if [ -n "$removed" ]; then python -m pip uninstall -y -q --disable-pip-version-check $removed; fi \
+ && rm -rf /opt/venv/.strip \
  && find /opt/venv -name __pycache__ -prune -exec rm -rf {} +
-USER agent

@@ -15,7 +15,7 @@ from sandbox.base_image import BASE_IMAGE
 from task_synth import build_tools
 from task_synth.errors import SynthError
 from task_synth.suite_runs import pip_error_lines
-from task_synth.wheelhouse import BUILD_ONLY, OWN_WHEELS
+from task_synth.wheelhouse import BUILD_ONLY
 
 log = logging.getLogger(__name__)
 # Beside the modules, so that the package-data pattern "*.Dockerfile" ships them in the wheel.
@@ -64,9 +64,14 @@ def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool
     with tempfile.TemporaryDirectory(prefix="regrow-repo-image-") as scratch:
         context = Path(scratch)
         shutil.copytree(wheelhouse, context / "wheels")
-        (context / "wheels" / OWN_WHEELS).mkdir(exist_ok=True)
-        (context / "wheels" / BUILD_ONLY).touch()  # a wheelhouse older than the list: only pip goes, and the installers
-        shutil.copy(build_tools.__file__, context / "build_tools.py")
+        # What the task stage needs to drop the build's tools (the build stage keeps it, with the project's wheel).
+        strip = context / "wheels" / "strip"
+        strip.mkdir()
+        shutil.copy(build_tools.__file__, strip / "build_tools.py")
+        if (wheelhouse / BUILD_ONLY).is_file():  # a wheelhouse older than the list: pip goes, the installers stay
+            shutil.copy(wheelhouse / BUILD_ONLY, strip / BUILD_ONLY)
+        else:
+            (strip / BUILD_ONLY).touch()
         log.info("building %s", tag)
         arguments = {"BASE_IMAGE": BASE_IMAGE}
         labels = {SYNTH_LABEL: "repo"}
