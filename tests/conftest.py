@@ -45,6 +45,7 @@ def pytest_sessionfinish(session, exitstatus):
     """Fail the run if any container this test process created is still there."""
     try:
         import docker
+
         from sandbox.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
 
         client = docker.from_env()
