@@ -1,5 +1,7 @@
 """`regrow train` reads every setting from REGROW_TRAIN_* variables, and a flag given on the command line wins."""
 
+import pickle
+
 import pytest
 import typer
 from typer.testing import CliRunner
@@ -91,3 +93,5 @@ def test_the_trl_configs_channel_fields_are_the_settings_declarations():
         ),
     )
     assert (config.alpha_sdpo, config.dpo_context_grad, config.loss_type) == (0.25, False, "dr_grpo")
+    # The Trainer pickles its args into every checkpoint (training_args.bin): a made class must be findable.
+    assert pickle.loads(pickle.dumps(config)).alpha_sdpo == 0.25

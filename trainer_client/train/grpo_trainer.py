@@ -67,6 +67,7 @@ RegrowGRPOConfig = make_dataclass(
     bases=(_DrGRPOConfig,),
     namespace={"__doc__": "GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels."},
 )
+RegrowGRPOConfig.__module__ = __name__  # pickle (the Trainer saves its args with the checkpoint) finds it here
 
 
 class _TeacherFollowsPolicy(TrainerCallback):
