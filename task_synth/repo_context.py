@@ -7,6 +7,7 @@ import queue
 import shlex
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 from sandbox import DockerBackend, Limits, Sandbox
 from sandbox.layout import WORKSPACE
 from task_synth.baseline import Baseline, run_baseline
-from task_synth.canary_scan import ImageIndex, index_image
+from task_synth.canary_scan import Hit, ImageIndex, index_image
 from task_synth.errors import SynthError
 from task_synth.pytest_compat import dropped_doctests, kept_options, project_addopts
 from task_synth.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
@@ -27,6 +28,8 @@ from task_synth.wheelhouse import build_wheelhouse
 
 log = logging.getLogger(__name__)
 
+# The whole image scan, run beside the install and the baseline; the stage "image scan" is what is left to wait for.
+IMAGE_SCAN_BESIDE = "image scan (beside baseline)"
 SANDBOX_LIMITS = Limits(memory_bytes=2048 << 20, pids=512, file_size_bytes=512 << 20)
 
 
@@ -94,6 +97,15 @@ def with_project_options(settings: SynthSettings, root: Path) -> SynthSettings:
     return settings.model_copy(update={"test_command": f"{DEFAULT_TEST_COMMAND} {shlex.join(kept)}"})
 
 
+def _timed_image_scan(
+    backend: DockerBackend, image: str, packages: list[str], clock: StageClock
+) -> tuple[ImageIndex, list[Hit]]:
+    with clock.stage(IMAGE_SCAN_BESIDE):
+        index, hits = index_image(backend, image, packages)
+        index.sorted_tokens  # noqa: B018 -- sorted here, once, rather than by the first jobs at once
+        return index, hits
+
+
 def prepare_repo(
     source: str,
     settings: SynthSettings,
@@ -132,21 +144,23 @@ def prepare_repo(
     context = RepoContext(
         backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock
     )
-    stage("editable install")
-    context.capture_editable_install()
-    stage("baseline")
-    with context.sandbox() as sb:
-        context.baseline = run_baseline(
-            sb,
-            layout,
-            settings.test_command,
-            settings.baseline_runs,
-            settings.test_timeout_s,
-            settings.max_baseline_failure_fraction,
-        )
-    stage("image scan")
-    context.image_index, hits = index_image(backend, tag, context.baseline.packages)
-    context.image_index.sorted_tokens  # noqa: B018 -- sorted here, once, rather than by the first jobs at once
+    # The image is read while the install and the baseline run tests in containers: neither needs the other.
+    with ThreadPoolExecutor(1, thread_name_prefix="image-scan") as beside:
+        scan = beside.submit(_timed_image_scan, backend, tag, layout.top_packages, clock)
+        stage("editable install")
+        context.capture_editable_install()
+        stage("baseline")
+        with context.sandbox() as sb:
+            context.baseline = run_baseline(
+                sb,
+                layout,
+                settings.test_command,
+                settings.baseline_runs,
+                settings.test_timeout_s,
+                settings.max_baseline_failure_fraction,
+            )
+        stage("image scan")
+        context.image_index, hits = scan.result()
     if hits:
         shown = ", ".join(f"/{hit.path} ({hit.canary})" for hit in hits[:3])
         raise SynthError(
