@@ -111,15 +111,6 @@ def predicted_tests(baseline: Baseline, deletion: Deletion, module_name: str) ->
     }
 
 
-def pytest_arguments(selected: list[str], whole_files: set[str]) -> list[str]:
-    """Node ids, with whole files in place of their ids where the file breaks at import.
-
-    pytest aborts a run whose node id cannot be collected, but only reports a file argument that fails to import.
-    """
-    arguments = sorted(whole_files & {test.split("::")[0] for test in selected})
-    return arguments + [test for test in selected if test.split("::")[0] not in whole_files]
-
-
 def apply_deletion(sb: Sandbox, deletion: Deletion, restore: bool = False) -> None:
     """Write the deleted state of the changed files into /workspace (or their originals back with restore=True)."""
     gone = []
@@ -238,17 +229,9 @@ def _judge(
         others = sorted(baseline.stable - set(predicted))
         rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
         selected = predicted + sorted(rng.sample(others, min(settings.sample_others, len(others))))
-    whole_files = broken_test_files(deletion, baseline.test_texts, module_name)
     started = time.monotonic()
     with clock.stage("validate: find F2P"):
-        if selected is None:
-            run = run_tests(sb, test_command, None, timeout)
-        else:
-            run = run_tests(sb, test_command, pytest_arguments(selected, whole_files), timeout)
-            if not run.outcomes and not run.timed_out:
-                # Some node id did not collect after all: run the selected tests' whole files instead.
-                files = {test.split("::")[0] for test in selected}
-                run = run_tests(sb, test_command, pytest_arguments(selected, files), timeout)
+        run = run_tests(sb, test_command, selected, timeout)
     elapsed = time.monotonic() - started
     executions = run.executions
     if run.timed_out:
@@ -266,9 +249,7 @@ def _judge(
         # Every rerun in one process, a round each: a F2P test that passes in any round is flaky.
         reruns = settings.flaky_reruns
         with clock.stage("validate: flaky reruns"):
-            rerun = run_tests(
-                sb, test_command, pytest_arguments(fail_to_pass, whole_files), timeout * reruns, repeat=reruns
-            )
+            rerun = run_tests(sb, test_command, fail_to_pass, timeout * reruns, repeat=reruns)
         verdict.test_executions += rerun.executions
         if rerun.timed_out:
             verdict.rejection = "timeout"
