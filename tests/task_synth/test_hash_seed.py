@@ -1,9 +1,13 @@
 """Every test run of a task hashes strings with one seed, and the task record says which."""
 
+import os
+import subprocess
+import sys
+
 from env_server.grading_run import GRADING_ENV
 from proto.tasks import HASH_SEED, TaskRecord
 from sandbox.docker_backend import ExecResult
-from task_synth.suite_runs import PLUGIN_DIR, run_tests
+from task_synth.suite_runs import PLUGIN_DIR, TEST_ENV, run_tests
 
 
 class RecordingSandbox:
@@ -35,3 +39,28 @@ def test_test_runs_use_the_recorded_seed_unless_told_otherwise():
 def test_the_record_carries_the_seed_the_grader_uses():
     assert TaskRecord.model_fields["hash_seed"].default == HASH_SEED
     assert GRADING_ENV["PYTHONHASHSEED"] == str(HASH_SEED)
+
+
+# Ids built from a set's repr, as a suite does with `ids=repr` or an f-string over a set: they change with the seed.
+SEED_DEPENDENT_SUITE = (
+    "import pytest\n\n\n"
+    "@pytest.mark.parametrize('tags', [{'alpha', 'beta', 'gamma', 'delta', 'epsilon'}], ids=repr)\n"
+    "def test_tags(tags):\n"
+    "    assert len(tags) == 5\n"
+)
+
+
+def _collected_ids(root, seed: str) -> list[str]:
+    env = {**os.environ, **TEST_ENV, "PYTHONHASHSEED": seed}
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q", "test_tags.py"]
+    done = subprocess.run(command, cwd=root, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return [line for line in done.stdout.splitlines() if line.startswith("test_tags.py::")]
+
+
+def test_ids_that_change_with_the_hash_seed_are_the_same_in_every_run_of_a_task(tmp_path):
+    (tmp_path / "test_tags.py").write_text(SEED_DEPENDENT_SUITE)
+    # Unpinned, the ids differ between seeds: the case that made a real project fail its baseline.
+    assert len({tuple(_collected_ids(tmp_path, str(seed))) for seed in range(1, 5)}) > 1
+    pinned = TEST_ENV["PYTHONHASHSEED"]
+    assert _collected_ids(tmp_path, pinned) == _collected_ids(tmp_path, pinned) == _collected_ids(tmp_path, pinned)
