@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -213,7 +214,7 @@ def bench_sandbox(
 
 
 def register(bench_app: typer.Typer) -> None:
-    for name, command in {
+    commands: dict[str, Callable[..., None]] = {
         "sandbox": bench_sandbox,
         "proxy": bench_proxy,
         "synth": bench_synth,
@@ -222,5 +223,6 @@ def register(bench_app: typer.Typer) -> None:
         "grade": bench_grade,
         "train": bench_train,
         "rollouts": bench_rollouts,
-    }.items():
+    }
+    for name, command in commands.items():
         bench_app.command(name)(command)

@@ -9,6 +9,7 @@ import statistics
 import subprocess
 import time
 from collections.abc import Callable
+from typing import Any
 
 from sandbox.base_image import BASE_IMAGE
 from sandbox.docker_backend import DockerBackend, Sandbox
@@ -72,7 +73,7 @@ def run_sandbox_bench(backend: DockerBackend, repetitions: int = 30, image: str 
             sdk_exec.append(_timed(lambda: container.exec_run("true")))
             our_exec.append(_timed(lambda: sandbox.exec("true")))
 
-    figures = {
+    figures: dict[str, Any] = {
         "repetitions": repetitions,
         "image": image,
         "a_cli_docker_run": _percentiles(cli_run),

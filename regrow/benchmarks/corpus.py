@@ -14,10 +14,11 @@ import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sandbox import DockerBackend, SandboxError
 from task_synth.errors import SynthError
-from task_synth.pipeline import synthesize
+from task_synth.pipeline import SynthReport, synthesize
 from task_synth.settings import SynthSettings
 
 log = logging.getLogger(__name__)
@@ -153,9 +154,11 @@ def select(only: list[str] | None) -> list[CorpusRepo]:
     return [known[name.lower()] for name in only]
 
 
-def repo_row(repo: CorpusRepo, report=None, error: str | None = None, wall_s: float = 0.0) -> dict:
+def repo_row(
+    repo: CorpusRepo, report: SynthReport | None = None, error: str | None = None, wall_s: float = 0.0
+) -> dict[str, Any]:
     """One JSON row of the bench: what synthesis made of the repo, or the error that stopped it."""
-    row = {
+    row: dict[str, Any] = {
         "name": repo.name,
         "requirement": repo.requirement,
         "backend": repo.backend,

@@ -11,6 +11,7 @@ import resource
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -252,7 +253,7 @@ def run_rollout_bench(
     model, tokenizer = _bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
     sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
-    options = (
+    options: Iterator[dict[str, Any]] = (
         ({"task_id": t} for t in itertools.cycle(task_ids)) if task_ids else ({"seed": n} for n in itertools.count())
     )
     limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=48, max_completion_tokens=2048)
