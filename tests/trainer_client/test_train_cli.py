@@ -84,7 +84,11 @@ def test_the_trl_configs_channel_fields_are_the_settings_declarations():
     fields = {field.name: field for field in dataclasses.fields(RegrowGRPOConfig)}
     for name in CHANNEL_SETTINGS:
         declared = TrainSettings.model_fields[name]
-        assert (fields[name].default, fields[name].metadata["help"]) == (declared.default, declared.description)
+        assert (fields[name].type, fields[name].default, fields[name].metadata["help"]) == (
+            declared.annotation,
+            declared.default,
+            declared.description,
+        ), f"RegrowGRPOConfig.{name} differs from its declaration in TrainSettings"
     config = RegrowGRPOConfig(
         output_dir="unused",
         use_cpu=True,
@@ -93,5 +97,5 @@ def test_the_trl_configs_channel_fields_are_the_settings_declarations():
         ),
     )
     assert (config.alpha_sdpo, config.dpo_context_grad, config.loss_type) == (0.25, False, "dr_grpo")
-    # The Trainer pickles its args into every checkpoint (training_args.bin): a made class must be findable.
+    # The Trainer pickles its args into every checkpoint (training_args.bin).
     assert pickle.loads(pickle.dumps(config)).alpha_sdpo == 0.25

@@ -9,7 +9,8 @@ by name: `rlvr/loss`, `sdpo/loss`, `sdpo/distilled_tokens`, `dpo/loss`, `dpo/rew
 
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass, field, make_dataclass
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 import torch
 from transformers import TrainerCallback
@@ -24,20 +25,6 @@ from trainer_client.train.prefix_cache import Prefix, RecordedForward, recorded_
 from trainer_client.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)
-
-
-# The channels' settings are declared once, in TrainSettings (CLI, environment, config file); the TRL config, which
-# must be a dataclass, gets them as fields made from those declarations.
-CHANNEL_SETTINGS = (
-    "alpha_sdpo",
-    "sdpo_teacher",
-    "sdpo_jsd_alpha",
-    "sdpo_top_k",
-    "sdpo_importance_clip",
-    "beta_dpo",
-    "dpo_beta",
-    "dpo_context_grad",
-)
 
 
 @dataclass
@@ -58,16 +45,33 @@ class _DrGRPOConfig(GRPOConfig):
     sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})
 
 
-RegrowGRPOConfig = make_dataclass(
-    "RegrowGRPOConfig",
-    [
-        (name, info.annotation, field(default=info.default, metadata={"help": info.description}))
-        for name, info in ((name, TrainSettings.model_fields[name]) for name in CHANNEL_SETTINGS)
-    ],
-    bases=(_DrGRPOConfig,),
-    namespace={"__doc__": "GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels."},
-)
-RegrowGRPOConfig.__module__ = __name__  # pickle (the Trainer saves its args with the checkpoint) finds it here
+def _declared_in_settings(name: str) -> Any:
+    """A dataclass field with the default and help that TrainSettings declares for `name`."""
+    declared = TrainSettings.model_fields[name]
+    return field(default=declared.default, metadata={"help": declared.description})
+
+
+@dataclass
+class RegrowGRPOConfig(_DrGRPOConfig):
+    """GRPOConfig with Dr.GRPO defaults and the settings of the SDPO and DPO channels.
+
+    The channels' settings are declared once, in TrainSettings (CLI, environment, config file): each field here takes
+    its default and help from there, and a unit test checks that its type is the declared one.
+    """
+
+    alpha_sdpo: float = _declared_in_settings("alpha_sdpo")
+    sdpo_teacher: Literal["live", "ema", "initial"] = _declared_in_settings("sdpo_teacher")
+    sdpo_jsd_alpha: float = _declared_in_settings("sdpo_jsd_alpha")
+    sdpo_top_k: int | None = _declared_in_settings("sdpo_top_k")
+    sdpo_importance_clip: float = _declared_in_settings("sdpo_importance_clip")
+    beta_dpo: float = _declared_in_settings("beta_dpo")
+    dpo_beta: float = _declared_in_settings("dpo_beta")
+    dpo_context_grad: bool = _declared_in_settings("dpo_context_grad")
+
+
+_INHERITED = {f.name for f in fields(_DrGRPOConfig)}
+# The fields RegrowGRPOConfig adds: the settings TrainSettings hands to the TRL config unchanged.
+CHANNEL_SETTINGS = tuple(f.name for f in fields(RegrowGRPOConfig) if f.name not in _INHERITED)
 
 
 class _TeacherFollowsPolicy(TrainerCallback):
@@ -81,6 +85,8 @@ class _TeacherFollowsPolicy(TrainerCallback):
 
 class RegrowGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose loss adds SDPO on hinted turns and DPO on replay pairs."""
+
+    args: RegrowGRPOConfig
 
     def __init__(
         self, model, args: RegrowGRPOConfig, pair_batches: Iterator[list[PreferencePair]] | None = None, **kwargs
@@ -128,13 +134,17 @@ class RegrowGRPOTrainer(GRPOTrainer):
     def _sdpo_loss(
         self, model, inputs, hidden: torch.Tensor | None, mode: str, student_prefix: Prefix | None = None
     ) -> torch.Tensor | None:
-        """Mean SDPO loss over this batch's distilled tokens, or None when no turn is hinted."""
+        """Mean SDPO loss over this batch's distilled tokens, or None when no turn is hinted.
+
+        `hidden` holds the student forward's last hidden states; it is None when no row has a hinted turn.
+        """
         policy = self.accelerator.unwrap_model(model)
         prompt_width = inputs["prompt_ids"].size(1)
         student_rows, teacher_rows, tokens, rollout_logps = [], [], [], []
         for row, turns in enumerate(inputs["sdpo_turns"]):
             if not turns:
                 continue
+            assert hidden is not None  # the caller passes the recorded forward's states whenever a turn is hinted
             prompt = inputs["prompt_ids"][row][inputs["prompt_mask"][row].bool()].tolist()
             completion = inputs["completion_ids"][row].tolist()
             valid = int(inputs["completion_mask"][row].sum())
@@ -152,6 +162,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
         if not teacher_rows:
             self._metrics[mode]["sdpo/loss"].append(0.0)
             return None
+        assert self.sdpo_teacher is not None  # made whenever alpha_sdpo > 0, the only case that calls this
         student_logits = head_logits(policy, torch.cat(student_rows), self.temperature)
         teacher_logits = self.sdpo_teacher.logits(
             policy, teacher_rows, self._pad_token_id, self.temperature, student_prefix
@@ -172,6 +183,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
 
     def _dpo_loss(self, model, mode: str, batch_prefix: Prefix | None = None) -> torch.Tensor:
         """The sigmoid DPO loss on the next batch of replay pairs, logged under TRL's DPO names."""
+        assert self.pair_batches is not None  # set whenever beta_dpo > 0, the only case that calls this
         pairs = [self._encoded(pair) for pair in next(self.pair_batches)]
         chosen, rejected = pair_logps(
             self.accelerator.unwrap_model(model),
