@@ -6,14 +6,20 @@ the generation prompt and the same turn tokens. With live weights, the student's
 holds the keys and values of that prefix, so the teacher runs only the hint and the turn.
 """
 
+from __future__ import annotations
+
 import copy
 from dataclasses import dataclass
 from enum import Enum
+from typing import TYPE_CHECKING
 
 import torch
 
 from trainer_client.train.policy_forward import head_logits, last_token_logits
 from trainer_client.train.prefix_cache import Prefix, continue_prefix
+
+if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
+    from transformers import PreTrainedModel
 
 
 class TeacherWeights(str, Enum):
@@ -70,7 +76,7 @@ def teacher_context(prompt: list[int], completion: list[int], turn: HintedTurn, 
 class SDPOTeacher:
     """Runs the teacher forward; keeps its own copy of the weights unless it is the live policy."""
 
-    def __init__(self, weights: TeacherWeights, policy: torch.nn.Module, ema_decay: float = 0.99):
+    def __init__(self, weights: TeacherWeights, policy: PreTrainedModel, ema_decay: float = 0.99):
         if not 0.0 < ema_decay < 1.0:
             raise ValueError(f"the EMA decay must be in (0, 1), got {ema_decay}")
         self.weights = TeacherWeights(weights)
@@ -79,7 +85,7 @@ class SDPOTeacher:
         if self.weights is not TeacherWeights.live:
             self._copy = copy.deepcopy(policy).requires_grad_(False).eval()
 
-    def model(self, policy: torch.nn.Module) -> torch.nn.Module:
+    def model(self, policy: PreTrainedModel) -> PreTrainedModel:
         if self._copy is None:
             return policy
         device = next(policy.parameters()).device
@@ -88,7 +94,7 @@ class SDPOTeacher:
         return self._copy
 
     @torch.no_grad()
-    def update(self, policy: torch.nn.Module) -> None:
+    def update(self, policy: PreTrainedModel) -> None:
         """After an optimizer step: move an EMA teacher towards the policy; the others stay as they are."""
         if self.weights is not TeacherWeights.ema:
             return
@@ -99,7 +105,7 @@ class SDPOTeacher:
     @torch.no_grad()
     def logits(
         self,
-        policy: torch.nn.Module,
+        policy: PreTrainedModel,
         rows: list[TeacherRow],
         pad_token_id: int,
         temperature: float,

@@ -3,10 +3,13 @@
 import asyncio
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from trainer_client.replay.teachers import TeacherError, TeacherReply, call_cost_usd
 from trainer_client.replay.teachers_config import HFTeacherConfig
+
+if TYPE_CHECKING:
+    from transformers import BatchEncoding
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +29,8 @@ class HFTeacher:
         self._tokenizer = AutoTokenizer.from_pretrained(config.path)
         if self._tokenizer.chat_template is None:
             raise ValueError(f"teacher {config.name!r}: {config.path} has no chat template; use a chat model")
-        self._model = AutoModelForCausalLM.from_pretrained(config.path).to(config.device).eval()
+        # transformers wraps `to` in functools.wraps, whose stub does not bind self (typeshed#10653)
+        self._model = AutoModelForCausalLM.from_pretrained(config.path).to(config.device).eval()  # type: ignore[arg-type]
         self._lock = asyncio.Lock()
 
     async def complete(self, messages: list[dict[str, Any]]) -> TeacherReply:
@@ -36,9 +40,14 @@ class HFTeacher:
 
     def _generate(self, messages: list[dict[str, Any]]) -> TeacherReply:
         started = time.monotonic()
-        prompt = self._tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
-        ).to(self.config.device)
+        # with return_dict=True it is a BatchEncoding; transformers annotates every form it can return
+        encoded = cast(
+            "BatchEncoding",
+            self._tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, return_tensors="pt", return_dict=True
+            ),
+        )
+        prompt = encoded.to(self.config.device)
         with self._torch.no_grad():
             output = self._model.generate(
                 **prompt,
@@ -53,9 +62,10 @@ class HFTeacher:
         if not finished and elapsed >= self.config.timeout_s:
             raise TeacherError("timeout", f"teacher {self.name!r}: no complete answer within {self.config.timeout_s}s")
         input_tokens = prompt["input_ids"].shape[1]
+        # tool-call markers may be special tokens, so only the end-of-turn token is dropped
+        text = self._tokenizer.decode(new_ids[:-1] if finished else new_ids)
         return TeacherReply(
-            # tool-call markers may be special tokens, so only the end-of-turn token is dropped
-            text=self._tokenizer.decode(new_ids[:-1] if finished else new_ids),
+            text=cast(str, text),  # one row of ids decodes to one str; transformers annotates str | list[str]
             input_tokens=input_tokens,
             output_tokens=len(new_ids),
             cost_usd=call_cost_usd(self.config, input_tokens, len(new_ids)),

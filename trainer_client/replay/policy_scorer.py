@@ -31,7 +31,8 @@ class PolicyScorer:
             raise ValueError(f"policy {path} has no chat template; the replay renders chats with it")
         self._torch = torch
         self._device = device
-        self._model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()
+        # transformers wraps `to` in functools.wraps, whose stub does not bind self (typeshed#10653)
+        self._model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()  # type: ignore[arg-type]
 
     def score(self, messages: list[dict[str, Any]], assistant_text: str) -> ActionScore:
         """Teacher-force `assistant_text` after `messages` and read the policy's logprob and entropy."""

@@ -7,18 +7,25 @@ live-weights SDPO teacher runs only the hint and the turn after the student's ow
 pairs skip the system prompt they share with the batch.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 import torch
 
 from trainer_client.train.prefix_cache import Prefix, backbone_of, branched_hidden, continue_prefix, empty_prefix
 
+if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
+    from transformers import PreTrainedModel
 
-def head_logits(model: torch.nn.Module, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
+
+def head_logits(model: PreTrainedModel, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
     """Temperature-scaled float32 logits of hidden states (N, H) -> (N, V)."""
     return model.get_output_embeddings()(hidden).float() / temperature
 
 
 def token_logps(
-    model: torch.nn.Module, hidden: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 64
+    model: PreTrainedModel, hidden: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int = 64
 ) -> torch.Tensor:
     """Logprob (temperature 1) of `targets[i]` after hidden state i, (N,); full-vocab logits live one chunk at a
     time."""
@@ -42,7 +49,7 @@ def left_padded(rows: list[list[int]], pad_token_id: int, device: torch.device) 
 
 
 def last_token_logits(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     rows: list[list[int]],
     counts: list[int],
     pad_token_id: int,
@@ -64,7 +71,7 @@ def last_token_logits(
 
 
 def pair_logps(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     pairs: list[tuple[list[int], list[int], list[int]]],
     pad_token_id: int,
     prefix: Prefix | None = None,
@@ -103,7 +110,9 @@ def pair_logps(
     hidden = branched_hidden(
         model, context, trunks, [[chosen, rejected] for _, chosen, rejected in pairs], pad_token_id
     )
-    states, targets, lengths = [], [], []
+    states: list[torch.Tensor] = []
+    targets: list[int] = []
+    lengths: list[int] = []
     for row, (trunk, (_, chosen, rejected)) in enumerate(zip(trunks, pairs, strict=True)):
         at = len(trunk)
         for branch in (chosen, rejected):
@@ -112,8 +121,8 @@ def pair_logps(
             targets += branch
             lengths.append(len(branch))
             at += len(branch)
-    targets = torch.tensor(targets, dtype=torch.long, device=device)
-    totals = torch.stack([part.sum() for part in token_logps(model, torch.cat(states), targets).split(lengths)])
+    target_ids = torch.tensor(targets, dtype=torch.long, device=device)
+    totals = torch.stack([part.sum() for part in token_logps(model, torch.cat(states), target_ids).split(lengths)])
     return totals[0::2], totals[1::2]
 
 
@@ -126,7 +135,7 @@ def _common_start(rows: list[list[int]]) -> int:
     return shortest
 
 
-def _shared_start(model: torch.nn.Module, prefix: Prefix | None, ids: list[int], pad_token_id: int, device) -> Prefix:
+def _shared_start(model: PreTrainedModel, prefix: Prefix | None, ids: list[int], pad_token_id: int, device) -> Prefix:
     """A one-row prefix holding `ids`: the longest start of them a `prefix` row already has, then the rest run."""
     start = empty_prefix(1, device)
     if prefix is not None and ids:

@@ -51,7 +51,8 @@ def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # GRPOTrainer left-pads prompts
-    return model.to(device), tokenizer
+    # transformers wraps `to` in functools.wraps, whose stub does not bind self (typeshed#10653)
+    return model.to(device), tokenizer  # type: ignore[arg-type]
 
 
 def _drop_dequantized_gguf_quantizer(model: Any) -> None:

@@ -7,17 +7,24 @@ running the whole sequence (same weights, tokens and relative positions), and gr
 prefix through the recorded graph unless it is detached.
 """
 
+from __future__ import annotations
+
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import create_causal_mask
 
+if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
+    from torch.nn.attention.flex_attention import BlockMask
+    from transformers import PreTrainedModel
 
-def backbone_of(model: torch.nn.Module) -> torch.nn.Module:
+
+def backbone_of(model: PreTrainedModel) -> PreTrainedModel:
     """The decoder stack of a causal LM (`model.model` for Qwen2 and Llama)."""
     return getattr(model, model.base_model_prefix)
 
@@ -39,11 +46,11 @@ class Prefix:
     def width(self) -> int:
         return self.mask.size(1)
 
-    def detached(self) -> "Prefix":
+    def detached(self) -> Prefix:
         """The same prefix without its graph: continuations then send no gradient into it."""
         return Prefix([(k.detach(), v.detach()) for k, v in self.layers], self.ids, self.mask, self.positions)
 
-    def take(self, rows: list[int], widths: list[int] | None = None) -> "Prefix":
+    def take(self, rows: list[int], widths: list[int] | None = None) -> Prefix:
         """New row i is row `rows[i]` cut to its first `widths[i]` columns (all of them by default)."""
         device = self.mask.device
         width = self.width if widths is None else max(widths)
@@ -74,14 +81,14 @@ def empty_prefix(rows: int, device: torch.device) -> Prefix:
     return Prefix([], empty, empty, empty)
 
 
-def reuses_keys_and_values(model: torch.nn.Module) -> bool:
+def reuses_keys_and_values(model: PreTrainedModel) -> bool:
     """Whether a prefix of this model can be continued: every layer attends to the whole context."""
     layer_types = getattr(backbone_of(model).config, "layer_types", None)
     return not layer_types or all(kind == "full_attention" for kind in layer_types)
 
 
 def continue_prefix(
-    model: torch.nn.Module, prefix: Prefix, new_ids: list[list[int]], pad_token_id: int
+    model: PreTrainedModel, prefix: Prefix, new_ids: list[list[int]], pad_token_id: int
 ) -> tuple[torch.Tensor, Prefix]:
     """Run `new_ids[i]` after prefix row i: the last hidden states (right-padded, (n, S, H)) and the longer prefix."""
     input_ids, new_mask = _right_padded(new_ids, pad_token_id, prefix.mask.device)
@@ -94,7 +101,7 @@ def continue_prefix(
 
 
 def branched_hidden(
-    model: torch.nn.Module, prefix: Prefix, trunks: list[list[int]], branches: list[list[list[int]]], pad_token_id: int
+    model: PreTrainedModel, prefix: Prefix, trunks: list[list[int]], branches: list[list[list[int]]], pad_token_id: int
 ) -> torch.Tensor:
     """Hidden states of row i = trunks[i] then each of branches[i], right-padded: (n, S, H).
 
@@ -132,7 +139,7 @@ def _right_padded(rows: list[list[int]], pad_token_id: int, device: torch.device
 
 
 def _forward(
-    model: torch.nn.Module,
+    model: PreTrainedModel,
     prefix: Prefix,
     input_ids: torch.Tensor,
     new_mask: torch.Tensor,
@@ -141,15 +148,12 @@ def _forward(
 ) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
     """The backbone on new tokens after the prefix; `nodes` (0 shared, k branch k) keeps branches apart."""
     backbone = backbone_of(model)
-    layers = []
-    for keys, values in prefix.layers or [(None, None)] * backbone.config.num_hidden_layers:
-        layer = DynamicLayer()
-        if keys is not None:
-            layer.lazy_initialization(keys, values)
-            layer.keys, layer.values = keys, values
-        layers.append(layer)
-    cache = Cache(layers=layers)
+    if prefix.layers:
+        cache = Cache(layers=[_layer_holding(keys, values) for keys, values in prefix.layers])
+    else:
+        cache = Cache(layers=[DynamicLayer() for _ in range(backbone.config.num_hidden_layers)])
     mask = torch.cat([prefix.mask, new_mask], dim=1)
+    attention: torch.Tensor | BlockMask | None = mask
     if nodes is not None:
 
         def same_branch(batch_idx, head_idx, q_idx, kv_idx):
@@ -157,11 +161,26 @@ def _forward(
             return (kv_node == 0) | (kv_node == nodes[batch_idx, q_idx])
 
         embeds = torch.empty((*input_ids.shape, 1), dtype=backbone.dtype, device=input_ids.device)
-        mask = create_causal_mask(backbone.config, embeds, mask, cache, positions, and_mask_function=same_branch)
+        attention = create_causal_mask(backbone.config, embeds, mask, cache, positions, and_mask_function=same_branch)
     hidden = backbone(
-        input_ids=input_ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True
+        input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
     ).last_hidden_state
-    return hidden, [(layer.keys, layer.values) for layer in cache.layers]
+    return hidden, [_keys_and_values(layer) for layer in cache.layers]
+
+
+def _layer_holding(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
+    """A cache layer that starts with these keys and values."""
+    layer = DynamicLayer()
+    layer.lazy_initialization(keys, values)
+    layer.keys, layer.values = keys, values
+    return layer
+
+
+def _keys_and_values(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """What a cache layer holds after the forward; every layer of a full-attention model holds keys and values."""
+    if not isinstance(layer, DynamicLayer) or layer.keys is None or layer.values is None:
+        raise RuntimeError(f"a {type(layer).__name__} cache layer holds no keys and values after the forward")
+    return layer.keys, layer.values
 
 
 class _KeptLayer(DynamicLayer):
@@ -189,7 +208,7 @@ class RecordedForward:
 
 
 @contextmanager
-def recorded_forward(model: torch.nn.Module, keep_prefix: bool) -> Iterator[RecordedForward]:
+def recorded_forward(model: PreTrainedModel, keep_prefix: bool) -> Iterator[RecordedForward]:
     """Record the backbone's output (with its graph) of every forward this thread runs in the block.
 
     With `keep_prefix`, a cache is handed to the forward so that its keys and values stay readable;

@@ -5,9 +5,12 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from trainer_client.train.settings import TrainSettings
+
+if TYPE_CHECKING:  # grpo_trainer loads torch and TRL; this module imports them only when a run starts
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +54,7 @@ def last_checkpoint(output_dir: Path) -> str | None:
     return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
 
 
-def build_config(settings: TrainSettings, device: str):
+def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
     from trainer_client.rollout.vllm_sampler import server_mode_config
     from trainer_client.train.grpo_trainer import CHANNEL_SETTINGS, RegrowGRPOConfig
 
@@ -79,7 +82,7 @@ def build_config(settings: TrainSettings, device: str):
 def run_training(settings: TrainSettings) -> TrainSummary:
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
     from trainer_client.channels.preference_pairs import PairBatches, read_pairs
-    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.rows import StreamedRollouts, env_reward, episode_slots
@@ -98,6 +101,7 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         if settings.pairs is None:
             raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
         pair_batches = PairBatches(read_pairs(settings.pairs), settings.dpo_pairs_per_step, seed=settings.seed)
+    sampler: TurnSampler
     if settings.vllm_server:
         sampler = VLLMTurnSampler.connect(settings.vllm_server, tokens.stop_ids, settings.temperature, settings.workers)
     else:
