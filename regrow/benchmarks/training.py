@@ -59,8 +59,10 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
 
     from trainer_client.channels.dpo_loss import completion_logps
     from trainer_client.channels.preference_pairs import PreferencePair, completion_ids
+    from trainer_client.channels.reference_policy import weights_dtype, weights_sha256
 
     rng = random.Random(seed)
+    weights, dtype = weights_sha256(model), weights_dtype(model)
     pairs = []
     for index in range(count):
         context = initial_messages(PROBLEM, tool_specs())
@@ -95,6 +97,8 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
                 chosen_tokens=len(chosen_ids),
                 rejected_tokens=len(rejected_ids),
                 reference_policy="bench",
+                reference_weights=weights,
+                reference_dtype=dtype,
                 teachers=["bench"],
                 agreement=1.0,
             )

@@ -31,6 +31,8 @@ def make_pair(step_index: int = 3, chosen_tokens: int = 5, rejected_tokens: int 
         chosen_tokens=chosen_tokens,
         rejected_tokens=rejected_tokens,
         reference_policy="tiny",
+        reference_weights="0" * 64,
+        reference_dtype="float32",
         teachers=["a", "b"],
         agreement=1.0,
     )
@@ -65,19 +67,22 @@ def test_batches_refuse_an_empty_pair_file():
         PairBatches([], batch_size=2)
 
 
-def test_encode_pair_puts_the_assistant_turn_after_the_generation_prompt(tiny_model_dir):
+def test_encode_pair_ends_both_completions_at_the_end_of_turn_token(tiny_model_dir):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     pair = make_pair()
     prompt_text = tokenizer.apply_chat_template(pair.messages(), add_generation_prompt=True, tokenize=False)
-    chosen_len = len(tokenizer(pair.chosen_text + "<|im_end|>\n", add_special_tokens=False)["input_ids"])
-    rejected_len = len(tokenizer(pair.rejected_text + "<|im_end|>\n", add_special_tokens=False)["input_ids"])
+    # the policy stops at <|im_end|>: the newline the template writes after it is never the policy's
+    chosen_len = len(tokenizer(pair.chosen_text + "<|im_end|>", add_special_tokens=False)["input_ids"])
+    rejected_len = len(tokenizer(pair.rejected_text + "<|im_end|>", add_special_tokens=False)["input_ids"])
     pair = make_pair(chosen_tokens=chosen_len, rejected_tokens=rejected_len)
     encoded = encode_pair(pair, tokenizer)
+    end_of_turn = tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert tokenizer.decode(encoded.prompt_ids) == prompt_text
-    assert tokenizer.decode(encoded.chosen_ids) == pair.chosen_text + "<|im_end|>\n"
-    assert tokenizer.decode(encoded.rejected_ids) == pair.rejected_text + "<|im_end|>\n"
+    assert tokenizer.decode(encoded.chosen_ids) == pair.chosen_text + "<|im_end|>"
+    assert tokenizer.decode(encoded.rejected_ids) == pair.rejected_text + "<|im_end|>"
+    assert encoded.chosen_ids[-1] == encoded.rejected_ids[-1] == end_of_turn
     assert encoded.reference_chosen_logp == -12.5
 
 

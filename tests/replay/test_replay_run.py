@@ -18,7 +18,13 @@ from trainer_client.replay.replay_run import ReplayRun, ReplaySettings, turn_sta
 from trainer_client.replay.spending import SpendingCap  # noqa: E402
 from trainer_client.replay.teachers import open_teacher  # noqa: E402
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
-from trainer_client.rollout.chat_format import ASSISTANT_TEXT_KEY, TURN_KEY, format_tool_call, messages_from_trace  # noqa: E402
+from trainer_client.rollout.chat_format import (  # noqa: E402
+    ASSISTANT_TEXT_KEY,
+    PARSE_ERROR_KEY,
+    TURN_KEY,
+    format_tool_call,
+    messages_from_trace,
+)
 
 pytestmark = pytest.mark.train
 
@@ -156,7 +162,7 @@ def test_the_spending_cap_stops_the_run_cleanly_before_it_is_passed(openai_serve
     assert report.cost_usd == pytest.approx(report.teachers["served"].cost_usd) and report.cost_usd > 0
 
 
-def test_calls_sent_in_one_turn_are_one_decision_rejected_with_the_students_own_text(read_teacher_dir, scorer):
+def test_chosen_and_rejected_are_rendered_alike_whatever_the_student_wrote_around_its_call(read_teacher_dir, scorer):
     raw = (
         "Look first, then give up.\n"
         + format_tool_call(ToolCall(tool="list_dir"))
@@ -170,8 +176,21 @@ def test_calls_sent_in_one_turn_are_one_decision_rejected_with_the_students_own_
     assert [s.index for s in turn_starts(trace)] == [0]
     report, pairs = replay([hf("local", read_teacher_dir)], scorer, traces=[trace])
     assert report.decisions["pair"] == 1 and report.traces[0].decision_points == 1
+    pair = pairs[0]
+    assert pair.rejected.tool == "list_dir"
+    # the pair is about the action: both sides are one canonical call, without the student's prose and second call
+    assert pair.rejected_text == format_tool_call(pair.rejected) and pair.chosen_text == format_tool_call(pair.chosen)
+    messages = pair.messages()
+    assert pair.reference_rejected_logp == pytest.approx(scorer.score(messages, pair.rejected_text).logp, abs=1e-5)
+
+
+def test_an_unparseable_turn_is_rejected_with_its_own_text(read_teacher_dir, scorer):
+    trace = recorded_traces()[0]
+    raw = "I will list the files now"
+    metadata = {PARSE_ERROR_KEY: "no <tool_call> block in the reply", ASSISTANT_TEXT_KEY: raw}
+    trace.steps[0].action = ToolCall(tool="", args={}, metadata=metadata)
+    _, pairs = replay([hf("local", read_teacher_dir)], scorer, traces=[trace])
     assert pairs[0].rejected_text == raw
-    assert pairs[0].rejected.tool == "list_dir"
 
 
 def test_regrow_replay_names_a_bad_teachers_file(tmp_path, tiny_model_dir):

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from proto.actions import ToolCall
+from trainer_client.rollout.chat_tokens import end_of_turn_id
 
 
 class ChatMessage(BaseModel):
@@ -29,13 +30,18 @@ class PreferencePair(BaseModel):
     context: list[ChatMessage] = Field(description="The chat the student had before acting.")
     chosen: ToolCall = Field(description="The action the agreeing teachers took.")
     rejected: ToolCall = Field(description="The action the student took.")
-    chosen_text: str = Field(description="The assistant message that carries `chosen`.")
-    rejected_text: str = Field(description="The assistant message that carries `rejected`.")
+    chosen_text: str = Field(description="The assistant message that carries `chosen`, in canonical form.")
+    rejected_text: str = Field(
+        description="The assistant message that carries `rejected`, in the same canonical form as chosen_text "
+        "(the student's raw text only when its turn held no parseable call)."
+    )
     reference_chosen_logp: float = Field(description="Summed logprob of chosen_text under the policy.")
     reference_rejected_logp: float = Field(description="Summed logprob of rejected_text under the policy.")
     chosen_tokens: int = Field(ge=1, description="Completion length the reference logprob covers.")
     rejected_tokens: int = Field(ge=1, description="Completion length the reference logprob covers.")
     reference_policy: str = Field(description="The model the reference logprobs were computed with.")
+    reference_weights: str = Field(description="sha256 of that model's weights; training checks it is the policy's.")
+    reference_dtype: str = Field(description="dtype of those weights (float32, bfloat16, ...); checked the same way.")
     teachers: list[str] = Field(description="Names of the teachers that chose `chosen`.")
     agreement: float = Field(ge=0, le=1, description="Share of the queried teachers that agreed.")
 
@@ -56,7 +62,11 @@ class EncodedPair:
 
 
 def completion_ids(tokenizer: Any, messages: list[dict[str, Any]], assistant_text: str) -> tuple[list[int], list[int]]:
-    """(prompt ids, completion ids) of `assistant_text` as the next assistant turn, via the chat template."""
+    """(prompt ids, completion ids) of `assistant_text` as the next assistant turn, via the chat template.
+
+    The completion ends with the end-of-turn token: the policy stops there, so what the template adds after it
+    (ChatML's newline) is no part of what the policy chose.
+    """
     prompt = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     full = tokenizer.apply_chat_template(messages + [{"role": "assistant", "content": assistant_text}], tokenize=True)
     prompt, full = _as_ids(prompt), _as_ids(full)
@@ -65,7 +75,14 @@ def completion_ids(tokenizer: Any, messages: list[dict[str, Any]], assistant_tex
             "the chat template does not render the assistant turn as a suffix of the generation prompt; "
             "use a tokenizer whose template appends turns (ChatML, Qwen, Hermes)"
         )
-    return prompt, full[len(prompt) :]
+    completion = full[len(prompt) :]
+    end = end_of_turn_id(tokenizer)
+    if end not in completion:
+        raise ValueError(
+            "the chat template does not close the assistant turn with its end-of-turn token; "
+            "use a tokenizer whose template does (ChatML, Qwen, Hermes)"
+        )
+    return prompt, completion[: len(completion) - completion[::-1].index(end)]
 
 
 def _as_ids(rendered: Any) -> list[int]:

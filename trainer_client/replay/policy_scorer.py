@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from trainer_client.channels.preference_pairs import completion_ids
+from trainer_client.channels.reference_policy import weights_dtype, weights_sha256
 
 
 @dataclass(frozen=True)
@@ -21,18 +22,21 @@ class PolicyScorer:
 
     def __init__(self, path: Path, device: str = "cpu") -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from trainer_client.train.policy_loading import load_policy
 
         if not Path(path).is_dir():
             raise ValueError(f"policy folder {path} does not exist; pass the model you are about to train")
         self.name = str(path)
-        self.tokenizer = AutoTokenizer.from_pretrained(path)
+        # loaded as `regrow train` loads it (same dtype), so that the stored logprobs are the trained policy's
+        self._model, self.tokenizer = load_policy(str(path), device)
+        self._model.eval()
         if self.tokenizer.chat_template is None:
             raise ValueError(f"policy {path} has no chat template; the replay renders chats with it")
+        self.weights = weights_sha256(self._model)
+        self.dtype = weights_dtype(self._model)
         self._torch = torch
         self._device = device
-        # transformers wraps `to` in functools.wraps, whose stub does not bind self (typeshed#10653)
-        self._model = AutoModelForCausalLM.from_pretrained(path).to(device).eval()  # type: ignore[arg-type]
 
     def score(self, messages: list[dict[str, Any]], assistant_text: str) -> ActionScore:
         """Teacher-force `assistant_text` after `messages` and read the policy's logprob and entropy."""

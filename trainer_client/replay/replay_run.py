@@ -20,6 +20,7 @@ from trainer_client.replay.teachers import Teacher, TeacherError, worst_case_cos
 from trainer_client.replay.teachers_config import TeacherConfig
 from trainer_client.rollout.chat_format import (
     ASSISTANT_TEXT_KEY,
+    PARSE_ERROR_KEY,
     TURN_KEY,
     format_tool_call,
     messages_from_trace,
@@ -122,11 +123,10 @@ class ReplayRun:
         if self.stopped_by_budget:
             return StepDecision(Outcome.BUDGET_EXHAUSTED), None
         messages = messages_from_trace(trace, before_step=step.index)
-        rejected_text = step.action.metadata.get(ASSISTANT_TEXT_KEY) or format_tool_call(step.action)
-        rejected_score: ActionScore | None = None
+        raw_text = step.action.metadata.get(ASSISTANT_TEXT_KEY) or format_tool_call(step.action)
         if self._settings.entropy_threshold is not None:
-            rejected_score = await self._score(messages, rejected_text)
-            if rejected_score.mean_entropy <= self._settings.entropy_threshold:
+            # the gate reads the student's uncertainty on the turn it really wrote
+            if (await self._score(messages, raw_text)).mean_entropy <= self._settings.entropy_threshold:
                 self._calls_saved += len(self._teachers)
                 return StepDecision(Outcome.GATED_OUT), None
         votes = await self._ask_teachers(messages, tally)
@@ -136,9 +136,12 @@ class ReplayRun:
         if decision.outcome is not Outcome.PAIR:
             return decision, None
         assert decision.chosen is not None
+        # Both sides in the canonical one-call form, so that the pair prefers one action over another and not
+        # tidy JSON over prose and extra calls; a turn with no parseable call has no other form than its text.
         chosen_text = format_tool_call(decision.chosen)
+        rejected_text = raw_text if PARSE_ERROR_KEY in step.action.metadata else format_tool_call(step.action)
         chosen_score = await self._score(messages, chosen_text)
-        rejected_score = rejected_score or await self._score(messages, rejected_text)
+        rejected_score = await self._score(messages, rejected_text)
         pair = PreferencePair(
             trace_id=trace.episode_id,
             task_id=trace.task_id,
@@ -153,6 +156,8 @@ class ReplayRun:
             chosen_tokens=chosen_score.tokens,
             rejected_tokens=rejected_score.tokens,
             reference_policy=self._scorer.name,
+            reference_weights=self._scorer.weights,
+            reference_dtype=self._scorer.dtype,
             teachers=decision.teachers,
             agreement=decision.agreement,
         )

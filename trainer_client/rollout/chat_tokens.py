@@ -27,7 +27,7 @@ class EpisodeTokenizer:
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError("the policy's tokenizer has no chat template; give it one (e.g. ChatML) before training")
         self.tokenizer = tokenizer
-        self.end_of_turn_id = _end_of_turn_id(tokenizer)
+        self.end_of_turn_id = end_of_turn_id(tokenizer)
         self.stop_ids = sorted({self.end_of_turn_id, tokenizer.eos_token_id} - {None})
         self._closed_dummy = self._ids(_DUMMY, generation_prompt=False)
         # The end-of-turn token closes an assistant message; what the template adds after it is env text.
@@ -72,7 +72,7 @@ class EpisodeTokenizer:
         return self.tokenizer.decode([t for t in ids if t not in self.stop_ids], skip_special_tokens=False)
 
 
-def _end_of_turn_id(tokenizer: Any) -> int:
+def end_of_turn_id(tokenizer: Any) -> int:
     """The token that ends an assistant message: `<|im_end|>` for ChatML templates, else EOS."""
     token_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
     if isinstance(token_id, int) and token_id != tokenizer.unk_token_id and token_id is not None:

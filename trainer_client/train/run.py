@@ -82,6 +82,7 @@ def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
 def run_training(settings: TrainSettings) -> TrainSummary:
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
     from trainer_client.channels.preference_pairs import PairBatches, read_pairs
+    from trainer_client.channels.reference_policy import check_reference_policy
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.hf_sampler import HFTurnSampler
@@ -100,7 +101,9 @@ def run_training(settings: TrainSettings) -> TrainSummary:
     if settings.beta_dpo:
         if settings.pairs is None:
             raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
-        pair_batches = PairBatches(read_pairs(settings.pairs), settings.dpo_pairs_per_step, seed=settings.seed)
+        pairs = read_pairs(settings.pairs)
+        check_reference_policy(pairs, model, settings.model, str(settings.pairs))
+        pair_batches = PairBatches(pairs, settings.dpo_pairs_per_step, seed=settings.seed)
     sampler: TurnSampler
     if settings.vllm_server:
         sampler = VLLMTurnSampler.connect(settings.vllm_server, tokens.stop_ids, settings.temperature, settings.workers)
