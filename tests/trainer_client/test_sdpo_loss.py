@@ -92,3 +92,36 @@ def test_chunked_loss_and_its_closed_form_gradient_match_autograd_on_full_logits
     torch.testing.assert_close(result.per_token, want)
     torch.testing.assert_close(result.importance_ratio, ratio)
     torch.testing.assert_close(student.grad, reference_student.grad)
+
+
+def test_jsd_matches_the_sdpo_reference_mixture_inside_the_range():
+    s, t = torch.log_softmax(logits(12), -1), torch.log_softmax(logits(13), -1)
+    alpha = 0.25
+
+    mixture = torch.log((1 - alpha) * s.exp() + alpha * t.exp())
+    kl_student = (s.exp() * (s - mixture)).sum(-1)
+    kl_teacher = (t.exp() * (t - mixture)).sum(-1)
+
+    torch.testing.assert_close(generalized_jsd(s, t, alpha), torch.lerp(kl_student, kl_teacher, alpha))
+
+
+@pytest.mark.parametrize(("alpha", "end"), [(1e-4, 0.0), (1 - 1e-4, 1.0)])
+def test_jsd_turns_into_the_divergence_of_the_end_it_approaches(alpha, end):
+    """Near 0 the divergence is alpha * KL(T || S), near 1 (1 - alpha) * KL(S || T): the ends' own divergences."""
+    s, t = torch.log_softmax(logits(14).double(), -1), torch.log_softmax(logits(15).double(), -1)
+    weight = alpha if end == 0.0 else 1 - alpha
+
+    torch.testing.assert_close(generalized_jsd(s, t, alpha) / weight, generalized_jsd(s, t, end), rtol=1e-3, atol=0)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1e-2, 0.25, 0.7, 1 - 1e-2, 1.0])
+def test_closed_form_gradient_matches_autograd_across_the_range(alpha):
+    student, teacher = (logits(16, n=5) * 2).double().requires_grad_(), (logits(17, n=5) * 2).double()
+    tokens = torch.arange(5)
+
+    result = sdpo_token_loss(student, teacher, tokens, torch.zeros(5), jsd_alpha=alpha, importance_clip=1e9)
+    (result.per_token / result.importance_ratio).sum().backward()
+
+    reference = student.detach().clone().requires_grad_()
+    generalized_jsd(torch.log_softmax(reference, -1), torch.log_softmax(teacher, -1), alpha).sum().backward()
+    torch.testing.assert_close(student.grad, reference.grad, rtol=1e-3, atol=1e-8)  # float32 inside

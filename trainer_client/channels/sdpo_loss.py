@@ -3,9 +3,13 @@
 For each distilled token the student's next-token distribution S is pulled towards the teacher's T
 (the same model, shown the env's hint) with a generalized Jensen-Shannon divergence:
 
-  alpha = 0        KL(T || S)                                 (forward, mode covering)
-  alpha = 1        KL(S || T)                                 (reverse, mode seeking)
-  0 < alpha < 1    alpha * KL(S || M) + (1 - alpha) * KL(T || M),  M = alpha * S + (1 - alpha) * T
+  alpha = 0        KL(T || S)                                     (forward, mode covering)
+  alpha = 1        KL(S || T)                                     (reverse, mode seeking)
+  0 < alpha < 1    (1 - alpha) * KL(S || M) + alpha * KL(T || M),  M = (1 - alpha) * S + alpha * T
+
+as in the SDPO reference code. Between the ends it runs from one end's divergence to the other's:
+near 0 it is alpha * KL(T || S) + O(alpha^2), near 1 it is (1 - alpha) * KL(S || T) + O((1 - alpha)^2),
+so its gradient turns continuously into the end's, while its size shrinks by that leading factor.
 
 Optionally only the student's top-k tokens are compared, with the remaining mass in one tail bucket,
 and each token's loss is weighted by the clipped importance ratio pi_theta / pi_rollout of the
@@ -35,12 +39,12 @@ def generalized_jsd(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tens
     if alpha == 1.0:
         return _kl(student_logprobs, teacher_logprobs)
     mixture = _mixture(student_logprobs, teacher_logprobs, alpha)
-    return alpha * _kl(student_logprobs, mixture) + (1.0 - alpha) * _kl(teacher_logprobs, mixture)
+    return (1.0 - alpha) * _kl(student_logprobs, mixture) + alpha * _kl(teacher_logprobs, mixture)
 
 
 def _mixture(student_logprobs: torch.Tensor, teacher_logprobs: torch.Tensor, alpha: float) -> torch.Tensor:
-    """log(alpha * S + (1 - alpha) * T), stable where both are tiny (torch.logaddexp is several times slower on CPU)."""
-    a, b = student_logprobs + math.log(alpha), teacher_logprobs + math.log(1.0 - alpha)
+    """log((1 - alpha) * S + alpha * T), stable where both are tiny (torch.logaddexp is several times slower on CPU)."""
+    a, b = student_logprobs + math.log(1.0 - alpha), teacher_logprobs + math.log(alpha)
     return torch.maximum(a, b) + torch.log1p(torch.exp(-(a - b).abs()))
 
 
@@ -69,7 +73,7 @@ class _JSDOfLogits(torch.autograd.Function):
 
     The gradient is in closed form, so backward recomputes one chunk's distributions instead of
     keeping a dozen (N, V) intermediates: d/dz_student = S * (g - sum(S * g)) with g = d(divergence)/dS,
-    which is alpha * (log S - log M) for 0 < alpha < 1 and log S - log T at alpha = 1; at alpha = 0 it is S - T.
+    which is (1 - alpha) * (log S - log M) for 0 < alpha < 1 and log S - log T at alpha = 1; at alpha = 0 it is S - T.
     """
 
     @staticmethod
@@ -97,7 +101,7 @@ class _JSDOfLogits(torch.autograd.Function):
             if alpha == 0.0:
                 chunk = probs - teacher.exp()
             else:
-                g = student - teacher if alpha == 1.0 else alpha * (student - _mixture(student, teacher, alpha))
+                g = student - teacher if alpha == 1.0 else (1.0 - alpha) * (student - _mixture(student, teacher, alpha))
                 chunk = probs * (g - (probs * g).sum(-1, keepdim=True))
             grad[rows] = chunk * grad_divergence[rows].unsqueeze(-1)
         return grad.to(student_logits.dtype), None, None, None, None
