@@ -28,26 +28,25 @@ PROBLEM = "The function clamp in calc/ops.py raises NotImplementedError. Impleme
 def synthetic_trajectories(
     tokens: EpisodeTokenizer, rows: int, turns: int, hinted_share: float, seed: int = 0
 ) -> list[Trajectory]:
-    """Rows of random policy turns and env responses; a `hinted_share` of the turns (after the first) carry a hint."""
+    """Rows of random policy turns and env responses; a `hinted_share` of the turns draw env feedback (SDPO's hint)."""
     rng = random.Random(seed)
     vocab = [i for i in range(len(tokens.tokenizer)) if i not in tokens.stop_ids and i != tokens.tokenizer.pad_token_id]
-    prompt = tokens.prompt_ids(initial_messages(PROBLEM, tool_specs()))
-    hinted = set(rng.sample([(r, t) for r in range(rows) for t in range(1, turns)], round(hinted_share * rows * turns)))
+    messages = initial_messages(PROBLEM, tool_specs())
+    prompt = tokens.prompt_ids(messages)
+    hinted = set(rng.sample([(r, t) for r in range(rows) for t in range(turns)], round(hinted_share * rows * turns)))
     out = []
     for row in range(rows):
         trajectory = Trajectory(prompt_ids=prompt, reward=float(row % 2), done=True, stop_reason="done")
-        hint_at = None
+        prompt_at = -len(tokens.first_generation_prompt(messages))
         for turn in range(turns):
             start = len(trajectory.completion_ids)
             ids = rng.choices(vocab, k=TURN_TOKENS - 1) + [tokens.end_of_turn_id]
             trajectory.append(ids, [-2.0] * len(ids), from_policy=True)
-            hint = "edit text not found in calc/ops.py" if (row, turn) in hinted else None
-            trajectory.turns.append(
-                TurnRecord(start, start + len(ids), "", 1, [], None, hint, hint_at if hint else None)
-            )
+            feedback = "edit text not found in calc/ops.py" if (row, turn) in hinted else None
+            trajectory.turns.append(TurnRecord(start, start + len(ids), "", 1, [], feedback, prompt_at))
             if turn < turns - 1:
                 trajectory.append(rng.choices(vocab, k=RESPONSE_TOKENS), None, from_policy=False)
-                hint_at = len(trajectory.completion_ids)
+                prompt_at = len(trajectory.completion_ids)
                 trajectory.append(tokens.env_segment(hint_message("x")).generation_prompt_ids, None, from_policy=False)
         out.append(trajectory)
     return out

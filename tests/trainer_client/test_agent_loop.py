@@ -52,7 +52,7 @@ async def test_token_context_equals_the_chat_template_rendering(scripted_env_url
     assert trajectory.prompt_ids + trajectory.completion_ids[: trajectory.turns[1].start] == list(rendered)
 
 
-async def test_malformed_call_goes_to_the_env_and_its_feedback_hints_the_next_turn(
+async def test_malformed_call_goes_to_the_env_and_its_feedback_hints_that_same_turn(
     scripted_env_url, tokenizer, episode_tokens
 ):
     trajectory, _ = await play(
@@ -62,11 +62,26 @@ async def test_malformed_call_goes_to_the_env_and_its_feedback_hints_the_next_tu
     first, second = trajectory.turns
     assert first.calls == 1 and first.parse_errors and "not valid JSON" in first.parse_errors[0]
     assert first.feedback and "could not be read" in first.feedback
-    assert first.hint is None and second.hint == first.feedback
-    # The hint goes between the tool response and the generation prompt of the hinted turn.
-    between = trajectory.completion_ids[second.hint_at : second.start]
-    assert tokenizer.decode(between) == "<|im_start|>assistant\n"
-    assert trajectory.hinted_turns == [second]
+    assert second.feedback == "2 tests fail"  # the test summary after submit is feedback on the last turn
+    assert trajectory.hinted_turns == [first, second]
+    # Each turn's hint goes right before that turn's own generation prompt; the first turn's is in the prompt.
+    ids = trajectory.prompt_ids + trajectory.completion_ids
+    offset = len(trajectory.prompt_ids)
+    for turn in (first, second):
+        assert tokenizer.decode(ids[offset + turn.prompt_at : offset + turn.start]) == "<|im_start|>assistant\n"
+    assert first.prompt_at < 0 < second.prompt_at
+
+
+async def test_distilled_tokens_are_those_of_the_attempt_the_hint_is_about(scripted_env_url, tokenizer, episode_tokens):
+    from trainer_client.rollout.rows import hinted_turns
+
+    trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, ["<tool_call>{not json}</tool_call>"])
+
+    hinted = hinted_turns(trajectory, episode_tokens)
+    assert len(hinted) == len(trajectory.turns) == 2
+    for turn, record in zip(hinted, trajectory.turns):
+        assert (turn.start, turn.end) == (record.start, record.end)
+        assert record.feedback in tokenizer.decode(turn.hint_ids)
 
 
 async def test_a_reply_without_any_tool_call_is_sent_not_dropped(scripted_env_url, tokenizer, episode_tokens):
@@ -74,7 +89,7 @@ async def test_a_reply_without_any_tool_call_is_sent_not_dropped(scripted_env_ur
 
     assert trajectory.turns[0].calls == 1
     assert "no <tool_call>" in trajectory.turns[0].parse_errors[0]
-    assert trajectory.turns[1].hint is not None
+    assert trajectory.turns[0].feedback is not None
 
 
 async def test_multiple_calls_in_one_turn_are_sent_in_order(scripted_env_url, tokenizer, episode_tokens):

@@ -183,26 +183,25 @@ def test_sdpo_gradient_touches_only_the_hinted_turn_tokens(tmp_path, tokenizer, 
     assert torch.equal(touched, expected)
 
 
-def test_teacher_context_is_the_template_rendering_with_the_hint_inserted(tokenizer, trajectories, episode_tokens):
+def test_teacher_context_is_the_template_rendering_with_the_turns_own_feedback_before_it(
+    tokenizer, trajectories, episode_tokens
+):
     from proto import CodingObservation, tool_specs
     from trainer_client.channels.hinted_self import teacher_context
     from trainer_client.rollout.chat_format import hint_message, initial_messages, tool_response_message
     from trainer_client.rollout.rows import hinted_turns
 
-    trajectory = trajectories[3]  # malformed call, then submit
-    turn = hinted_turns(trajectory, episode_tokens)[0]
-    feedback = trajectory.turns[0].feedback
-    messages = initial_messages("Implement clamp in calc/ops.py.", tool_specs()) + [
-        {"role": "assistant", "content": MALFORMED},
-        tool_response_message([CodingObservation(output="")]),
-        hint_message(feedback),
-    ]
-    rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-    turn_ids = trajectory.completion_ids[turn.start : turn.end]
+    trajectory = trajectories[3]  # malformed call, then submit: both turns draw feedback
+    first, last = hinted_turns(trajectory, episode_tokens)
+    start = initial_messages("Implement clamp in calc/ops.py.", tool_specs())
+    before_last = [{"role": "assistant", "content": MALFORMED}, tool_response_message([CodingObservation(output="")])]
 
-    assert (
-        teacher_context(trajectory.prompt_ids, trajectory.completion_ids, turn, turn.end) == list(rendered) + turn_ids
-    )
+    for turn, history, record in [(first, [], trajectory.turns[0]), (last, before_last, trajectory.turns[1])]:
+        messages = start + history + [hint_message(record.feedback)]
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        turn_ids = trajectory.completion_ids[record.start : record.end]
+        got = teacher_context(trajectory.prompt_ids, trajectory.completion_ids, turn, turn.end)
+        assert got == list(rendered) + turn_ids
 
 
 def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):

@@ -1,9 +1,10 @@
 """SDPO's teacher: the policy itself shown the env's hint, without gradient.
 
 It can be the live weights, an exponential moving average of them, or the initial weights. The
-teacher context of a hinted turn is the student's exact token prefix, then the hint message, then
-the generation prompt and the same turn tokens. With live weights, the student's forward already
-holds the keys and values of that prefix, so the teacher runs only the hint and the turn.
+teacher context of a hinted turn is the student's exact token prefix, then the hint message (the
+env's feedback on that same turn), then the generation prompt and the turn's tokens. With live
+weights, the student's forward already holds the keys and values of that prefix, so the teacher
+runs only the hint and the turn.
 """
 
 from __future__ import annotations
@@ -30,9 +31,9 @@ class TeacherWeights(str, Enum):
 
 @dataclass(frozen=True)
 class HintedTurn:
-    """A turn that followed env feedback; offsets index the row's completion ids."""
+    """A turn the env gave feedback on; offsets index the row's completion ids."""
 
-    hint_at: int  # where the hint message goes (after the tool response, before the generation prompt)
+    hint_at: int  # where the hint goes: before the turn's generation prompt (negative: inside the prompt)
     start: int
     end: int
     hint_ids: tuple[int, ...]
@@ -59,11 +60,15 @@ def teacher_row(
     """The teacher's input for one hinted turn of a batch row, distilling that turn's tokens up to `end`."""
     if not turn.hint_ids:
         raise ValueError("a hinted turn needs the hint message's token ids; the chat template rendered none")
+    cut = len(prompt) + turn.hint_at
+    if not 0 < cut <= len(prompt) + turn.start:
+        raise ValueError(f"hint position {turn.hint_at} is outside the context of the turn starting at {turn.start}")
+    ids = prompt + completion[:end]
     return TeacherRow(
         row=row,
         context_columns=prompt_width + turn.hint_at,
-        context=prompt + completion[: turn.hint_at],
-        continuation=list(turn.hint_ids) + completion[turn.hint_at : end],
+        context=ids[:cut],
+        continuation=list(turn.hint_ids) + ids[cut:],
         count=end - turn.start,
     )
 

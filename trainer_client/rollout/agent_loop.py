@@ -2,7 +2,7 @@
 
 Each turn the policy generates from the whole token context; every tool call it wrote (a malformed
 one too) is sent to the env; the responses are appended as env tokens. The recording keeps the
-policy's tokens and logprobs, an env mask (1 policy, 0 env), each turn's span and the env's feedback.
+policy's tokens and logprobs, an env mask (1 policy, 0 env), each turn's span and the env's feedback on it.
 """
 
 import logging
@@ -59,9 +59,8 @@ class TurnRecord:
     text: str
     calls: int
     parse_errors: list[str]
-    feedback: str | None  # what the env said about this turn's calls
-    hint: str | None = None  # the feedback that preceded this turn (SDPO's hint)
-    hint_at: int | None = None  # where the hint message goes: after the tool response, before the generation prompt
+    feedback: str | None  # what the env said about this turn's calls: SDPO's hint for this same turn
+    prompt_at: int  # where this turn's generation prompt starts, the hint's place (negative: in the first prompt)
 
 
 @dataclass
@@ -87,7 +86,7 @@ class Trajectory:
 
     @property
     def hinted_turns(self) -> list[TurnRecord]:
-        return [turn for turn in self.turns if turn.hint is not None and turn.end > turn.start]
+        return [turn for turn in self.turns if turn.feedback is not None and turn.end > turn.start]
 
 
 async def play_episode(
@@ -104,8 +103,7 @@ async def play_episode(
         trajectory = Trajectory(
             prompt_ids=tokens.prompt_ids(messages), policy_version=sampler.version, reset_options=dict(reset_options)
         )
-        hint: str | None = None
-        hint_at: int | None = None
+        prompt_at = -len(tokens.first_generation_prompt(messages))
         for turn_index in range(limits.max_turns):
             room = limits.max_completion_tokens - len(trajectory.completion_ids)
             if room < limits.min_turn_tokens:
@@ -126,8 +124,7 @@ async def play_episode(
                     calls=len(observations),
                     parse_errors=[parsed.error for parsed, _ in sent if parsed.error],
                     feedback=turn_feedback(observations),
-                    hint=hint,
-                    hint_at=hint_at,
+                    prompt_at=prompt_at,
                 )
             )
             if episode.done:
@@ -143,9 +140,8 @@ async def play_episode(
                 trajectory.stop_reason = "token_budget"
                 break
             trajectory.append(closing + segment.response_ids, None, from_policy=False)
-            hint_at = len(trajectory.completion_ids)
+            prompt_at = len(trajectory.completion_ids)
             trajectory.append(segment.generation_prompt_ids, None, from_policy=False)
-            hint = turn_feedback(observations)
         logger.debug(
             "episode %s: %d turns, stop=%s, reward=%.3f",
             reset_options,

@@ -31,7 +31,7 @@ SYSTEM_OUTRO = (
     "\n\nTo call a tool, write its name and arguments as JSON inside <tool_call></tool_call> tags, for example:\n"
     '<tool_call>\n{"name": "read_file", "arguments": {"path": "README.md"}}\n</tool_call>'
 )
-HINT_PREFIX = "Feedback on your last action: "
+HINT_PREFIX = "Feedback on the action you take next: "  # the teacher re-reads the attempt the feedback is about
 
 
 @dataclass(frozen=True)
@@ -88,7 +88,7 @@ def tool_response_message(observations: list[CodingObservation]) -> dict[str, st
 
 
 def hint_message(feedback: str) -> dict[str, str]:
-    """The message SDPO's teacher sees before a turn that followed env feedback."""
+    """The message SDPO's teacher sees before a turn: the env's feedback on that same turn."""
     return {"role": "user", "content": HINT_PREFIX + feedback}
 
 

@@ -51,6 +51,11 @@ class EpisodeTokenizer:
         """The first context: the messages and the generation prompt."""
         return self._ids(messages, generation_prompt=True)
 
+    def first_generation_prompt(self, messages: list[dict[str, str]]) -> list[int]:
+        """The generation prompt that ends the first context (a hint about the first turn goes before it)."""
+        with_prompt = self._ids(messages, generation_prompt=True)
+        return self._suffix(with_prompt, self._ids(messages, generation_prompt=False), "the generation prompt")
+
     def env_segment(self, response: dict[str, str]) -> EnvSegment:
         """Tokens after a closed assistant turn: the tool response message, then the generation prompt."""
         with_response = self._ids([*_DUMMY, response], generation_prompt=False)

@@ -23,11 +23,13 @@ def episode_slots(count: int) -> Any:
 
 
 def hinted_turns(trajectory: Trajectory, tokens: EpisodeTokenizer) -> list[HintedTurn]:
-    """The turns SDPO distills: those that followed env feedback, with the hint message's token ids."""
+    """The turns SDPO distills: those the env gave feedback on, each with the token ids of that feedback's hint."""
     return [
-        HintedTurn(hint_at=turn.hint_at, start=turn.start, end=turn.end, hint_ids=tuple(tokens.hint_ids(turn.hint)))
+        HintedTurn(
+            hint_at=turn.prompt_at, start=turn.start, end=turn.end, hint_ids=tuple(tokens.hint_ids(turn.feedback))
+        )
         for turn in trajectory.hinted_turns
-        if turn.hint is not None and turn.hint_at is not None  # what makes a turn hinted
+        if turn.feedback is not None  # what makes a turn hinted
     ]
 
 
