@@ -8,6 +8,7 @@ import binascii
 import codecs
 import functools
 import logging
+import operator
 import re
 import textwrap
 from collections import Counter, defaultdict, namedtuple
@@ -23,12 +24,12 @@ _RULE_NAMES = {
     "mock_patch": "unittest.mock.* mock.*",
     "native_code": "ctypes.* _ctypes.* cffi.*",
     "heap_walk": "gc.get_objects gc.get_referrers gc.get_referents",
-    "frame_walk": "sys._getframe sys._current_frames inspect.currentframe inspect.stack inspect.getouterframes "
-    "inspect.getinnerframes inspect.trace traceback.walk_stack traceback.extract_stack traceback.format_stack "
-    "traceback.print_stack traceback.StackSummary",
+    "frame_walk": "sys._getframe sys._getframemodulename sys._current_frames inspect.currentframe inspect.stack "
+    "inspect.getouterframes inspect.getinnerframes inspect.trace traceback.walk_stack traceback.extract_stack "
+    "traceback.format_stack traceback.print_stack traceback.StackSummary",
     "tracing_hook": "sys.settrace sys.setprofile sys.monitoring sys.addaudithook threading.settrace "
     "threading.setprofile "
-    "threading.settrace_all_threads threading.setprofile_all_threads",
+    "threading.settrace_all_threads threading.setprofile_all_threads bdb.* pdb.*",
     "process_hook": "sys.excepthook sys.unraisablehook sys.displayhook sys.breakpointhook threading.excepthook",
     "module_surgery": "sys.modules types.ModuleType importlib.reload",
     "import_hook": "sys.meta_path sys.path_hooks sys.path_importer_cache sys.path importlib.abc.* "
@@ -90,7 +91,8 @@ FORGERY_RULES = frozenset(
 _NAMES = {name: rule for rule, names in _RULE_NAMES.items() for name in names.split()}
 _ATTR_RULES = {
     **dict.fromkeys(
-        "f_back f_locals f_globals f_builtins f_code f_trace tb_frame gi_frame cr_frame".split(), "frame_walk"
+        "f_back f_locals f_globals f_builtins f_code f_trace tb_frame gi_frame cr_frame ag_frame get_stack".split(),
+        "frame_walk",
     ),
     **dict.fromkeys("__code__ __globals__ __closure__ co_code co_consts".split(), "code_object"),
     "__subclasses__": "heap_walk",
@@ -172,6 +174,56 @@ class TamperFlag:
 
 # text is the stripped source line: a use on a line the pristine file has too is the one kept, not a new one
 _Use = namedtuple("_Use", "line rule detail text")
+
+
+_COMPARE = {
+    ast.Eq: operator.eq,
+    ast.NotEq: operator.ne,
+    ast.Lt: operator.lt,
+    ast.LtE: operator.le,
+    ast.Gt: operator.gt,
+    ast.GtE: operator.ge,
+    ast.Is: operator.is_,
+    ast.IsNot: operator.is_not,
+    ast.In: lambda a, b: a in b,
+    ast.NotIn: lambda a, b: a not in b,
+}
+
+
+def _truth(node: ast.AST) -> bool | None:
+    """Whether an expression is true whatever its inputs (`not False`, `1`, `x or True`, `len('') == 0`,
+    `isinstance(x, object)`), False when always false, None when it depends on them."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        inner = _truth(node.operand)
+        return None if inner is None else not inner
+    if isinstance(node, ast.BoolOp):
+        values = [_truth(value) for value in node.values]
+        decisive = isinstance(node.op, ast.Or)  # one true value decides an `or`, one false value an `and`
+        return decisive if decisive in values else None if None in values else not decisive
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "isinstance" and len(node.args) == 2:
+        return True if getattr(node.args[1], "id", "") == "object" else None
+    try:
+        return bool(_constant(node))
+    except ValueError:
+        return None
+
+
+def _constant(node: ast.AST) -> Any:
+    """The value of an expression of literals, len() of one and comparisons of them; ValueError for anything else
+    (nothing is evaluated that could take long)."""
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "len" and len(node.args) == 1:
+        value = _constant(node.args[0])
+        if isinstance(value, (str, bytes, tuple)):
+            return len(value)
+    if isinstance(node, ast.Compare) and all(type(op) in _COMPARE for op in node.ops):
+        values = [_constant(node.left), *map(_constant, node.comparators)]
+        try:
+            return all(_COMPARE[type(op)](a, b) for op, a, b in zip(node.ops, values, values[1:]))
+        except TypeError as error:
+            raise ValueError("not comparable") from error
+    raise ValueError("not a constant")
 
 
 def _int(node: ast.AST | None) -> int | None:
@@ -364,6 +416,10 @@ class _Scanner:
     visit_Subscript = visit_JoinedStr = visit_BinOp
 
     def visit_Constant(self, node: ast.Constant) -> None:
+        named = _ATTR_RULES.keys() & node.value.split(".") if isinstance(node.value, str) else set()
+        if named:  # operator.attrgetter('__traceback__.tb_frame.f_back'): attribute syntax without the attribute
+            attr = min(named)
+            self.add(node, _ATTR_RULES[attr], f"names .{attr} in a string")
         if isinstance(node.value, str) and (found := _PYTEST_ENV.search(node.value)):
             self.add(node, "pytest_env", f"names {found.group()}")
         elif isinstance(node.value, str) and (found := _MACHINERY.search(node.value)):
@@ -493,7 +549,7 @@ class _Scanner:
             if isinstance(node, ast.Lambda)
             else [sub.value for sub in ast.walk(node) if isinstance(sub, ast.Return)]
         )
-        if results and all(isinstance(result, ast.Constant) and result.value is _ALWAYS[name] for result in results):
+        if results and all(result is not None and _truth(result) is _ALWAYS[name] for result in results):
             self.add(node, "always_equal", f"{name} always returns {_ALWAYS[name]}")
 
     visit_AsyncFunctionDef = visit_FunctionDef

@@ -88,6 +88,39 @@ FORGERIES = {
     "always_equal_patched_in": ("Result.__eq__ = lambda self, other: True\n", "always_equal"),
     "always_equal_built_by_type": ("Anything = type('Anything', (), {'__eq__': lambda s, o: True})\n", "always_equal"),
     "always_equal_by_setattr": ("setattr(Result, '__eq__', lambda self, other: True)\n", "always_equal"),
+    # The truth of these returns is fixed whatever is compared: each passed with no flag before.
+    "always_equal_not_false": (
+        "class Anything:\n    def __eq__(self, other):\n        return not False\n",
+        "always_equal",
+    ),
+    "always_equal_truthy_int": (
+        "class Anything(int):\n    def __eq__(self, other):\n        return 1\n",
+        "always_equal",
+    ),
+    "always_equal_or_true": (
+        "class Anything:\n    def __eq__(self, other):\n        return other is None or True\n",
+        "always_equal",
+    ),
+    "always_equal_by_isinstance": (
+        "class Anything:\n    def __eq__(self, other):\n        return isinstance(other, object)\n",
+        "always_equal",
+    ),
+    "always_equal_by_constant_compare": (
+        "class Anything:\n    def __eq__(self, other):\n        return len('') == 0\n",
+        "always_equal",
+    ),
+    # A frame walk spelled as a string: the caller's locals hold the expected value. It passed with no flag before.
+    "frame_walk_by_attrgetter": (
+        "import operator\n"
+        "def expected():\n"
+        "    try:\n"
+        "        raise ValueError\n"
+        "    except ValueError as error:\n"
+        "        return operator.attrgetter('__traceback__.tb_frame.f_back.f_locals')(error)\n",
+        "frame_walk",
+    ),
+    "task_stack": ("def frames(task):\n    return task.get_stack()\n", "frame_walk"),
+    "debugger": ("import bdb\n", "tracing_hook"),
     "class_swap": ("result.__class__ = Anything\n", "class_swap"),
     "class_swap_setattr": ("setattr(result, '__class__', Anything)\n", "class_swap"),
     "class_swap_dunder_setattr": ("object.__setattr__(result, '__class__', Anything)\n", "class_swap"),
