@@ -23,8 +23,12 @@ class ServerMetrics:
         self.reward = Histogram(
             "regrow_reward", "Rewards of graded episodes.", buckets=REWARD_BUCKETS, registry=self.registry
         )
+        # Two pools may share an image (two checkouts with the same dependencies): each is its own series.
         self.warm_pool_ready = Gauge(
-            "regrow_warm_pool_ready", "Started sandboxes waiting in the warm pool.", ["image"], registry=self.registry
+            "regrow_warm_pool_ready",
+            "Started sandboxes waiting in the warm pool.",
+            ["image", "pool"],
+            registry=self.registry,
         )
         self.sandbox_failures = Counter(
             "regrow_sandbox_failures_total", "Sandbox operations that failed.", ["operation"], registry=self.registry

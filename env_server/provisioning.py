@@ -54,7 +54,7 @@ class SandboxSupply:
                 name=key,
             )
             self.pools[key] = pool
-            self.metrics.warm_pool_ready.labels(tasks[0].record.image).set_function(_readiness(pool))
+            self.metrics.warm_pool_ready.labels(tasks[0].record.image, key).set_function(_readiness(pool))
 
     def wait_warm(self, timeout: float = 120.0) -> bool:
         return all(pool.wait_ready(timeout) for pool in self.pools.values())

@@ -95,7 +95,8 @@ def test_metrics_report_episodes_latency_rewards_pool_and_failures(server, playe
     assert 'regrow_episodes_total{status="submitted"}' in text
     assert 'regrow_step_seconds_bucket{le="0.5",tool="run"}' in text
     assert "regrow_reward_count" in text and 'regrow_reward_bucket{le="1.0"}' in text
-    assert 'regrow_warm_pool_ready{image="regrow/demo-repo:' in text
+    ready = [line for line in text.splitlines() if line.startswith('regrow_warm_pool_ready{image="regrow/demo-repo:')]
+    assert len(ready) == 1 and ',pool="' in ready[0]  # a series per pool key, not per image
     assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
 
 
