@@ -28,7 +28,7 @@ def _cli_type(annotation: Any) -> Any:
     return annotation
 
 
-def _option(name: str, field: Any) -> inspect.Parameter:
+def _option(name: str, field: Any, env_prefix: str = "REGROW_TRAIN_") -> inspect.Parameter:
     extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
     flag = str(extra.get("flag", "--" + name.replace("_", "-")))
     cli_type = _cli_type(field.annotation)
@@ -40,7 +40,7 @@ def _option(name: str, field: Any) -> inspect.Parameter:
         for part in (
             field.description or "",
             f"One of: {', '.join(choices)}." if choices else "",
-            f"[{default}; env REGROW_TRAIN_{name.upper()}]",
+            f"[{default}; env {env_prefix}{name.upper()}]",
         )
         if part
     )
@@ -51,6 +51,15 @@ def _option(name: str, field: Any) -> inspect.Parameter:
         default=typer.Option(None, declaration, help=help_text, show_default=False),
         annotation=cli_type | None if typing.get_origin(cli_type) is not list else cli_type,
     )
+
+
+def _given_flags(ctx: typer.Context, options: dict[str, Any]) -> dict[str, Any]:
+    """The options given on the command line; the rest fall through to the settings' variables and defaults."""
+    return {
+        name: value
+        for name, value in options.items()
+        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"  # by name: typer may bundle click
+    }
 
 
 def train(ctx: typer.Context, **options: Any) -> None:
@@ -71,12 +80,7 @@ def train(ctx: typer.Context, **options: Any) -> None:
     from trainer_client.env.client import EnvError
     from trainer_client.train.run import run_training
 
-    # Only flags given on the command line override REGROW_TRAIN_* variables; the rest fall through to TrainSettings.
-    given = {
-        name: value
-        for name, value in options.items()
-        if getattr(ctx.get_parameter_source(name), "name", None) == "COMMANDLINE"  # by name: typer may bundle click
-    }
+    given = _given_flags(ctx, options)
     try:
         settings = TrainSettings(**given)
         summary = run_training(settings)
@@ -98,8 +102,55 @@ train.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
 )
 
 
+def ladder(ctx: typer.Context, **options: Any) -> None:
+    """Does each channel help? Train A1 Dr.GRPO, A2 +SDPO, A3 +replay DPO and A4 all three from the same start.
+
+    The arms share the initial weights, the task order and the seed; each is then evaluated on k samples of
+    --eval-tasks held-out tasks of --eval-split. The table (pass@1, mean reward, wall time, tokens, teacher spend)
+    goes to OUT/ladder.md and OUT/ladder.json, each arm's run to OUT/a1 .. OUT/a4. A3 and A4 need --pairs
+    (from `regrow replay`); without it they are listed as not run. The training options are `regrow train`'s;
+    --alpha-sdpo and --beta-dpo set the weight of the arms that have the channel (default 1.0 and 0.1).
+    """
+    from pydantic import ValidationError
+    from rich.markdown import Markdown
+
+    from trainer_client.env.client import EnvError
+    from trainer_client.train.ladder import LadderSettings, run_ladder
+
+    given = _given_flags(ctx, options)
+    try:
+        rung = LadderSettings(**{name: value for name, value in given.items() if name in LadderSettings.model_fields})
+        settings = TrainSettings(
+            **{name: value for name, value in given.items() if name in TrainSettings.model_fields},
+            output_dir=rung.out,
+        )
+        with console.status("training and evaluating the arms (see the log for progress)..."):
+            table = run_ladder(
+                settings, rung, on_arm=lambda arm: console.print(f"{arm.name}: {'done' if arm.ran else arm.reason}")
+            )
+    except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    Console().print(Markdown(table.markdown()))
+    console.print(f"table in {rung.out / 'ladder.md'} and {rung.out / 'ladder.json'}")
+
+
+def _ladder_signature() -> inspect.Signature:
+    from trainer_client.train.ladder import LadderSettings
+
+    return inspect.Signature(
+        [inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)]
+        + [_option(name, field, "REGROW_LADDER_") for name, field in LadderSettings.model_fields.items()]
+        + [_option(name, field) for name, field in TrainSettings.model_fields.items() if name != "output_dir"]
+    )
+
+
+ladder.__signature__ = _ladder_signature()  # type: ignore[attr-defined]
+
+
 def register(app: typer.Typer) -> None:
     from trainer_client.replay import cli as replay_cli
 
     app.command("train")(train)
+    app.command("ladder")(ladder)
     replay_cli.register(app)

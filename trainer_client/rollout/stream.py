@@ -30,6 +30,7 @@ class StreamStats:
     groups_queued: int = 0
     groups_dropped_stale: int = 0
     episode_retries: int = 0
+    policy_tokens: int = 0  # tokens the policy generated in all played episodes
 
 
 @dataclass
@@ -170,6 +171,7 @@ class RolloutStream:
             trajectory = await self._play_with_retries(env, group.options)
             group.episodes.append(trajectory)
             self.stats.episodes += 1
+            self.stats.policy_tokens += sum(trajectory.env_mask)
             if len(group.episodes) == group.size:
                 self.stats.groups_queued += 1
                 self._ready.put(group)

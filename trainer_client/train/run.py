@@ -23,6 +23,7 @@ class TrainSummary:
     episodes: int
     groups_dropped_stale: int
     episode_retries: int
+    policy_tokens: int
     final_model: Path
     log_history: list[dict[str, float]]
 
@@ -149,6 +150,7 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         episodes=stream.stats.episodes,
         groups_dropped_stale=stream.stats.groups_dropped_stale,
         episode_retries=stream.stats.episode_retries,
+        policy_tokens=stream.stats.policy_tokens,
         final_model=final,
         log_history=[entry for entry in trainer.state.log_history if "loss" in entry],
     )

@@ -1,0 +1,133 @@
+"""The channel ladder: A1-A4 trained from one start against a live `regrow serve`, evaluated on a held-out split."""
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+torch = pytest.importorskip("torch")
+
+from regrow.cli import app as regrow_app  # noqa: E402
+from tests.live_process import free_port, served_subprocess  # noqa: E402
+from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
+from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
+from trainer_client.train.ladder import ARMS, LadderSettings, run_arm  # noqa: E402
+from trainer_client.train.settings import TrainSettings  # noqa: E402
+
+pytestmark = pytest.mark.train
+
+HELD_OUT_ID = DEMO_TASK_ID + "-held-out"
+
+
+def with_held_out_copy(store: Path) -> Path:
+    """Add the demo task a second time, under another id, in the `test` split the ladder evaluates on."""
+    record = json.loads((store / "tasks.jsonl").read_text().splitlines()[0])
+    record.update(instance_id=HELD_OUT_ID, split="test")
+    with (store / "tasks.jsonl").open("a") as records:
+        records.write(json.dumps(record) + "\n")
+    shutil.copytree(store / "hidden" / DEMO_TASK_ID, store / "hidden" / HELD_OUT_ID)
+    return store
+
+
+def tiny_pairs(policy_dir: Path, out: Path) -> Path:
+    """Two replay pairs on the demo task, scored by the tiny policy as `regrow replay` scores them."""
+    from proto import ToolCall, tool_specs
+    from tests.task_fixture import demo_record
+    from trainer_client.channels.preference_pairs import ChatMessage, PreferencePair, write_pairs
+    from trainer_client.replay.policy_scorer import PolicyScorer
+    from trainer_client.rollout.chat_format import format_tool_call, initial_messages
+
+    scorer = PolicyScorer(policy_dir)
+    messages = initial_messages(demo_record("unused").problem_statement, tool_specs())
+    chosen = ToolCall(tool="read_file", args={"path": "calc/ops.py"})
+    pairs = []
+    for index, rejected in enumerate([ToolCall(tool="submit"), ToolCall(tool="list_dir")]):
+        scores = [scorer.score(messages, format_tool_call(call)) for call in (chosen, rejected)]
+        pairs.append(
+            PreferencePair(
+                trace_id=f"tiny-{index}",
+                task_id=DEMO_TASK_ID,
+                step_index=0,
+                context=[ChatMessage(**message) for message in messages],
+                chosen=chosen,
+                rejected=rejected,
+                chosen_text=format_tool_call(chosen),
+                rejected_text=format_tool_call(rejected),
+                reference_chosen_logp=scores[0].logp,
+                reference_rejected_logp=scores[1].logp,
+                chosen_tokens=scores[0].tokens,
+                rejected_tokens=scores[1].tokens,
+                reference_policy=scorer.name,
+                reference_weights=scorer.weights,
+                reference_dtype=scorer.dtype,
+                teachers=["scripted"],
+                agreement=1.0,
+            )
+        )
+    write_pairs(out, pairs)
+    return out
+
+
+def test_an_arm_without_its_pairs_is_listed_as_not_run_and_says_why(tmp_path):
+    train = TrainSettings(env="http://127.0.0.1:9", model="unused")
+    for arm in ARMS[2:]:
+        result = run_arm(arm, train, LadderSettings(out=tmp_path))
+        assert not result.ran and "--pairs" in (result.reason or "") and result.pass_at_1 is None
+        assert result.beta_dpo > 0
+
+
+@pytest.mark.docker
+def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures(
+    docker_backend, base_image, tmp_path_factory
+):
+    from trainer_client.channels.reference_policy import weights_sha256
+    from trainer_client.train.policy_loading import load_policy
+
+    store = with_held_out_copy(build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks")))
+    policy = save_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))
+    pairs = tiny_pairs(policy, tmp_path_factory.mktemp("pairs") / "pairs.jsonl")
+    out = tmp_path_factory.mktemp("ladder")
+    serve = [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--host", "127.0.0.1"]
+    serve += ["--grpc-port", str(free_port()), "--max-episodes", "4"]
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with served_subprocess(serve, log, {**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"}, 120, 60) as url:
+        # one step each, one held-out task x 2 samples: the smallest ladder that still has every figure
+        result = CliRunner().invoke(
+            regrow_app,
+            [
+                "ladder", "--env", url, "--steps", "1", "--out", str(out), "--model", str(policy),
+                "--task-id", DEMO_TASK_ID, "--group-size", "2", "--groups-per-step", "1", "--workers", "2",
+                "--max-turns", "2", "--max-turn-tokens", "24", "--max-completion-tokens", "512", "--lr", "1e-3",
+                "--pairs", str(pairs), "--dpo-pairs-per-step", "2", "--eval-split", "test", "--eval-tasks", "1",
+                "--k", "2", "--device", "cpu", "--logger", "none", "--save-steps", "100",
+            ],
+        )  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+    table = json.loads((out / "ladder.json").read_text())
+    arms = table["arms"]
+    assert [arm["name"] for arm in arms] == [arm.name for arm in ARMS]
+    assert table["start_weights_sha256"] == weights_sha256(load_policy(str(policy))[0])
+    markdown = (out / "ladder.md").read_text()
+    assert all(f"| {arm['name']} |" in markdown for arm in arms)
+    for arm in arms:
+        assert arm["ran"] and arm["steps"] == 1 and arm["eval_episodes"] == 2
+        assert 0 <= arm["pass_at_1"] <= arm["mean_reward"] + 1e-9 <= 1 + 1e-9 or arm["pass_at_1"] == 0
+        assert arm["train_s"] > 0 and arm["eval_s"] > 0 and arm["tokens_generated"] > 0
+    # each arm trained with its own channels: the losses it logged are those of its channels and no others
+    assert [sorted(arm["final_losses"]) for arm in arms] == [
+        ["rlvr/loss"],
+        ["rlvr/loss", "sdpo/loss"],
+        ["dpo/loss", "rlvr/loss"],
+        ["dpo/loss", "rlvr/loss", "sdpo/loss"],
+    ]
+    assert [arm["alpha_sdpo"] > 0 for arm in arms] == [False, True, False, True]
+    assert [arm["beta_dpo"] > 0 for arm in arms] == [False, False, True, True]
+    assert arms[0]["sdpo_teacher_tokens"] == 0 and arms[1]["sdpo_teacher_tokens"] > 0
+    # and each was evaluated from its own final weights, in its own folder
+    finals = {weights_sha256(load_policy(str(Path(arm["run_dir"]) / "final"))[0]) for arm in arms}
+    assert len({arm["run_dir"] for arm in arms}) == 4 and len(finals) == 4

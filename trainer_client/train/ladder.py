@@ -1,0 +1,244 @@
+"""The channel ladder: does each channel help? Four arms trained from one start, then scored on held-out tasks.
+
+A1 is Dr.GRPO alone, A2 adds SDPO, A3 adds trace-replay DPO, A4 has all three. Every arm loads the same initial
+weights, plays the same task order with the same seed, and is evaluated on the same held-out draws: k samples of
+each of `eval_tasks` tasks of `eval_split`. The table gives each arm's pass@1, mean reward and cost.
+"""
+
+import json
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from trainer_client.train.run import TrainSummary
+from trainer_client.train.settings import TrainSettings
+
+logger = logging.getLogger(__name__)
+
+# The channel weights of the arms that have a channel, when the run does not set them.
+DEFAULT_ALPHA_SDPO = 1.0
+DEFAULT_BETA_DPO = 0.1
+
+
+class LadderSettings(BaseSettings):
+    """What `regrow ladder` adds to the training settings: where the table goes and how arms are evaluated."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_LADDER_")
+
+    out: Path = Field(description="Directory of the table (ladder.md, ladder.json) and of each arm's run.")
+    eval_split: str = Field(default="test", description="Held-out task split the arms are evaluated on.")
+    eval_tasks: int = Field(default=8, ge=1, description="Held-out tasks drawn (seeds 0..N-1 of the split).")
+    k: int = Field(default=4, ge=1, description="Episodes per held-out task: pass@1 and mean reward over k samples.")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One rung: which extra channels it trains with."""
+
+    name: str
+    sdpo: bool
+    dpo: bool
+
+    @property
+    def folder(self) -> str:
+        return self.name.split()[0].lower()
+
+
+ARMS = (
+    Arm("A1 Dr.GRPO", sdpo=False, dpo=False),
+    Arm("A2 +SDPO", sdpo=True, dpo=False),
+    Arm("A3 +DPO", sdpo=False, dpo=True),
+    Arm("A4 all three", sdpo=True, dpo=True),
+)
+
+
+class ArmResult(BaseModel):
+    """One arm's figures, all from its own training run and its own evaluation."""
+
+    name: str
+    ran: bool
+    reason: str | None = Field(default=None, description="Why the arm did not run.")
+    alpha_sdpo: float
+    beta_dpo: float
+    pass_at_1: float | None = None
+    mean_reward: float | None = None
+    train_s: float | None = None
+    eval_s: float | None = None
+    tokens_generated: int | None = Field(default=None, description="Policy tokens generated while training.")
+    eval_episodes: int | None = None
+    teacher_usd: float | None = Field(default=None, description="Replay teachers' spend on the pairs used.")
+    sdpo_teacher_tokens: float | None = Field(default=None, description="Turn tokens the SDPO self-teacher scored.")
+    steps: int | None = None
+    episodes: int | None = None
+    final_losses: dict[str, float] = Field(default_factory=dict, description="Last step's loss of each channel.")
+    run_dir: str | None = None
+
+
+class LadderTable(BaseModel):
+    """The ladder's result: the shared setup, then one entry per arm."""
+
+    model: str
+    env: str
+    steps: int
+    seed: int
+    eval_split: str
+    eval_tasks: int
+    k: int
+    start_weights_sha256: str
+    arms: list[ArmResult]
+
+    def markdown(self) -> str:
+        """The table as Markdown, one row per arm."""
+        head = (
+            f"Ladder: {self.steps} steps of `{self.model}` from weights {self.start_weights_sha256[:12]}, seed "
+            f"{self.seed}; evaluated on {self.eval_tasks} `{self.eval_split}` tasks x {self.k} samples.\n\n"
+            "| arm | pass@1 | mean reward | train s | eval s | tokens generated | teacher $ | SDPO teacher tokens "
+            "| final losses |\n|---|---|---|---|---|---|---|---|---|\n"
+        )
+        rows = []
+        for arm in self.arms:
+            if not arm.ran:
+                rows.append(f"| {arm.name} | not run: {arm.reason} |  |  |  |  |  |  |  |")
+                continue
+            losses = ", ".join(f"{name} {value:.4g}" for name, value in arm.final_losses.items())
+            rows.append(
+                f"| {arm.name} | {arm.pass_at_1:.3f} | {arm.mean_reward:.3f} | {arm.train_s:.0f} | {arm.eval_s:.0f} "
+                f"| {arm.tokens_generated} | {_money(arm.teacher_usd)} | {arm.sdpo_teacher_tokens:.0f} | {losses} |"
+            )
+        return head + "\n".join(rows) + "\n"
+
+
+def _money(usd: float | None) -> str:
+    return "n/a" if usd is None else f"{usd:.4f}"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    pass_at_1: float
+    mean_reward: float
+    episodes: int
+
+
+def arm_settings(train: TrainSettings, arm: Arm, out: Path) -> TrainSettings:
+    """The arm's training settings: the run's own, with only the channel weights and the output folder changed."""
+    alpha = (train.alpha_sdpo or DEFAULT_ALPHA_SDPO) if arm.sdpo else 0.0
+    beta = (train.beta_dpo or DEFAULT_BETA_DPO) if arm.dpo else 0.0
+    # a fresh run in a folder of its own: no arm resumes from a checkpoint, its own or another's
+    return train.model_copy(
+        update={"alpha_sdpo": alpha, "beta_dpo": beta, "output_dir": out / arm.folder, "resume": False}
+    )
+
+
+def replay_spend(pairs: Path) -> float | None:
+    """What `regrow replay` spent on the teachers to make `pairs`, from the report it wrote beside them."""
+    report = pairs.with_suffix(".report.json")
+    return float(json.loads(report.read_text())["cost_usd"]) if report.is_file() else None
+
+
+def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> Evaluation:
+    """Play k samples of each held-out draw with the trained policy; pass@1 counts episodes that pass every test."""
+    import torch
+
+    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.chat_tokens import EpisodeTokenizer
+    from trainer_client.rollout.hf_sampler import HFTurnSampler
+    from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.train.policy_loading import load_policy
+    from trainer_client.train.run import resolve_device
+
+    torch.manual_seed(train.seed)  # the same sampling seed for every arm
+    model, tokenizer = load_policy(str(model_dir), resolve_device(train.device))
+    model.eval()
+    tokens = EpisodeTokenizer(tokenizer)
+    sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, train.temperature, max_batch=train.workers)
+    limits = EpisodeLimits(train.max_turns, train.max_turn_tokens, train.max_completion_tokens)
+    draws = ({"seed": n, "split": ladder.eval_split} for n in range(ladder.eval_tasks))
+    stream = RolloutStream(
+        train.env, sampler, tokens, limits, draws, workers=train.workers, group_size=ladder.k, max_staleness=0
+    )
+    with stream:
+        groups = stream.next_groups(ladder.eval_tasks, policy_version=0, timeout=train.episode_timeout_s)
+    rewards = [episode.reward for group in groups for episode in group]
+    # equal k per task, so the mean of c/k over tasks is the share of passing episodes
+    passed = sum(1 for reward in rewards if reward >= 1.0 - 1e-9)
+    return Evaluation(pass_at_1=passed / len(rewards), mean_reward=sum(rewards) / len(rewards), episodes=len(rewards))
+
+
+def start_weights(train: TrainSettings) -> str:
+    """sha256 of the initial weights every arm starts from; the pairs are checked against them before any arm runs."""
+    from trainer_client.channels.preference_pairs import read_pairs
+    from trainer_client.channels.reference_policy import check_reference_policy, weights_sha256
+    from trainer_client.train.policy_loading import load_policy
+
+    model, _ = load_policy(train.model, "cpu")
+    if train.pairs is not None:
+        check_reference_policy(read_pairs(train.pairs), model, train.model, str(train.pairs))
+    return weights_sha256(model)
+
+
+def _final_losses(summary: TrainSummary) -> dict[str, float]:
+    last = summary.log_history[-1] if summary.log_history else {}
+    return {name: float(last[name]) for name in ("rlvr/loss", "sdpo/loss", "dpo/loss") if name in last}
+
+
+def run_arm(arm: Arm, train: TrainSettings, ladder: LadderSettings) -> ArmResult:
+    """Train one arm from the start weights, then evaluate it; every figure comes from this run."""
+    from trainer_client.train.run import run_training
+
+    settings = arm_settings(train, arm, ladder.out)
+    figures = ArmResult(name=arm.name, ran=False, alpha_sdpo=settings.alpha_sdpo, beta_dpo=settings.beta_dpo)
+    if arm.dpo and train.pairs is None:
+        figures.reason = "needs --pairs pairs.jsonl (made by `regrow replay` from recorded traces and teachers)"
+        return figures
+    started = time.monotonic()
+    summary = run_training(settings)
+    trained = time.monotonic()
+    evaluation = evaluate(summary.final_model, train, ladder)
+    figures.ran = True
+    figures.pass_at_1, figures.mean_reward = evaluation.pass_at_1, evaluation.mean_reward
+    figures.train_s, figures.eval_s = trained - started, time.monotonic() - trained
+    figures.tokens_generated, figures.eval_episodes = summary.policy_tokens, evaluation.episodes
+    figures.teacher_usd = replay_spend(train.pairs) if arm.dpo and train.pairs is not None else 0.0
+    figures.sdpo_teacher_tokens = summary.distilled_tokens
+    figures.steps, figures.episodes = summary.steps, summary.episodes
+    figures.final_losses = {k: v for k, v in _final_losses(summary).items() if math.isfinite(v)}
+    figures.run_dir = str(settings.output_dir)
+    return figures
+
+
+def run_ladder(
+    train: TrainSettings, ladder: LadderSettings, on_arm: Callable[[ArmResult], None] | None = None
+) -> LadderTable:
+    """Run A1-A4 in order and write the table to ladder.out as ladder.md and ladder.json."""
+    ladder.out.mkdir(parents=True, exist_ok=True)
+    table = LadderTable(
+        model=train.model,
+        env=train.env,
+        steps=train.steps,
+        seed=train.seed,
+        eval_split=ladder.eval_split,
+        eval_tasks=ladder.eval_tasks,
+        k=ladder.k,
+        start_weights_sha256=start_weights(train),
+        arms=[],
+    )
+    for arm in ARMS:
+        logger.info("ladder: %s", arm.name)
+        result = run_arm(arm, train, ladder)
+        table.arms.append(result)
+        write_table(table, ladder.out)  # a crash in a later arm keeps the earlier ones
+        if on_arm is not None:
+            on_arm(result)
+    return table
+
+
+def write_table(table: LadderTable, out: Path) -> None:
+    """ladder.json (the figures) and ladder.md (the same as a Markdown table) in `out`."""
+    (out / "ladder.json").write_text(table.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    (out / "ladder.md").write_text(table.markdown(), encoding="utf-8")
