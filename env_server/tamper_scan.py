@@ -55,6 +55,10 @@ _RULE_NAMES = {
     "code_object": "types.CodeType types.FunctionType",
     "network": "socket.* urllib.request.* http.client.* requests.* httpx.* ftplib.* smtplib.*",
     "test_skip": "unittest.SkipTest unittest.case.SkipTest unittest.skip unittest.skipIf unittest.skipUnless",
+    # Each runs code it is given as text or from a file (a .txt, a zip, a docstring) that the scan never reads.
+    "dynamic_code": "runpy.* zipimport.* code.* codeop.* py_compile.* compileall.* trace.* profile.* cProfile.* "
+    "timeit.* doctest.* _xxsubinterpreters.* _interpreters.* interpreters.*",
+    "dynamic_import": "pydoc.locate pydoc.importfile",
 }
 # Honest code has little use for these (and where the original used one, so may the solution); the other rules
 # (files, processes, threads, network, sys.exit, strings that name test files) fit honest code, so they are reported

@@ -1,5 +1,6 @@
 """The tamper scan flags submitted code that reaches into the test machinery, and leaves honest code alone."""
 
+import ast
 import textwrap
 import time
 
@@ -121,6 +122,18 @@ FORGERIES = {
     ),
     "task_stack": ("def frames(task):\n    return task.get_stack()\n", "frame_walk"),
     "debugger": ("import bdb\n", "tracing_hook"),
+    # Runners of code the scan never reads (a .txt, a zip, a docstring): each passed with no flag before.
+    "runpy_of_a_text_file": ("import runpy\nscope = runpy.run_path('calc/reader.txt')\n", "dynamic_code"),
+    "zip_import": ("import zipimport\nzipimport.zipimporter('calc/extra.zip').load_module('reader')\n", "dynamic_code"),
+    "interpreter_of_text": ("import code\ncode.InteractiveInterpreter().runsource(TEXT)\n", "dynamic_code"),
+    "timeit_of_text": ("import timeit\ntimeit.timeit(stmt=TEXT, number=1)\n", "dynamic_code"),
+    "profile_of_text": ("import cProfile\ncProfile.run(TEXT)\n", "dynamic_code"),
+    "docstring_run_as_code": ('"""\n>>> import gc\n"""\nimport doctest\ndoctest.testmod()\n', "dynamic_code"),
+    "pyc_compiled_from_text": (
+        "import py_compile\npy_compile.compile('calc/reader.txt', cfile='calc/__pycache__/ops.cpython-311.pyc')\n",
+        "dynamic_code",
+    ),
+    "module_by_computed_name": ("import pydoc\nheap = pydoc.locate(NAME)\n", "dynamic_import"),
     "class_swap": ("result.__class__ = Anything\n", "class_swap"),
     "class_swap_setattr": ("setattr(result, '__class__', Anything)\n", "class_swap"),
     "class_swap_dunder_setattr": ("object.__setattr__(result, '__class__', Anything)\n", "class_swap"),
@@ -503,8 +516,12 @@ def test_a_large_file_scans_in_time_linear_in_its_size():
     honest = "".join(textwrap.dedent(source) for source in HONEST.values()).encode()
     big = honest * (250_000 // len(honest) + 1)
     started = time.perf_counter()
+    ast.parse(big)
+    parsing = time.perf_counter() - started
+    started = time.perf_counter()
     assert scan_change_set({PATH: (None, big)}) == []
-    assert time.perf_counter() - started < 2.5  # 0.6 s on a loaded 2-core machine, of which parsing is half
+    # Against parsing the same text, not a clock target: a loaded machine slows both (the scan is about 2 parses).
+    assert time.perf_counter() - started < 10 * parsing
 
 
 def test_only_constructs_that_serve_forgery_alone_would_cost_the_reward():
