@@ -107,7 +107,7 @@ def test_alpha_zero_step_equals_stock_grpo_trainer(tmp_path, tokenizer, trajecto
     stock.train()
     ours = build(
         RegrowGRPOTrainer,
-        config(tmp_path / "ours", RegrowGRPOConfig, alpha_sdpo=0.0, optim="sgd"),
+        config(tmp_path / "ours", RegrowGRPOConfig, alpha_sdpo=0.0, importance_correction=False, optim="sgd"),
         copy.deepcopy(base),
         tokenizer,
         trajectories,

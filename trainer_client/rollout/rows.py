@@ -43,6 +43,7 @@ def trajectory_rows(trajectories: list[Trajectory], tokens: EpisodeTokenizer) ->
         "env_reward": [t.reward for t in trajectories],
         "sdpo_turns": [hinted_turns(t, tokens) for t in trajectories],
         "stop_reason": [t.stop_reason for t in trajectories],
+        "policy_version": [t.policy_version for t in trajectories],
     }
 
 

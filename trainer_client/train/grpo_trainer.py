@@ -3,8 +3,11 @@
   L = L_rlvr + alpha_sdpo * L_sdpo + beta_dpo * L_dpo
 
 L_rlvr is GRPOTrainer's own loss (Dr.GRPO by default); each extra channel runs only when its weight
-is non-zero, so with both weights at zero the step is exactly GRPOTrainer's. Each term is logged
-by name: `rlvr/loss`, `sdpo/loss`, `sdpo/distilled_tokens`, `dpo/loss`, `dpo/rewards/margins`, ...
+is non-zero, so with both weights at zero the step is exactly GRPOTrainer's. All three are on
+Dr.GRPO's scale, a sum over tokens (SDPO) or pairs (DPO) divided by B * L_max, so that alpha and beta
+weigh a token against an RLVR token whatever the batch holds. Without vLLM, the sampler's own logprobs
+are PPO's old logprobs (`importance_correction`). Each term is logged by name, with its gradient norm:
+`rlvr/loss`, `rlvr/grad_norm`, `sdpo/loss`, `sdpo/grad_norm`, `sdpo/distilled_tokens`, `dpo/loss`, ...
 """
 
 import logging
@@ -20,8 +23,9 @@ from trainer_client.channels.dpo_loss import sigmoid_dpo_loss
 from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row
 from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair, encode_pair
 from trainer_client.channels.sdpo_loss import sdpo_token_loss
+from trainer_client.train.channel_gradients import ChannelGradients
 from trainer_client.train.policy_forward import head_logits, pair_logps
-from trainer_client.train.prefix_cache import Prefix, RecordedForward, recorded_forward
+from trainer_client.train.prefix_cache import Prefix, recorded_forward
 from trainer_client.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)
@@ -43,6 +47,13 @@ class _DrGRPOConfig(GRPOConfig):
         },
     )
     sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})
+    delta: float | None = field(
+        default=3.0,
+        metadata={
+            "help": "Cap of the PPO ratio (TRL's two-sided clipping). With the sampler's logprobs as old ones, "
+            "a stale token whose ratio passes it gets no gradient, as TRL's vLLM path caps its IS ratio at 3."
+        },
+    )
 
 
 def _declared_in_settings(name: str) -> Any:
@@ -59,6 +70,7 @@ class RegrowGRPOConfig(_DrGRPOConfig):
     its default and help from there, and a unit test checks that its type is the declared one.
     """
 
+    importance_correction: bool = _declared_in_settings("importance_correction")
     alpha_sdpo: float = _declared_in_settings("alpha_sdpo")
     sdpo_teacher: Literal["live", "ema", "initial"] = _declared_in_settings("sdpo_teacher")
     sdpo_jsd_alpha: float = _declared_in_settings("sdpo_jsd_alpha")
@@ -99,27 +111,54 @@ class RegrowGRPOTrainer(GRPOTrainer):
             raise ValueError("beta_dpo > 0 needs preference pairs: pass --pairs pairs.jsonl")
         self.pair_batches = pair_batches if args.beta_dpo else None
         self._encoded_pairs: dict[tuple[str, int, str], EncodedPair] = {}
+        self._gradients = ChannelGradients()
         super().__init__(model=model, args=args, **kwargs)
         self.add_callback(_TeacherFollowsPolicy(self))
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
         # rollout_func's extra fields were merged into `inputs`; carry the hinted turns to the loss
         output["sdpo_turns"] = [row.get("sdpo_turns") or [] for row in inputs]
+        versions = [row.get("policy_version") for row in inputs]
+        if all(version is not None for version in versions):
+            staleness = [float(self.state.global_step - version) for version in versions]
+            self._metrics[mode]["rollout/staleness_mean"].append(sum(staleness) / len(staleness))
+            self._metrics[mode]["rollout/staleness_max"].append(max(staleness))
+        sampled = output.get("sampling_per_token_logps")
+        if sampled is None:
+            return output
+        # vLLM sends None (NaN here) for a logprob it could not compute; such a token has no importance weight
+        policy_tokens = output["completion_mask"] * output.get("tool_mask", 1)
+        unscored = ~torch.isfinite(sampled) & policy_tokens.bool()
+        self._metrics[mode]["sampling/nan_tokens_dropped"].append(float(unscored.sum()))
+        output["sampling_per_token_logps"] = sampled.masked_fill(~torch.isfinite(sampled), 0.0)
+        output["sampling_unscored"] = unscored
+        if self.args.importance_correction and not self.use_vllm:
+            # the policy that sampled each token is PPO's old policy: TRL then clips pi_theta / pi_sampler
+            output["old_per_token_logps"] = output["sampling_per_token_logps"]
+            output["tool_mask"] = policy_tokens * ~unscored
         return output
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        loss = super().training_step(model, inputs, num_items_in_batch)
+        for channel, norm in self._gradients.norms().items():  # the hooks ran during this step's backward
+            self._metrics["train"][f"{channel}/grad_norm"].append(norm)
+        return loss
 
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
         accumulation = self.current_gradient_accumulation_steps if mode == "train" else 1.0
         sdpo_on = bool(self.args.alpha_sdpo) and any(inputs.get("sdpo_turns") or [])
-        recorded = RecordedForward()
-        if sdpo_on or self.pair_batches is not None:
-            # the extra channels reuse this forward's hidden states and keys and values
-            keep_prefix = self.pair_batches is not None or self.sdpo_teacher.weights is TeacherWeights.live
-            with recorded_forward(self.accelerator.unwrap_model(model), keep_prefix) as recorded:
-                loss = super()._compute_loss(model, inputs)
-        else:
+        # the extra channels reuse this forward's hidden states and keys and values; RLVR's gradient is read there
+        keep_prefix = self.pair_batches is not None or (
+            sdpo_on and self.sdpo_teacher is not None and self.sdpo_teacher.weights is TeacherWeights.live
+        )
+        policy = self.accelerator.unwrap_model(model)
+        with recorded_forward(policy, keep_prefix) as recorded:
             loss = super()._compute_loss(model, inputs)
+        if recorded.hidden:
+            self._gradients.watch_batch(recorded.hidden[-1])
         self._metrics[mode]["rlvr/loss"].append(loss.item() * accumulation)
         # the extra channels call the unwrapped backbone, so they need the autocast that wraps the forward they continue
         with self.accelerator.autocast():
@@ -128,19 +167,30 @@ class RegrowGRPOTrainer(GRPOTrainer):
                 if sdpo is not None:
                     loss = loss + self.args.alpha_sdpo * sdpo / accumulation
             if self.pair_batches is not None:
-                loss = loss + self.args.beta_dpo * self._dpo_loss(model, mode, recorded.prefix) / accumulation
+                with self._gradients.head_inputs(policy, "dpo"):
+                    dpo, pairs = self._dpo_loss(model, mode, recorded.prefix)
+                # DPO's loss is a mean over its pairs; a sum over pairs / (B * L_max) puts it on Dr.GRPO's scale
+                scale = pairs / self._dr_grpo_denominator(inputs)
+                loss = loss + self.args.beta_dpo * dpo * scale / accumulation
         return loss
+
+    def _dr_grpo_denominator(self, inputs) -> int:
+        """B * L_max, what Dr.GRPO divides its token sum by: rows in this batch times the longest completion allowed."""
+        return inputs["completion_ids"].size(0) * self.max_completion_length
 
     def _sdpo_loss(
         self, model, inputs, hidden: torch.Tensor | None, mode: str, student_prefix: Prefix | None = None
     ) -> torch.Tensor | None:
-        """Mean SDPO loss over this batch's distilled tokens, or None when no turn is hinted.
+        """SDPO loss of this batch, summed over its distilled tokens / (B * L_max); None when no turn is hinted.
 
         `hidden` holds the student forward's last hidden states; it is None when no row has a hinted turn.
         """
         policy = self.accelerator.unwrap_model(model)
         prompt_width = inputs["prompt_ids"].size(1)
-        student_rows, teacher_rows, tokens, rollout_logps = [], [], [], []
+        width = prompt_width + inputs["completion_ids"].size(1)
+        unscored = inputs.get("sampling_unscored")
+        student_rows: list[int] = []
+        teacher_rows, tokens, rollout_logps, scored = [], [], [], []
         for row, turns in enumerate(inputs["sdpo_turns"]):
             if not turns:
                 continue
@@ -153,17 +203,27 @@ class RegrowGRPOTrainer(GRPOTrainer):
                 if end <= turn.start:
                     continue
                 # hidden state at t predicts token t+1
-                student_rows.append(hidden[row, prompt_width + turn.start - 1 : prompt_width + end - 1])
+                first = row * width + prompt_width + turn.start - 1
+                student_rows += range(first, first + end - turn.start)
                 teacher_rows.append(teacher_row(row, prompt_width, prompt, completion, turn, end))
                 tokens.append(inputs["completion_ids"][row, turn.start : end])
                 rollout_logps.append(inputs["sampling_per_token_logps"][row, turn.start : end])
-        self._metrics[mode]["sdpo/distilled_tokens"].append(float(sum(row.count for row in teacher_rows)))
+                # a token whose sampling logprob is unknown has no importance weight: it is left out
+                scored.append(
+                    torch.ones(end - turn.start, dtype=torch.bool, device=hidden.device)
+                    if unscored is None
+                    else ~unscored[row, turn.start : end]
+                )
         self._metrics[mode]["sdpo/hinted_turns"].append(float(len(teacher_rows)))
         if not teacher_rows:
+            self._metrics[mode]["sdpo/distilled_tokens"].append(0.0)
             self._metrics[mode]["sdpo/loss"].append(0.0)
             return None
-        assert self.sdpo_teacher is not None  # made whenever alpha_sdpo > 0, the only case that calls this
-        student_logits = head_logits(policy, torch.cat(student_rows), self.temperature)
+        keep = torch.cat(scored)
+        self._metrics[mode]["sdpo/distilled_tokens"].append(float(keep.sum()))
+        assert self.sdpo_teacher is not None and hidden is not None  # set whenever a turn is hinted and alpha > 0
+        index = torch.tensor(student_rows, dtype=torch.long, device=hidden.device)
+        student_logits = head_logits(policy, self._gradients.sdpo_rows(hidden, index), self.temperature)
         teacher_logits = self.sdpo_teacher.logits(
             policy, teacher_rows, self._pad_token_id, self.temperature, student_prefix
         )
@@ -176,13 +236,17 @@ class RegrowGRPOTrainer(GRPOTrainer):
             top_k=self.args.sdpo_top_k,
             importance_clip=self.args.sdpo_importance_clip,
         )
-        loss = result.per_token.mean()
+        per_token = torch.where(keep, result.per_token, 0.0)
+        loss = per_token.sum() / self._dr_grpo_denominator(inputs)
         self._metrics[mode]["sdpo/loss"].append(loss.item())
-        self._metrics[mode]["sdpo/importance_ratio_mean"].append(result.importance_ratio.mean().item())
+        if keep.any():
+            self._metrics[mode]["sdpo/divergence_mean"].append(result.per_token[keep].mean().item())
+            self._metrics[mode]["sdpo/importance_ratio_mean"].append(result.importance_ratio[keep].mean().item())
         return loss
 
-    def _dpo_loss(self, model, mode: str, batch_prefix: Prefix | None = None) -> torch.Tensor:
-        """The sigmoid DPO loss on the next batch of replay pairs, logged under TRL's DPO names."""
+    def _dpo_loss(self, model, mode: str, batch_prefix: Prefix | None = None) -> tuple[torch.Tensor, int]:
+        """The sigmoid DPO loss (a mean) on the next batch of replay pairs, logged under TRL's DPO names, and how many
+        pairs it averages."""
         assert self.pair_batches is not None  # set whenever beta_dpo > 0, the only case that calls this
         pairs = [self._encoded(pair) for pair in next(self.pair_batches)]
         chosen, rejected = pair_logps(
@@ -203,7 +267,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
         for name, value in dpo.metrics().items():
             self._metrics[mode][f"dpo/{name}"].append(value)
         self._metrics[mode]["dpo/pairs"].append(float(len(pairs)))
-        return dpo.loss
+        return dpo.loss, len(pairs)
 
     def _encoded(self, pair: PreferencePair) -> EncodedPair:
         key = (pair.trace_id, pair.step_index, pair.chosen_text)

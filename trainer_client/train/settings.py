@@ -35,6 +35,11 @@ class TrainSettings(BaseSettings):
         default=1e-6, gt=0, description="Optimizer learning rate.", json_schema_extra={"flag": "--lr"}
     )
     loss_type: str = Field(default="dr_grpo", description="TRL loss: dr_grpo, grpo, dapo, bnpo, cispo, sapo, ...")
+    importance_correction: bool = Field(
+        default=True,
+        description="Without vLLM, the sampler's own logprobs are PPO's old logprobs: the ratio and its clipping see "
+        "how far the policy moved since a turn was sampled. False: TRL's on-policy default (ratio 1).",
+    )
     alpha_sdpo: float = Field(default=0.0, ge=0, description="Weight of the SDPO channel.")
     sdpo_teacher: Literal["live", "ema", "initial"] = Field(default="live", description="SDPO teacher weights.")
     sdpo_jsd_alpha: float = Field(default=0.5, ge=0, le=1, description="0 forward KL, 1 reverse KL, between: JSD.")
