@@ -26,9 +26,13 @@ PROBLEM = "The function clamp in calc/ops.py raises NotImplementedError. Impleme
 
 
 def synthetic_trajectories(
-    tokens: EpisodeTokenizer, rows: int, turns: int, hinted_share: float, seed: int = 0
+    tokens: EpisodeTokenizer, rows: int, turns: int, hinted_share: float, seed: int = 0, policy: Any = None
 ) -> list[Trajectory]:
-    """Rows of random policy turns and env responses; a `hinted_share` of the turns draw env feedback (SDPO's hint)."""
+    """Rows of random policy turns and env responses; a `hinted_share` of the turns draw env feedback (SDPO's hint).
+
+    With `policy`, each turn token's logprob is that model's own, as if it had sampled the turns: importance ratios
+    are then about 1, as in a fresh rollout (a fixed logprob far from the model's would scale every SDPO token).
+    """
     rng = random.Random(seed)
     vocab = [i for i in range(len(tokens.tokenizer)) if i not in tokens.stop_ids and i != tokens.tokenizer.pad_token_id]
     messages = initial_messages(PROBLEM, tool_specs())
@@ -49,7 +53,21 @@ def synthetic_trajectories(
                 prompt_at = len(trajectory.completion_ids)
                 trajectory.append(tokens.env_segment(hint_message("x")).generation_prompt_ids, None, from_policy=False)
         out.append(trajectory)
+    if policy is not None:
+        for trajectory in out:
+            trajectory.logprobs = _policy_logprobs(policy, trajectory)
     return out
+
+
+def _policy_logprobs(policy: Any, trajectory: Trajectory) -> list[float]:
+    """The policy's logprob (temperature 1) of each of its own tokens in the trajectory, 0 for env tokens."""
+    import torch
+
+    ids = torch.tensor([trajectory.prompt_ids + trajectory.completion_ids])
+    with torch.no_grad():
+        logits = policy(input_ids=ids).logits[0, len(trajectory.prompt_ids) - 1 : -1].float()
+    picked = torch.log_softmax(logits, -1).gather(-1, ids[0, len(trajectory.prompt_ids) :].unsqueeze(-1)).squeeze(-1)
+    return [value if from_policy else 0.0 for value, from_policy in zip(picked.tolist(), trajectory.env_mask)]
 
 
 def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, seed: int = 0) -> list:
@@ -193,7 +211,7 @@ def run_train_bench(
     torch.manual_seed(0)
     model, tokenizer = _bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
-    trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share)
+    trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share, policy=model)
     pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
     from trainer_client.rollout.rows import EPISODE_SLOT
 
@@ -236,7 +254,10 @@ def run_train_bench(
         "distilled_tokens_per_batch": metrics.get("sdpo/distilled_tokens"),
         "dpo_pairs_used_per_batch": metrics.get("dpo/pairs"),
         "sdpo_loss": metrics.get("sdpo/loss"),
+        "sdpo_divergence_per_token": metrics.get("sdpo/divergence_mean"),
+        "sdpo_importance_ratio_mean": metrics.get("sdpo/importance_ratio_mean"),
         "dpo_loss": metrics.get("dpo/loss"),
+        "grad_norms": {channel: metrics.get(f"{channel}/grad_norm") for channel in ("rlvr", "sdpo", "dpo")},
         "peak_rss_gib": round(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2
         ),  # both trainers, all steps

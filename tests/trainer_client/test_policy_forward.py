@@ -1,5 +1,7 @@
 """The extra channels' forwards: continuing the batch's recorded keys and values equals running everything anew."""
 
+import dataclasses
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -8,7 +10,7 @@ pytest.importorskip("transformers")
 from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
 from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
 from trainer_client.channels.hinted_self import HintedTurn, SDPOTeacher, TeacherWeights, teacher_row  # noqa: E402
-from trainer_client.train.policy_forward import left_padded, pair_logps  # noqa: E402
+from trainer_client.train.policy_forward import head_logits, left_padded, pair_logps  # noqa: E402
 from trainer_client.train.prefix_cache import recorded_forward  # noqa: E402
 
 pytestmark = pytest.mark.train
@@ -134,7 +136,9 @@ def test_pair_logps_without_context_grad_equal_completions_scored_after_a_no_gra
     assert got[1]["model.embed_tokens.weight"][sorted(context_only)].abs().sum() == 0
 
 
-def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forward(model, tokenizer):
+@pytest.fixture()
+def hinted_batch(model, tokenizer):
+    """A left-padded student batch of two rows with one hinted turn each, its recorded forward and teacher rows."""
     encode = tokenizer.encode
     prompts = [
         encode(SYSTEM + "<|im_start|>user\nfix clamp<|im_end|>\n<|im_start|>assistant\n"),
@@ -159,18 +163,47 @@ def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forwa
         t.flip(1) for t in left_padded([c[::-1] for c in completions], tokenizer.pad_token_id, torch.device("cpu"))
     )
     rows = [teacher_row(row, prompt_ids.size(1), prompts[row], completions[row], turn, turn.end) for row, turn in turns]
-    teacher = SDPOTeacher(TeacherWeights.live, model)
-
     with torch.no_grad(), recorded_forward(model, keep_prefix=True) as recorded:
         model(
             input_ids=torch.cat([prompt_ids, completion_ids], 1),
             attention_mask=torch.cat([prompt_mask, completion_mask], 1),
         )
+    return rows, turns, prompt_ids.size(1), recorded
+
+
+def test_live_teacher_continuing_the_student_forward_equals_a_full_teacher_forward(model, tokenizer, hinted_batch):
+    rows, turns, _, recorded = hinted_batch
+    teacher = SDPOTeacher(TeacherWeights.live, model)
+
     continued = teacher.logits(model, rows, tokenizer.pad_token_id, 0.7, student_prefix=recorded.prefix)
     full = teacher.logits(model, rows, tokenizer.pad_token_id, 0.7)
 
-    assert continued.shape == (2 * len(turn_two), model.config.vocab_size)
+    turn = turns[0][1]
+    assert continued.shape == (2 * (turn.end - turn.start), model.config.vocab_size)
     torch.testing.assert_close(continued, full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("weights", [TeacherWeights.live, TeacherWeights.initial])
+def test_the_teacher_reads_the_hint_its_logits_differ_from_the_students(model, tokenizer, hinted_batch, weights):
+    rows, turns, prompt_width, recorded = hinted_batch
+    teacher = SDPOTeacher(weights, model)
+    # the student's own logits at the distilled tokens, from the batch forward (no hint)
+    student = torch.cat(
+        [recorded.hidden[-1][row, prompt_width + turn.start - 1 : prompt_width + turn.end - 1] for row, turn in turns]
+    )
+    student = head_logits(model, student, 1.0)
+    # the same rows without the hint: the generation prompt and the turn, what follows the hint's place
+    unhinted = [
+        dataclasses.replace(row, continuation=row.continuation[-(turn.end - turn.hint_at) :])
+        for row, (_, turn) in zip(rows, turns)
+    ]
+
+    with torch.no_grad():
+        hinted_logits = teacher.logits(model, rows, tokenizer.pad_token_id, 1.0, student_prefix=recorded.prefix)
+        unhinted_logits = teacher.logits(model, unhinted, tokenizer.pad_token_id, 1.0, student_prefix=recorded.prefix)
+
+    torch.testing.assert_close(unhinted_logits, student, rtol=1e-4, atol=1e-4)  # the same context: the student
+    assert (hinted_logits - student).abs().amax(-1).min() > 1e-3  # the hint moves every distilled token's logits
 
 
 @pytest.mark.parametrize("context_grad", [True, False])
