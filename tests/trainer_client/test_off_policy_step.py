@@ -136,3 +136,22 @@ def test_each_channel_logs_its_gradient_norm_and_rlvrs_is_its_own(tmp_path, toke
     assert logged[1.0]["sdpo/grad_norm"] > 0 and "sdpo/grad_norm" not in logged[0.0]
     # SDPO's share is taken out of the gradient at the batch's states: what is left is RLVR's alone
     assert logged[1.0]["rlvr/grad_norm"] == pytest.approx(logged[0.0]["rlvr/grad_norm"], rel=1e-4)
+
+
+def test_dpo_enters_the_step_as_a_sum_over_pairs_on_dr_grpo_scale(tmp_path, tokenizer, trajectories, episode_tokens):
+    from regrow.benchmarks.training import synthetic_pairs
+    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    model = tiny_qwen2(tokenizer)
+    pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
+    args = config(tmp_path, RegrowGRPOConfig, beta_dpo=1.0)
+    trainer = build(
+        RegrowGRPOTrainer, args, model, tokenizer, trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2)
+    )
+    trainer.train()
+
+    logged = next(e for e in trainer.state.log_history if "dpo/loss" in e)
+    # dpo/loss stays DPO's own mean over pairs; the step adds it times pairs / (B * L_max)
+    assert logged["dpo/loss"] == pytest.approx(math.log(2), abs=1e-3)
+    assert logged["loss"] == pytest.approx(logged["rlvr/loss"] + logged["dpo/loss"] * 2 / (4 * 512), abs=1e-6)
