@@ -4,17 +4,20 @@ Both the env server and the trainer import these models; nothing else of regrow 
 """
 
 from proto.actions import TOOL_ARGS, ToolCall, tool_description, tool_specs
+from proto.health import ENVIRONMENT_FAILURES, ServerHealth
 from proto.observations import CodingObservation, EpisodeState, RewardDetails, TestOutcome
 from proto.tasks import DeletedUnit, TaskRecord, TaskStats
 from proto.traces import EpisodeTrace, StepTrace
 
 __all__ = [
+    "ENVIRONMENT_FAILURES",
     "TOOL_ARGS",
     "CodingObservation",
     "DeletedUnit",
     "EpisodeState",
     "EpisodeTrace",
     "RewardDetails",
+    "ServerHealth",
     "StepTrace",
     "TaskRecord",
     "TaskStats",
