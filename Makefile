@@ -73,9 +73,9 @@ test:
 	$(MAKE) lint
 	$(BIN)/pytest
 
-# The pure logic alone: no engine, no network, no GPU.
+# The pure logic alone: no engine, no network, no GPU, no real pretrained model.
 test-fast: setup lint
-	$(BIN)/pytest -m "not docker and not network and not gpu"
+	$(BIN)/pytest -m "not docker and not network and not gpu and not model"
 
 lint: setup-core
 	$(BIN)/ruff check .

@@ -8,6 +8,7 @@ pytest.importorskip("gguf")
 pytestmark = pytest.mark.train
 
 
+@pytest.mark.model
 def test_smollm2_loads_offline_and_answers_the_demo_prompt_with_a_tool_call():
     import torch
 
