@@ -4,7 +4,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from proto.observations import RewardMode
@@ -43,6 +43,9 @@ class ServerSettings(BaseSettings):
     port: int = 8000
     grpc_port: int = 50051
     trace_db: Path | None = Field(default=None, description="SQLite file; default TASKS_DIR/traces.sqlite")
+    trace_backlog_mib: int = Field(
+        default=64, ge=1, description="Memory for trace records a locked or full database refused, kept to retry"
+    )
     max_episodes: int = Field(default_factory=default_max_episodes, ge=1)
     idle_timeout_s: float = Field(default=600.0, gt=0)
     step_budget: int = Field(default=100, ge=1)
@@ -64,6 +67,12 @@ class ServerSettings(BaseSettings):
     )
     submission_cap_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Largest /workspace a grading reads")
     api_token: SecretStr | None = Field(default=None, description="Bearer token /episodes requires, when set")
+
+    @field_validator("api_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        """An empty REGROW_SERVER_API_TOKEN (a stack file's `${TOKEN:-}`) means no token, not one no client can send."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     def grade_limits(self) -> GradeLimits:
         return GradeLimits(
