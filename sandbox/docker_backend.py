@@ -29,7 +29,13 @@ KILL_GRACE_S = 2.0
 # Beyond timeout + kill grace, the host stops waiting and kills the command's processes itself.
 OUTER_GRACE_S = 5.0
 EXEC_MARKER = "REGROW_EXEC"
+EXIT_CODE_WAIT_S = 15.0
+EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
 SWEEP_ATTEMPTS = 5
+# How long an engine health check waits for the engine's answer.
+PING_TIMEOUT_S = 2.0
+# Spoken until an engine that was down at start answers; every engine since Docker 20.10 understands it.
+FALLBACK_API_VERSION = "1.41"
 _OOM_COUNT = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
 
 
@@ -133,17 +139,29 @@ class Sandbox:
         )
 
     def _exit_code(self, exec_id: str, deadline_hit: bool) -> int:
+        """The exit code of a finished exec; -1 when the engine still reports it running after EXIT_CODE_WAIT_S."""
         if deadline_hit:
             return 124
-        for _ in range(50):
+        # A loaded engine reports an exec whose stream has ended as running for seconds.
+        give_up, pause = time.monotonic() + EXIT_CODE_WAIT_S, 0.01
+        while True:
             try:
                 info = self.api.exec_inspect(exec_id)
             except docker.errors.APIError as error:
                 raise _gone_or_raise(error, self.id) from error
             if not info.get("Running") and info.get("ExitCode") is not None:
                 return int(info["ExitCode"])
-            time.sleep(0.01)
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(pause)
+            pause = min(2 * pause, EXIT_CODE_POLL_S)
         self.ensure_running()
+        log.warning(
+            "exec %s in %s still running %.0fs after its output ended; reporting exit code -1",
+            exec_id[:12],
+            self.id[:12],
+            EXIT_CODE_WAIT_S,
+        )
         return -1
 
     def _sweep(self, marker: str, user: str) -> None:
@@ -230,28 +248,62 @@ class Sandbox:
         self.backend.remove(self.id)
 
 
-class DockerBackend:
-    """Starts hardened sandboxes on one Docker engine and tracks the ones it owns."""
+def _client(base_url: str | None, timeout: float, version: str | None = None) -> docker.DockerClient:
+    """A client of the engine; version None asks the engine which API version to speak."""
+    if base_url:
+        return docker.DockerClient(base_url=base_url, timeout=timeout, version=version)
+    return docker.from_env(timeout=timeout, version=version)
 
-    def __init__(self, base_url: str | None = None, timeout: float = 60.0):
-        base_url = base_url or SandboxSettings().docker_host  # else DOCKER_HOST, else the default socket
-        try:
-            self.client = (
-                docker.DockerClient(base_url=base_url, timeout=timeout)
-                if base_url
-                else docker.from_env(timeout=timeout)
-            )
-            self.client.ping()
-        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
-            where = base_url or "the default socket (DOCKER_HOST or unix:///var/run/docker.sock)"
-            raise DockerUnavailable(
-                f"Docker engine not reachable at {where}: is the daemon running and is its socket readable? (`docker "
-                "info`)"
-            ) from error
-        self.api: docker.APIClient = self.client.api
+
+class DockerBackend:
+    """Starts hardened sandboxes on one Docker engine and tracks the ones it owns.
+
+    With `wait_for_engine`, an engine that does not answer yet is no error: the backend speaks a fixed API version
+    until `ping` first succeeds, then asks the engine for its own.
+    """
+
+    def __init__(self, base_url: str | None = None, timeout: float = 60.0, wait_for_engine: bool = False):
+        self.base_url = base_url or SandboxSettings().docker_host  # else DOCKER_HOST, else the default socket
+        self.where = self.base_url or "the default socket (DOCKER_HOST or unix:///var/run/docker.sock)"
+        self._timeout = timeout
+        self._pinger: docker.APIClient | None = None
         self.owner = current_owner()
         self._live: set[str] = set()
         self._lock = threading.Lock()
+        try:
+            self._connect()
+        except DockerUnavailable:
+            if not wait_for_engine:
+                raise
+            self.client = _client(self.base_url, timeout, version=FALLBACK_API_VERSION)
+            self.api = self.client.api
+            self._negotiated = False
+
+    def _connect(self) -> None:
+        try:
+            client = _client(self.base_url, self._timeout)
+            client.ping()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            raise DockerUnavailable(
+                f"Docker engine not reachable at {self.where}: is the daemon running and is its socket readable? "
+                "(`docker info`)"
+            ) from error
+        self.client = client
+        self.api: docker.APIClient = client.api
+        self._negotiated = True
+
+    def ping(self, timeout: float = PING_TIMEOUT_S) -> str | None:
+        """None when the engine answers within `timeout`, else what went wrong (the engine's own error)."""
+        try:
+            if self._pinger is None:
+                self._pinger = _client(self.base_url, timeout, version=FALLBACK_API_VERSION).api
+            self._pinger.ping()
+            if not self._negotiated:
+                self._connect()
+        except (docker.errors.DockerException, requests.exceptions.RequestException, DockerUnavailable) as error:
+            cause = error.__cause__ if isinstance(error, DockerUnavailable) and error.__cause__ else error
+            return f"no answer from {self.where} within {timeout:g}s: {cause}"[:500]
+        return None
 
     def create(
         self,
@@ -343,6 +395,10 @@ class DockerBackend:
             if "already in progress" not in str(error):
                 log.warning("could not remove sandbox %s: %s", container_id[:12], error)
                 return False
+        except requests.exceptions.RequestException as error:
+            # The engine is away; untracked now, the reaper removes the container once the engine answers.
+            log.warning("could not remove sandbox %s, the engine did not answer: %s", container_id[:12], error)
+            return False
         return True
 
     def live_ids(self) -> set[str]:
@@ -352,6 +408,10 @@ class DockerBackend:
     def managed_containers(self) -> list[dict]:
         """Every container on the engine that carries regrow's managed label."""
         return self.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"})
+
+    def containers_labelled(self, label: str, value: str) -> list[dict]:
+        """Every container, running or not, whose `label` is `value` (its Id, State and Labels)."""
+        return self.api.containers(all=True, filters={"label": f"{label}={value}"})
 
     def container_running(self, container_id: str) -> bool:
         try:

@@ -1,5 +1,6 @@
 """Read Docker's multiplexed exec stream with an output cap and a hard deadline."""
 
+import io
 import socket
 import struct
 import time
@@ -39,11 +40,18 @@ class StreamResult:
         return self.stdout_total > len(self.stdout) or self.stderr_total > len(self.stderr)
 
 
-def _raw_socket(sock: object) -> socket.socket:
-    """The socket.socket under whatever docker-py handed back (SocketIO for unix sockets)."""
+def _buffered_reader(sock: object) -> tuple[io.BufferedReader, socket.socket]:
+    """The reader docker-py's HTTP parser read the reply's headers through, and the socket under it.
+
+    That parser may have buffered the first output frames along with the headers (docker-py issue #3332), so the
+    stream is read through its buffer, never from the socket docker-py hands back.
+    """
+    response = getattr(sock, "_response", None)
+    reader = getattr(getattr(getattr(response, "raw", None), "_fp", None), "fp", None)
+    assert isinstance(reader, io.BufferedReader), f"docker-py handed back {type(sock).__name__} without its reply"
     raw = getattr(sock, "_sock", sock)
     assert isinstance(raw, socket.socket), f"docker-py handed back {type(raw).__name__}, not a socket"
-    return raw
+    return reader, raw
 
 
 def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:
@@ -52,7 +60,7 @@ def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:
     Bytes past the cap are counted and dropped, so a chatty command cannot exhaust memory;
     the command itself is bounded by its timeout.
     """
-    raw = _raw_socket(sock)
+    reader, raw = _buffered_reader(sock)
     out, err = _CappedBuffer(cap), _CappedBuffer(cap)
     pending = bytearray()
     deadline_hit = False
@@ -63,7 +71,7 @@ def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:
             break
         raw.settimeout(remaining)
         try:
-            chunk = raw.recv(65536)
+            chunk = reader.read1(65536)
         except TimeoutError:
             deadline_hit = True
             break
