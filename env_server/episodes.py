@@ -102,6 +102,7 @@ class EpisodeRuntime:
     ):
         self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
         self.metrics = metrics or ServerMetrics()
+        traces.report_to(self.metrics, backlog_bytes=settings.trace_backlog_mib * 1024 * 1024)
         self.server_id = uuid.uuid4().hex[:12]
         self.sandboxes = SandboxSupply(settings, store, backend, self.metrics, {SERVER_LABEL: self.server_id})
         self.pristine = PristineCache()

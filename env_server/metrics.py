@@ -41,5 +41,22 @@ class ServerMetrics:
             registry=self.registry,
         )
 
+        self.trace_write_failures = Counter(
+            "regrow_trace_write_failures_total",
+            "Times trace writes began to fail (locked or full database); their records then wait in the backlog.",
+            registry=self.registry,
+        )
+        self.trace_records_dropped = Counter(
+            "regrow_trace_records_dropped_total",
+            "Trace records never written: backlog full, rejected by the database, or still unwritten at shutdown.",
+            ["record"],
+            registry=self.registry,
+        )
+        self.trace_backlog_records = Gauge(
+            "regrow_trace_backlog_records",
+            "Trace records waiting in memory for the database to take writes again.",
+            registry=self.registry,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+from env_server.metrics import ServerMetrics
+from env_server.trace_backlog import MIB, RecordKind, SqlValue, TraceBacklog, TraceWrite
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
+
+OPEN_TIMEOUT_S = 5.0
+WRITE_BUSY_TIMEOUT_S = 0.1
+WRITE_ATTEMPTS = 3  # the write and two retries
+DEFAULT_BACKLOG_BYTES = 64 * MIB
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (
@@ -39,62 +47,84 @@ CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes(task_id, started_at);
 
 
 class TraceStore:
-    """One SQLite file; every write commits at once. Safe to share between threads."""
+    """One SQLite file; every write commits at once, or waits in a backlog while the database refuses it.
+
+    Safe to share between threads. Reads (`get_episode`, `list_episodes`) see the waiting records too.
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=OPEN_TIMEOUT_S)
         self._db.execute("PRAGMA journal_mode=WAL")
         # NORMAL keeps every committed transaction through a process kill; only a power loss can drop the last ones.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        # A step must not wait seconds on a lock: a write that stays refused goes to the backlog instead.
+        self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_BUSY_TIMEOUT_S * 1000)}")
         self._lock = threading.Lock()
+        self._backlog = TraceBacklog(self._commit, self._lock, str(self.path), DEFAULT_BACKLOG_BYTES, ServerMetrics())
+
+    def report_to(self, metrics: ServerMetrics, backlog_bytes: int) -> None:
+        """Count write failures, drops and the backlog in `metrics` (the server's), and bound the backlog."""
+        with self._lock:
+            self._backlog.limit_bytes = backlog_bytes
+            self._backlog.report_to(metrics)
 
     def close(self) -> None:
+        """Flush the backlog once more (what still fails is counted as dropped), then close the file."""
+        self._backlog.close()
         with self._lock:
             self._db.close()
 
     def start_episode(self, trace: EpisodeTrace) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
-                (
-                    trace.episode_id,
-                    trace.task_id,
-                    trace.problem_statement,
-                    json.dumps(trace.tools),
-                    trace.status,
-                    trace.started_at.isoformat(),
-                ),
-            )
+        started = trace.model_copy(update={"steps": []})
+        self._write(
+            "episode",
+            trace.episode_id,
+            "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
+            (
+                trace.episode_id,
+                trace.task_id,
+                trace.problem_statement,
+                json.dumps(trace.tools),
+                trace.status,
+                trace.started_at.isoformat(),
+            ),
+            lambda _: started.model_copy(update={"steps": []}),
+        )
 
     def add_step(self, episode_id: str, step: StepTrace) -> None:
-        with self._lock:
-            self._db.execute(
-                "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    episode_id,
-                    step.index,
-                    step.action.model_dump_json(),
-                    step.observation.model_dump_json(),
-                    step.started_at.isoformat(),
-                    step.duration_s,
-                ),
-            )
+        self._write(
+            "step",
+            episode_id,
+            "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                episode_id,
+                step.index,
+                step.action.model_dump_json(),
+                step.observation.model_dump_json(),
+                step.started_at.isoformat(),
+                step.duration_s,
+            ),
+            lambda trace: trace and trace.model_copy(update={"steps": [*trace.steps, step]}),
+        )
 
     def end_episode(self, episode_id: str, status: str, ended_at: datetime, details: RewardDetails | None) -> None:
-        with self._lock:
-            self._db.execute(
-                "UPDATE episodes SET status = ?, ended_at = ?, reward = ?, reward_details = ? WHERE episode_id = ?",
-                (
-                    status,
-                    ended_at.isoformat(),
-                    details.reward if details else None,
-                    details.model_dump_json() if details else None,
-                    episode_id,
-                ),
-            )
+        ended = {"status": status, "ended_at": ended_at, "reward": details.reward if details else None}
+        self._write(
+            "episode_end",
+            episode_id,
+            "UPDATE episodes SET status = ?, ended_at = ?, reward = ?, reward_details = ? WHERE episode_id = ?",
+            (
+                status,
+                ended_at.isoformat(),
+                details.reward if details else None,
+                details.model_dump_json() if details else None,
+                episode_id,
+            ),
+            lambda trace: trace and trace.model_copy(update={**ended, "reward_details": details}),
+        )
 
     def list_episodes(
         self,
@@ -106,28 +136,49 @@ class TraceStore:
         offset: int = 0,
     ) -> list[EpisodeTrace]:
         """Episodes (without their steps), newest first, filtered."""
-        clauses, params = [], []
-        for clause, value in (
+        filters = (
             ("task_id = ?", task_id),
             ("status = ?", status),
             ("reward >= ?", min_reward),
             ("started_at >= ?", since.isoformat() if since else None),
-        ):
-            if value is not None:
-                clauses.append(clause)
-                params.append(value)
+        )
+        clauses = [clause for clause, value in filters if value is not None]
+        params = [value for _, value in filters if value is not None]
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         with self._lock:
+            # Episodes with waiting records leave the query's page and are judged once those are applied.
+            touched: dict[str, list[TraceWrite]] = {}
+            for write in self._backlog.pending():
+                touched.setdefault(write.episode_id, []).append(write)
+            page = (limit, offset) if not touched else (offset + limit + len(touched), 0)
             rows = self._db.execute(
-                f"SELECT * FROM episodes {where} ORDER BY started_at DESC LIMIT ? OFFSET ?", (*params, limit, offset)
+                f"SELECT * FROM episodes {where} ORDER BY started_at DESC LIMIT ? OFFSET ?", (*params, *page)
             ).fetchall()
-        return [self._episode(row, []) for row in rows]
+            bases = {
+                episode_id: self._db.execute("SELECT * FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+                for episode_id in touched
+            }
+        episodes = [self._episode(row, []) for row in rows if row[0] not in touched]
+        if not touched:
+            return episodes
+        for episode_id, writes in touched.items():
+            trace = self._episode(bases[episode_id], []) if bases[episode_id] else None
+            for write in writes:
+                trace = write.apply(trace)
+            if trace and _matches(trace, task_id, status, min_reward, since):
+                episodes.append(trace.model_copy(update={"steps": []}))
+        episodes.sort(key=lambda trace: trace.started_at.isoformat(), reverse=True)
+        return episodes[offset : offset + limit]
 
     def get_episode(self, episode_id: str) -> EpisodeTrace | None:
         with self._lock:
             row = self._db.execute("SELECT * FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
             steps = self._db.execute("SELECT * FROM steps WHERE episode_id = ? ORDER BY idx", (episode_id,)).fetchall()
-        return self._episode(row, steps) if row else None
+            pending = self._backlog.pending(episode_id)
+        trace = self._episode(row, steps) if row else None
+        for write in pending:
+            trace = write.apply(trace)
+        return trace
 
     def iter_episodes(self) -> Iterator[EpisodeTrace]:
         """Every episode with its steps, oldest first (for export)."""
@@ -137,6 +188,43 @@ class TraceStore:
             trace = self.get_episode(episode_id)
             if trace:
                 yield trace
+
+    def _write(
+        self,
+        record: RecordKind,
+        episode_id: str,
+        sql: str,
+        params: tuple[SqlValue, ...],
+        apply: Callable[[EpisodeTrace | None], EpisodeTrace | None],
+    ) -> None:
+        with self._lock:
+            self._backlog.write(TraceWrite(record, episode_id, sql, params, apply), WRITE_ATTEMPTS)
+
+    def _commit(self, writes: list[TraceWrite], attempts: int) -> list[tuple[TraceWrite, sqlite3.Error]]:
+        """Commit `writes` in one transaction, trying `attempts` times; the writes the database rejected for good."""
+        for _ in range(attempts - 1):
+            with contextlib.suppress(sqlite3.OperationalError):
+                return self._commit_once(writes)
+        return self._commit_once(writes)
+
+    def _commit_once(self, writes: list[TraceWrite]) -> list[tuple[TraceWrite, sqlite3.Error]]:
+        rejected: list[tuple[TraceWrite, sqlite3.Error]] = []
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            for write in writes:
+                try:
+                    self._db.execute(write.sql, write.params)
+                except sqlite3.OperationalError:
+                    raise
+                except sqlite3.Error as error:  # a constraint: retrying cannot help
+                    rejected.append((write, error))
+            self._db.execute("COMMIT")
+        except sqlite3.Error:
+            if self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            raise
+        return rejected
 
     @staticmethod
     def _episode(row: tuple, steps: list[tuple]) -> EpisodeTrace:
@@ -162,3 +250,15 @@ class TraceStore:
                 for _, idx, action, observation, step_started, duration in steps
             ],
         )
+
+
+def _matches(
+    trace: EpisodeTrace, task_id: str | None, status: str | None, min_reward: float | None, since: datetime | None
+) -> bool:
+    """`list_episodes`' SQL filter, for an episode read from the backlog."""
+    return (
+        (task_id is None or trace.task_id == task_id)
+        and (status is None or trace.status == status)
+        and (min_reward is None or (trace.reward is not None and trace.reward >= min_reward))
+        and (since is None or trace.started_at.isoformat() >= since.isoformat())
+    )
