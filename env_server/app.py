@@ -18,6 +18,7 @@ from env_server.environment import PER_REQUEST, CodingEnvironment
 from env_server.episode_errors import EpisodeError
 from env_server.episodes import EpisodeRuntime
 from proto.actions import ToolCall
+from proto.health import ServerHealth
 from proto.observations import CodingObservation, EpisodeState
 from proto.traces import EpisodeTrace
 
@@ -82,6 +83,20 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
     @app.exception_handler(EpisodeError)
     async def episode_error(request: Request, error: EpisodeError) -> JSONResponse:
         return JSONResponse(status_code=error.http_status, content={"detail": str(error), "code": error.code})
+
+    # OpenEnv's /health always says healthy; ours answers from the engine watch, so it replaces that route.
+    app.router.routes[:] = [route for route in app.router.routes if getattr(route, "path", None) != "/health"]
+
+    @app.get(
+        "/health",
+        tags=["Health"],
+        summary="Whether the server can start episodes: 200 healthy, 503 with the reason",
+        response_model=ServerHealth,
+        responses={503: {"model": ServerHealth}},
+    )
+    def health() -> JSONResponse:
+        answer = runtime.health()
+        return JSONResponse(answer.model_dump(mode="json"), status_code=200 if answer.status == "healthy" else 503)
 
     @app.get("/metrics", tags=["Operations"], summary="Prometheus metrics")
     def metrics() -> Response:

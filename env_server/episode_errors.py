@@ -1,5 +1,7 @@
 """What the episode API answers when a request cannot be served; each transport maps `code` and `http_status`."""
 
+from proto.health import ENGINE_UNREACHABLE
+
 
 class EpisodeError(Exception):
     """A request about episodes that cannot be served; `code` and `http_status` say how to report it."""
@@ -29,3 +31,7 @@ class NoEpisode(EpisodeError):
 
 class EpisodeOver(EpisodeError):
     code = "EPISODE_OVER"
+
+
+class EngineUnreachable(EpisodeError):
+    code, http_status = ENGINE_UNREACHABLE, 503

@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from env_server.engine_watch import EngineWatch, server_health
 from env_server.episode_errors import (
     CapacityReached,
+    EngineUnreachable,
     EpisodeError,
     EpisodeNotFound,
     EpisodeOver,
@@ -33,6 +35,7 @@ from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.tools import ToolResult, call_tool
 from env_server.trace_store import TraceStore
 from proto.actions import TOOL_ARGS, ToolCall, tool_specs
+from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
 from sandbox import DockerBackend, Reaper, Sandbox, SandboxError, SandboxGone
@@ -76,6 +79,8 @@ class Episode:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # The task's own files still being written into a pooled sandbox; every use of the sandbox waits for it.
     seeding: Future | None = None
+    # The engine epoch the sandbox was started in; a later one means the engine restarted under the episode.
+    engine_epoch: int = 0
 
     def sandbox_ready(self) -> Sandbox:
         """The sandbox once the task's files are in it; SandboxGone when writing them failed."""
@@ -107,6 +112,10 @@ class EpisodeRuntime:
         self.sandboxes = SandboxSupply(settings, store, backend, self.metrics, {SERVER_LABEL: self.server_id})
         self.pristine = PristineCache()
         self.reaper = Reaper(backend, interval_s=settings.reaper_interval_s)
+        self.engine = EngineWatch(
+            backend.ping, settings.engine_check_s, recover=self._recover, restarted=self._engine_restarted
+        )
+        self._missing_images: list[str] = []
         self._episodes: dict[str, Episode] = {}
         self._reserved = 0
         self._lock = threading.Lock()
@@ -116,21 +125,59 @@ class EpisodeRuntime:
     # --- lifecycle -------------------------------------------------------------------------------
 
     def start(self) -> EpisodeRuntime:
-        """Reap orphans of earlier servers, fill the warm pools, start the idle-episode reaper."""
-        missing = self.store.missing_images(self.backend.image_exists)
-        if missing:
-            raise RuntimeError(
-                f"the engine lacks the image(s) {', '.join(missing)} of task store {self.store.root}: run "
-                f"`regrow images build --tasks {self.store.root}` (it rebuilds repository images from the "
-                "store's wheels), or synthesize the tasks again on this host"
-            )
-        reaped = self.reaper.reap_once()
-        log_event("server.start", server_id=self.server_id, orphans_reaped=len(reaped), tasks=len(self.store.tasks))
-        self.reaper.start()
+        """Reap orphans of earlier servers, fill the warm pools, start the idle-episode reaper and the engine watch.
+
+        An engine that does not answer yet is no error: the server starts unhealthy and recovers when it answers.
+        """
+        if self.backend.ping() is None and (missing := self.store.missing_images(self.backend.image_exists)):
+            raise RuntimeError(self._missing_images_message(missing))
         self.sandboxes.fill_pools()
+        self.engine.start()
+        log_event(
+            "server.start",
+            server_id=self.server_id,
+            engine_up=self.engine.status.up,
+            orphans_reaped=self.reaper.reaped_total,
+            tasks=len(self.store.tasks),
+        )
+        self.reaper.start(reap_now=False)
         self.metrics.active_episodes.set_function(lambda: len(self._episodes))
+        self.metrics.engine_up.set_function(lambda: float(self.engine.status.up))
+        self.metrics.free_episode_slots.set_function(lambda: self.health().free_slots)
+        self.metrics.max_episodes.set(self.settings.max_episodes)
         self._idle_thread.start()
         return self
+
+    def _missing_images_message(self, missing: list[str]) -> str:
+        return (
+            f"the engine lacks the image(s) {', '.join(missing)} of task store {self.store.root}: run "
+            f"`regrow images build --tasks {self.store.root}` (it rebuilds repository images from the "
+            "store's wheels), or synthesize the tasks again on this host"
+        )
+
+    def _recover(self) -> None:
+        """Ready the server for an engine that answers (again): no dead pooled, stopped or orphaned container."""
+        self._missing_images = self.store.missing_images(self.backend.image_exists)
+        if self._missing_images:
+            log.error("%s", self._missing_images_message(self._missing_images))
+        dropped = self.sandboxes.drop_dead()
+        stopped = self.reaper.reap_stopped({SERVER_LABEL: self.server_id})
+        orphans = self.reaper.reap_once()
+        self.sandboxes.refill_now()
+        log_event(
+            "engine.recovered", server_id=self.server_id, dropped=dropped, stopped=len(stopped), orphans=len(orphans)
+        )
+
+    def _engine_restarted(self) -> bool:
+        """Whether pooled containers stopped since the last check: the engine restarted between two pings."""
+        return self.sandboxes.drop_dead() > 0
+
+    def health(self) -> ServerHealth:
+        """Whether this server can start episodes now and how many, from the engine watch's last check."""
+        with self._lock:
+            active, reserved = len(self._episodes), self._reserved
+        missing = self._missing_images_message(self._missing_images) if self._missing_images else None
+        return server_health(self.engine.status, self.settings.max_episodes, active, reserved, missing)
 
     def close(self) -> None:
         """Graceful shutdown: abort every live episode and destroy every container this server owns."""
@@ -141,9 +188,12 @@ class EpisodeRuntime:
             self.abort(episode, "server shutdown")
         self.sandboxes.close()
         self.reaper.stop()
-        for container in self.backend.managed_containers():
-            if container.get("Labels", {}).get(SERVER_LABEL) == self.server_id:
+        self.engine.stop()
+        try:
+            for container in self.backend.containers_labelled({SERVER_LABEL: self.server_id}):
                 self.backend.remove(container["Id"])
+        except Exception as error:  # the engine is away: the next server's reaper removes what is left
+            log.warning("could not list this server's containers at shutdown: %s", error)
         log_event("server.stop", server_id=self.server_id)
 
     def wait_warm(self, timeout: float = 120.0) -> bool:
@@ -167,6 +217,11 @@ class EpisodeRuntime:
     ) -> Episode:
         """A new episode in a started sandbox; an addressable one outlives its session and is continued by id."""
         task = self.pick_task(task_id, seed, split)
+        engine = self.engine.status
+        if not engine.up:
+            raise EngineUnreachable(
+                f"the Docker engine does not answer ({engine.error}); retry once GET /health says healthy"
+            )
         with self._lock:
             if len(self._episodes) + self._reserved >= self.settings.max_episodes:
                 raise CapacityReached(f"all {self.settings.max_episodes} episode slots are busy; retry later")
@@ -175,6 +230,13 @@ class EpisodeRuntime:
             self._reserved += 1
         try:
             sandbox, rest = self.sandboxes.acquire(task)
+        except Exception as error:
+            engine = self.engine.check(force=True)
+            if not engine.up:
+                raise EngineUnreachable(
+                    f"the Docker engine stopped answering ({engine.error}); retry once GET /health says healthy"
+                ) from error
+            raise
         finally:
             with self._lock:
                 self._reserved -= 1
@@ -194,6 +256,7 @@ class EpisodeRuntime:
             addressable=addressable or episode_id is not None,
             deadline=time.monotonic() + self.settings.wall_clock_budget_s,
             steps_left=self.settings.step_budget,
+            engine_epoch=engine.epoch,
         )
         if rest is not None:
             episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)
@@ -301,10 +364,32 @@ class EpisodeRuntime:
             return ToolResult(output="submitted")
         try:
             return call_tool(episode.sandbox_ready(), args, self.settings)
-        except SandboxGone as error:
+        except Exception as error:
+            lost = self._environment_failure(episode, error)
+            if lost is None:
+                raise
             self.metrics.sandbox_failures.labels("exec").inc()
-            self.abort(episode, f"sandbox gone: {error}", lock_held=True)
-            return ToolResult(feedback="the sandbox died; this episode is over", error="SANDBOX_GONE")
+            self.abort(episode, f"{lost.error}: {error}", lock_held=True)
+            return lost
+
+    def _environment_failure(self, episode: Episode, error: Exception) -> ToolResult | None:
+        """What ended the episode when the engine or the sandbox failed under it; None when both are fine."""
+        engine = self.engine.check(force=True)
+        if not engine.up:
+            return ToolResult(
+                feedback=f"the Docker engine stopped answering ({engine.error}); this episode is over, start another "
+                "once GET /health says healthy",
+                error=ENGINE_UNREACHABLE,
+            )
+        if engine.epoch != episode.engine_epoch:
+            return ToolResult(
+                feedback="the Docker engine restarted and its restart stopped this episode's sandbox; this episode is "
+                "over, start another",
+                error=ENGINE_RESTARTED,
+            )
+        if isinstance(error, SandboxGone):
+            return ToolResult(feedback="the sandbox died; this episode is over", error=SANDBOX_GONE)
+        return None
 
     def _observation(self, episode: Episode, result: ToolResult, **extra: object) -> CodingObservation:
         metadata = {"episode_id": episode.id, "step": episode.steps_taken, "steps_left": episode.steps_left}
@@ -334,6 +419,12 @@ class EpisodeRuntime:
         except (SandboxError, OSError, ValueError, tarfile.TarError) as error:
             self.metrics.sandbox_failures.labels("grade").inc()
             log.warning("grading episode %s failed: %s", episode.id, error)
+            lost = self._environment_failure(episode, error)
+            if lost is not None and lost.error != SANDBOX_GONE:
+                # No reward: the engine, not the submission, failed; the trainer replays such an episode.
+                self._end(episode, "aborted")
+                lost.output = result.output
+                return self._observation(episode, lost)
             details = RewardDetails(
                 reward=0.0,
                 mode=self.settings.reward_mode,

@@ -21,6 +21,7 @@ from env_server.episodes import EpisodeRuntime
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from proto.actions import ToolCall
+from proto.health import ENGINE_UNREACHABLE
 from proto.observations import CodingObservation, EpisodeState
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ _STATUS = {
     "CAPACITY_REACHED": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "UNKNOWN_TASK": grpc.StatusCode.NOT_FOUND,
     "UNKNOWN_EPISODE": grpc.StatusCode.NOT_FOUND,
+    ENGINE_UNREACHABLE: grpc.StatusCode.UNAVAILABLE,
 }
 
 
@@ -200,8 +202,13 @@ def start_grpc_server(runtime: EpisodeRuntime, host: str, port: int) -> tuple[gr
     pb_grpc.add_CodingEnvServicer_to_server(CodingEnvService(runtime), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    for name in ("", SERVICE_NAME):
-        health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+
+    def follow_engine(up: bool) -> None:
+        for name in ("", SERVICE_NAME):
+            health_servicer.set(name, serving if up else not_serving)
+
+    runtime.engine.on_change(follow_engine)
     reflection.enable_server_reflection(
         (SERVICE_NAME, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name, reflection.SERVICE_NAME), server
     )

@@ -30,6 +30,13 @@ class ServerMetrics:
             ["image", "pool"],
             registry=self.registry,
         )
+        self.engine_up = Gauge("regrow_engine_up", "1 while the Docker engine answers, else 0.", registry=self.registry)
+        self.free_episode_slots = Gauge(
+            "regrow_free_episode_slots",
+            "Episodes the server would start now (0 while the engine is away).",
+            registry=self.registry,
+        )
+        self.max_episodes = Gauge("regrow_max_episodes", "Episodes the server runs at most.", registry=self.registry)
         self.sandbox_failures = Counter(
             "regrow_sandbox_failures_total", "Sandbox operations that failed.", ["operation"], registry=self.registry
         )

@@ -56,6 +56,19 @@ class SandboxSupply:
             self.pools[key] = pool
             self.metrics.warm_pool_ready.labels(tasks[0].record.image, key).set_function(_readiness(pool))
 
+    def drop_dead(self) -> int:
+        """Destroy pooled containers that no longer run (an engine restart stopped them); returns how many."""
+        pooled = {key: pool.ready_ids() for key, pool in self.pools.items()}
+        if not any(pooled.values()):
+            return 0
+        # Listed after the pools were read: a container the pool took in since then is not judged by this list.
+        running = {c["Id"] for c in self.backend.containers_labelled(self.labels) if c.get("State") == "running"}
+        return sum(self.pools[key].drop(ids - running) for key, ids in pooled.items())
+
+    def refill_now(self) -> None:
+        for pool in self.pools.values():
+            pool.refill_now()
+
     def wait_warm(self, timeout: float = 120.0) -> bool:
         return all(pool.wait_ready(timeout) for pool in self.pools.values())
 

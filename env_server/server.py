@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 
 def start_runtime(settings: ServerSettings, backend: DockerBackend | None = None) -> EpisodeRuntime:
     store = TaskStore(settings.tasks_dir)
-    return EpisodeRuntime(settings, store, backend or DockerBackend(), TraceStore(settings.trace_path())).start()
+    return EpisodeRuntime(
+        settings, store, backend or DockerBackend(wait_for_engine=True), TraceStore(settings.trace_path())
+    ).start()
 
 
 @dataclass

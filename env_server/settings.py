@@ -58,6 +58,9 @@ class ServerSettings(BaseSettings):
     warm_pool_per_image: int = Field(default=2, ge=0)
     warm_pool_total: int = Field(default=8, ge=0)
     reaper_interval_s: float = Field(default=60.0, gt=0)
+    engine_check_s: float = Field(
+        default=5.0, gt=0, description="Seconds between two pings of the Docker engine (GET /health reads the last)"
+    )
     reward_mode: RewardMode = "fraction"
     strict_tamper: bool = Field(
         default=True, description="A static tamper flag zeroes the reward (else it is reported)"

@@ -262,6 +262,9 @@ class DockerBackend:
     until `ping` first succeeds, then asks the engine for its own.
     """
 
+    client: docker.DockerClient
+    api: docker.APIClient
+
     def __init__(self, base_url: str | None = None, timeout: float = 60.0, wait_for_engine: bool = False):
         self.base_url = base_url or SandboxSettings().docker_host  # else DOCKER_HOST, else the default socket
         self.where = self.base_url or "the default socket (DOCKER_HOST or unix:///var/run/docker.sock)"
@@ -289,7 +292,7 @@ class DockerBackend:
                 "(`docker info`)"
             ) from error
         self.client = client
-        self.api: docker.APIClient = client.api
+        self.api = client.api
         self._negotiated = True
 
     def ping(self, timeout: float = PING_TIMEOUT_S) -> str | None:
@@ -344,7 +347,8 @@ class DockerBackend:
             self._live.add(container_id)
         try:
             self.api.start(container_id)
-        except docker.errors.APIError:
+        except BaseException:
+            # Untracked even when the engine went away meanwhile: the reaper then removes it once the engine is back.
             self.remove(container_id)
             raise
         log.debug("sandbox %s started from %s", container_id[:12], image)
@@ -409,9 +413,9 @@ class DockerBackend:
         """Every container on the engine that carries regrow's managed label."""
         return self.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"})
 
-    def containers_labelled(self, label: str, value: str) -> list[dict]:
-        """Every container, running or not, whose `label` is `value` (its Id, State and Labels)."""
-        return self.api.containers(all=True, filters={"label": f"{label}={value}"})
+    def containers_labelled(self, labels: Mapping[str, str]) -> list[dict]:
+        """Every container, running or not, that carries all of `labels` (each with its Id, State and Labels)."""
+        return self.api.containers(all=True, filters={"label": [f"{key}={value}" for key, value in labels.items()]})
 
     def container_running(self, container_id: str) -> bool:
         try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 
 from sandbox.docker_backend import DockerBackend
 from sandbox.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
@@ -73,9 +74,28 @@ class Reaper:
             log.info("reaped %d orphaned sandbox containers", len(reaped))
         return reaped
 
-    def start(self) -> Reaper:
-        """Reap once now, then every `interval_s` in a background thread."""
-        self.reap_once()
+    def reap_stopped(self, labels: Mapping[str, str]) -> list[str]:
+        """Remove the stopped containers that carry `labels` (after an engine restart); returns their ids.
+
+        A container that the engine stopped is no use to anyone, even one still tracked as live; only one that this
+        process is creating right now (tracked, and not yet started) is left alone.
+        """
+        live = self.backend.live_ids()
+        stopped = [
+            c["Id"]
+            for c in self.backend.containers_labelled(labels)
+            if c.get("State") != "running" and not (c.get("State") == "created" and c["Id"] in live)
+        ]
+        removed = [container_id for container_id in stopped if self.backend.remove(container_id)]
+        if removed:
+            self.reaped_total += len(removed)
+            log.info("removed %d stopped sandbox container(s) after an engine restart", len(removed))
+        return removed
+
+    def start(self, reap_now: bool = True) -> Reaper:
+        """Reap once now (unless told not to), then every `interval_s` in a background thread."""
+        if reap_now:
+            self.reap_once()
         self._thread = threading.Thread(target=self._loop, name="sandbox-reaper", daemon=True)
         self._thread.start()
         return self

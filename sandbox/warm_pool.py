@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
-import queue
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from sandbox.docker_backend import DockerBackend, Sandbox
 from sandbox.limits import Hardening, Limits
@@ -14,13 +14,15 @@ from sandbox.limits import Hardening, Limits
 log = logging.getLogger(__name__)
 
 POOL_LABEL = "regrow.pool"
+MAX_BACKOFF_S = 30.0
 
 
 class WarmPool:
     """Keeps `size` containers of one image started; `acquire` never hands one out twice.
 
-    `prepare`, when given, runs on every container before it is handed out (in the background for pooled ones), for
-    work every user of the pool would otherwise repeat; a container it fails on is destroyed.
+    Only the pool's own filler thread adds containers, so a pool never holds more than `size`, however often it is
+    woken. `prepare`, when given, runs on every container before it is handed out (in the background for pooled ones),
+    for work every user of the pool would otherwise repeat; a container it fails on is destroyed.
     """
 
     def __init__(
@@ -47,7 +49,8 @@ class WarmPool:
             hardening=hardening,
             workdir=workdir,
         )
-        self._ready: queue.SimpleQueue[Sandbox] = queue.SimpleQueue()
+        self._ready: collections.deque[Sandbox] = collections.deque()
+        self._lock = threading.Lock()
         self._wanted = threading.Event()
         self._closed = threading.Event()
         self.failures = 0
@@ -63,18 +66,40 @@ class WarmPool:
 
     @property
     def ready(self) -> int:
-        return self._ready.qsize()
+        return len(self._ready)
+
+    def ready_ids(self) -> set[str]:
+        """The container ids waiting in the pool now."""
+        with self._lock:
+            return {sandbox.id for sandbox in self._ready}
 
     def acquire(self) -> Sandbox:
         """A started sandbox: from the pool when one is ready, else a fresh one."""
         if self._closed.is_set():
             raise RuntimeError("the warm pool is closed")
-        try:
-            sandbox = self._ready.get_nowait()
-        except queue.Empty:
+        with self._lock:
+            sandbox = self._ready.popleft() if self._ready else None
+        if sandbox is None:
             sandbox = self._create_prepared()
         self._wanted.set()
         return sandbox
+
+    def drop(self, dead_ids: Collection[str]) -> int:
+        """Destroy the pooled containers among `dead_ids` (stopped by an engine restart) and refill at once."""
+        with self._lock:
+            dead = [sandbox for sandbox in self._ready if sandbox.id in dead_ids]
+            for sandbox in dead:
+                self._ready.remove(sandbox)
+        for sandbox in dead:
+            sandbox.destroy()
+        if dead:
+            log.info("warm pool %s dropped %d dead container(s)", self.name, len(dead))
+        self.refill_now()
+        return len(dead)
+
+    def refill_now(self) -> None:
+        """Wake the filler, cutting short its back-off (the engine answers again)."""
+        self._wanted.set()
 
     def wait_ready(self, timeout: float = 120.0) -> bool:
         """Block until the pool is full (for benchmarks and start-up); False on timeout."""
@@ -103,28 +128,33 @@ class WarmPool:
         while not self._closed.is_set():
             self._wanted.wait()
             self._wanted.clear()
-            while not self._closed.is_set() and self._ready.qsize() < self.size:
+            while not self._closed.is_set() and self.ready < self.size:
                 try:
                     sandbox = self._create_prepared()
                 except Exception as error:  # keep the filler alive; the next acquire creates directly
                     self.failures += 1
                     log.warning("warm pool %s could not start a container: %s", self.name, error)
-                    self._closed.wait(backoff)
-                    backoff = min(backoff * 2, 30.0)
+                    # A refill_now() (the engine is back) ends the back-off early.
+                    if self._wanted.wait(backoff):
+                        self._wanted.clear()
+                        backoff = 0.5
+                    else:
+                        backoff = min(backoff * 2, MAX_BACKOFF_S)
                     continue
                 backoff = 0.5
                 if self._closed.is_set():
                     sandbox.destroy()
                     break
-                self._ready.put(sandbox)
+                with self._lock:
+                    self._ready.append(sandbox)
 
     def close(self) -> None:
         """Stop refilling and destroy every container still in the pool."""
         self._closed.set()
         self._wanted.set()
         self._filler.join(timeout=120)
-        while True:
-            try:
-                self._ready.get_nowait().destroy()
-            except queue.Empty:
-                break
+        with self._lock:
+            left = list(self._ready)
+            self._ready.clear()
+        for sandbox in left:
+            sandbox.destroy()
