@@ -3,20 +3,16 @@
 from __future__ import annotations
 
 import logging
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
 
+from proto.dataset_files import DatasetFormat
+
 console = Console(stderr=True)
 traces_app = typer.Typer(help="Recorded episodes.", no_args_is_help=True)
-
-
-class ExportFormat(str, Enum):
-    jsonl = "jsonl"
-    parquet = "parquet"
 
 
 def _use_json_logs() -> None:
@@ -59,22 +55,25 @@ def serve(
 
 @traces_app.command("export")
 def traces_export(
-    db: Path = typer.Option(..., "--db", exists=True, dir_okay=False, help="The server's SQLite trace file."),
-    out: Path = typer.Option(..., "--out", help="Output file."),
-    format: ExportFormat = typer.Option(
-        ExportFormat.jsonl, "--format", help="jsonl (EpisodeTrace per line) or parquet."
+    db: Path = typer.Option(..., "--db", help="The server's SQLite trace file."),
+    out: Path = typer.Option(..., "--out", help="Output file (a folder for hf)."),
+    format: DatasetFormat = typer.Option(
+        DatasetFormat.jsonl,
+        "--format",
+        help="jsonl (EpisodeTrace rows, what `regrow replay` reads), parquet, or hf (datasets.save_to_disk).",
     ),
+    force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
-    """Export every recorded episode."""
-    from env_server.trace_export import export_jsonl, export_parquet
-    from env_server.trace_store import TraceStore
+    """Export every recorded episode as a dataset: chat messages, tool trace, reward and details."""
+    from env_server.trace_export import TraceExportError, export_traces
 
-    store = TraceStore(db)
     try:
-        count = (export_jsonl if format is ExportFormat.jsonl else export_parquet)(store, out)
-    finally:
-        store.close()
-    console.print(f"exported {count} episodes to {out}")
+        with console.status(f"exporting the episodes in {db}..."):
+            count = export_traces(db, out, format, force)
+    except (TraceExportError, FileExistsError, ImportError) as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    console.print(f"exported {count} episodes to {out} ({format.value})")
 
 
 def register(app: typer.Typer) -> None:

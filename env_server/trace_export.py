@@ -1,80 +1,56 @@
-"""Exports recorded episodes: JSONL of `proto.traces.EpisodeTrace`, or Parquet with one row per episode."""
+"""`regrow traces export`: the recorded episodes of a trace database as a Hugging Face `datasets` dataset.
+
+Every format has the columns of `trace_datasets.EPISODE_SCHEMA`. A JSON Lines row is also a whole
+`proto.traces.EpisodeTrace` (it adds `tools` and `steps`), the file `regrow replay` reads.
+"""
 
 from __future__ import annotations
 
-import json
+import logging
+import sqlite3
 from pathlib import Path
+from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
+from env_server.trace_datasets import EPISODE_SCHEMA, episode_row
 from env_server.trace_store import TraceStore
+from proto.dataset_files import DatasetFormat, check_output, write_dataset
+from proto.traces import EpisodeTrace
 
-_STEP = pa.struct(
-    [
-        ("index", pa.int32()),
-        ("tool", pa.string()),
-        ("args_json", pa.string()),
-        ("observation_json", pa.string()),
-        ("feedback", pa.string()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("duration_s", pa.float64()),
-    ]
-)
-PARQUET_SCHEMA = pa.schema(
-    [
-        ("episode_id", pa.string()),
-        ("task_id", pa.string()),
-        ("status", pa.string()),
-        ("reward", pa.float64()),
-        ("reward_details_json", pa.string()),
-        ("problem_statement", pa.string()),
-        ("tools_json", pa.string()),
-        ("started_at", pa.timestamp("us", tz="UTC")),
-        ("ended_at", pa.timestamp("us", tz="UTC")),
-        ("steps", pa.list_(_STEP)),
-    ]
-)
+log = logging.getLogger(__name__)
 
 
-def export_jsonl(store: TraceStore, out: Path) -> int:
-    """Write one EpisodeTrace JSON object per line; returns the number of episodes."""
-    count = 0
-    with Path(out).open("w", encoding="utf-8") as sink:
-        for trace in store.iter_episodes():
-            sink.write(trace.model_dump_json() + "\n")
-            count += 1
+class TraceExportError(Exception):
+    """The export cannot start: the database is missing, unreadable or holds no episodes."""
+
+
+def export_traces(db: Path, out: Path, fmt: DatasetFormat, force: bool = False) -> int:
+    """Write every episode in the trace database `db` to `out`; returns the number of episodes."""
+    check_output(out, force)
+    traces = read_traces(db)
+    if not traces:
+        raise TraceExportError(f"{db} holds no episodes yet: play some against `regrow serve` first")
+    rows = [_row(trace, fmt) for trace in traces]
+    count = write_dataset(rows, EPISODE_SCHEMA, out, fmt, force)
+    log.info("exported %d episodes from %s to %s (%s)", count, db, out, fmt.value)
     return count
 
 
-def export_parquet(store: TraceStore, out: Path) -> int:
-    """Write one row per episode, its steps as a nested list; returns the number of episodes."""
-    rows = []
-    for trace in store.iter_episodes():
-        rows.append(
-            {
-                "episode_id": trace.episode_id,
-                "task_id": trace.task_id,
-                "status": trace.status,
-                "reward": trace.reward,
-                "reward_details_json": trace.reward_details.model_dump_json() if trace.reward_details else None,
-                "problem_statement": trace.problem_statement,
-                "tools_json": json.dumps(trace.tools),
-                "started_at": trace.started_at,
-                "ended_at": trace.ended_at,
-                "steps": [
-                    {
-                        "index": s.index,
-                        "tool": s.action.tool,
-                        "args_json": json.dumps(s.action.args),
-                        "observation_json": s.observation.model_dump_json(),
-                        "feedback": s.observation.feedback,
-                        "started_at": s.started_at,
-                        "duration_s": s.duration_s,
-                    }
-                    for s in trace.steps
-                ],
-            }
-        )
-    pq.write_table(pa.Table.from_pylist(rows, schema=PARQUET_SCHEMA), out)
-    return len(rows)
+def read_traces(db: Path) -> list[EpisodeTrace]:
+    """Every episode in `db`, oldest first; never creates a database that is not there."""
+    if not db.is_file():
+        raise TraceExportError(f"no trace database at {db}: pass the server's file (REGROW_SERVER_TRACE_DB)")
+    try:
+        store = TraceStore(db)
+    except sqlite3.DatabaseError as error:
+        raise TraceExportError(f"{db} is not a readable trace database ({error}): pass the server's file") from error
+    try:
+        return list(store.iter_episodes())
+    finally:
+        store.close()
+
+
+def _row(trace: EpisodeTrace, fmt: DatasetFormat) -> dict[str, Any]:
+    row = episode_row(trace)
+    if fmt is DatasetFormat.jsonl:
+        return {**row, **trace.model_dump(mode="json", include={"tools", "steps"})}
+    return row

@@ -186,4 +186,7 @@ def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_
 
 
 def register(app: typer.Typer) -> None:
+    from task_synth.tasks_cli import tasks_app
+
     app.command("synth")(synth)
+    app.add_typer(tasks_app, name="tasks")

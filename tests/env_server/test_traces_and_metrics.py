@@ -81,7 +81,7 @@ def test_traces_export_writes_every_episode(server, played, tmp_path, fmt):
         assert set(played) <= set(traces) and len(traces[played[0]].steps) == 3
     else:
         rows = {row["episode_id"]: row for row in pq.read_table(out).to_pylist()}
-        assert rows[played[0]]["reward"] == 1.0 and [s["tool"] for s in rows[played[0]]["steps"]] == [
+        assert rows[played[0]]["reward"] == 1.0 and [s["tool_name"] for s in rows[played[0]]["tool_trace"]] == [
             "run",
             "write_file",
             "submit",
