@@ -1,6 +1,7 @@
 """`regrow traces export` writes datasets that Hugging Face `datasets` loads, in every format, with no Docker."""
 
 import json
+import sys
 from datetime import timedelta
 
 import pytest
@@ -174,3 +175,10 @@ def test_an_existing_output_is_kept_unless_forced(trace_db, tmp_path):
     assert CliRunner().invoke(regrow_app, forced).exit_code == 0
     assert load_from_disk(str(out)).num_rows == 3 and not (out / "keep.txt").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".episodes")]  # no partial or old copy left
+
+
+def test_hf_without_datasets_installed_says_how_to_install_it_and_writes_nothing(trace_db, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "datasets", None)  # what an env server image without datasets has
+    with pytest.raises(ImportError, match="pip install 'datasets>=5.2'"):
+        export_traces(trace_db, tmp_path / "out", DatasetFormat.hf)
+    assert not [p for p in tmp_path.iterdir() if "out" in p.name]
