@@ -89,7 +89,8 @@ def train(ctx: typer.Context, **options: Any) -> None:
         raise typer.Exit(1) from None
     console.print(
         f"trained {summary.steps} steps on {summary.episodes} episodes "
-        f"({summary.groups_dropped_stale} stale groups dropped, {summary.episode_retries} episode retries); "
+        f"({summary.groups_dropped_stale} stale groups dropped, {summary.episode_retries} episodes replayed, "
+        f"{summary.groups_dropped_lost} groups dropped after lost episodes); "
         f"model saved to {summary.final_model}"
     )
     if summary.log_history:

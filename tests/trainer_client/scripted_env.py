@@ -2,22 +2,28 @@
 
 It answers like the coding env (CodingObservation, feedback on unknown tools, bad arguments and
 unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `submit` grades
-1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts.
+1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts;
+a `run` of `lose-sandbox` answers as the real env does when the sandbox died (tool_error SANDBOX_GONE).
+
+`python -m tests.trainer_client.scripted_env --port N` serves it as a process, for tests that kill a server.
 """
 
+import argparse
 import time
 from contextlib import contextmanager
+from typing import ClassVar
 
 from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from pydantic import ValidationError
 
-from proto import TOOL_ARGS, CodingObservation, EpisodeState, ToolCall, tool_specs
+from proto import TOOL_ARGS, CodingObservation, EpisodeState, ServerHealth, ToolCall, tool_specs
 from tests.live_process import served_in_thread
 
 
 class ScriptedCodingEnv(Environment):
     SUPPORTS_CONCURRENT_SESSIONS = True
+    finished_commands: ClassVar[list[str]] = []  # every `run` answered here: a test can wait for a late reply
 
     def __init__(self):
         super().__init__()
@@ -45,8 +51,16 @@ class ScriptedCodingEnv(Environment):
             self.files[args.path] = args.content
             return CodingObservation(output=f"wrote {args.path}", exit_code=0)
         if action.tool == "run":
+            if args.command == "lose-sandbox":
+                self._state.done = True
+                return CodingObservation(
+                    feedback="the sandbox died; this episode is over",
+                    done=True,
+                    metadata={"tool_error": "SANDBOX_GONE"},
+                )
             if args.command.startswith("sleep "):
                 time.sleep(float(args.command.split()[1]))
+            ScriptedCodingEnv.finished_commands.append(args.command)
             return CodingObservation(output=f"ran {args.command}", exit_code=0)
         if action.tool == "submit":
             self._state.done = True
@@ -61,9 +75,39 @@ class ScriptedCodingEnv(Environment):
         return self._state
 
 
-@contextmanager
-def serve_scripted_env(max_sessions: int = 8):
-    """Run the scripted env's OpenEnv app on a free loopback port; yield its http:// URL."""
+def scripted_app(max_sessions: int = 8, free_slots: int | None = None):
+    """The scripted env's OpenEnv app; with `free_slots`, its /health answers a regrow ServerHealth."""
     app = create_app(ScriptedCodingEnv, ToolCall, CodingObservation, max_concurrent_envs=max_sessions)
-    with served_in_thread(app, "the scripted env server", ws="websockets-sansio") as url:
+    if free_slots is not None:
+        app.router.routes = [route for route in app.router.routes if getattr(route, "path", None) != "/health"]
+
+        @app.get("/health")
+        def health() -> ServerHealth:
+            return ServerHealth(status="healthy", free_slots=free_slots, max_episodes=max_sessions)
+
+    return app
+
+
+@contextmanager
+def serve_scripted_env(max_sessions: int = 8, free_slots: int | None = None):
+    """Run the scripted env's OpenEnv app on a free loopback port; yield its http:// URL."""
+    with served_in_thread(
+        scripted_app(max_sessions, free_slots), "the scripted env server", ws="websockets-sansio"
+    ) as url:
         yield url
+
+
+if __name__ == "__main__":
+    import uvicorn
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--max-sessions", type=int, default=8)
+    parsed = parser.parse_args()
+    uvicorn.run(
+        scripted_app(parsed.max_sessions),
+        host="127.0.0.1",
+        port=parsed.port,
+        log_level="warning",
+        ws="websockets-sansio",
+    )

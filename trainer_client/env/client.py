@@ -10,7 +10,7 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
@@ -18,7 +18,7 @@ from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
 
-from proto import CodingObservation, ToolCall
+from proto import ENVIRONMENT_FAILURES, CodingObservation, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +37,36 @@ class EnvTransportError(EnvError):
     """The connection failed, dropped or timed out; the episode on it is lost."""
 
 
+class EnvUnavailable(EnvTransportError):
+    """No episode could start: the server did not answer the connect or the reset."""
+
+
+class EnvEpisodeLost(EnvError):
+    """The env lost the episode (its sandbox or engine died): replay it, it says nothing about the policy."""
+
+
 class EnvRequestError(EnvError):
     """The server answered a request with an error (bad frame, failed reset or step)."""
+
+
+def lost_episode_error(url: str, code: str, message: str | None) -> EnvEpisodeLost:
+    return EnvEpisodeLost(
+        f"env server at {url} lost the episode [{code}]: {message or 'no detail'}; it is replayed on a fresh reset"
+    )
+
+
+def checked_observation(observation: CodingObservation, url: str) -> CodingObservation:
+    """The observation, unless it says the env lost the episode (`tool_error` in ENVIRONMENT_FAILURES)."""
+    code = observation.metadata.get("tool_error")
+    if code in ENVIRONMENT_FAILURES:
+        raise lost_episode_error(url, code, observation.feedback)
+    return observation
+
+
+class EpisodeSource(Protocol):
+    """What plays episodes on: one env server (`EnvClient`) or several (`EnvPool`)."""
+
+    def episode(self, **reset_options: Any) -> AbstractAsyncContextManager["Episode"]: ...
 
 
 class EnvConnection(Protocol):
@@ -119,6 +147,9 @@ class WebSocketConnection:
                     f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session "
                     "limit"
                 )
+            if data.get("code") in ENVIRONMENT_FAILURES:
+                self.broken = True
+                raise lost_episode_error(self._url, data["code"], data.get("message"))
             raise EnvRequestError(f"env server rejected {frame['type']!r} [{data.get('code')}]: {data.get('message')}")
         if reply.get("type") != "observation":
             self.broken = True
@@ -126,10 +157,13 @@ class WebSocketConnection:
         return reply.get("data") or {}
 
     async def reset(self, options: dict[str, Any]) -> CodingObservation:
-        return observation_from_wire(await self._request({"type": "reset", "data": options}))
+        return checked_observation(
+            observation_from_wire(await self._request({"type": "reset", "data": options})), self._url
+        )
 
     async def step(self, call: ToolCall) -> CodingObservation:
-        return observation_from_wire(await self._request({"type": "step", "data": call.model_dump()}))
+        observation = observation_from_wire(await self._request({"type": "step", "data": call.model_dump()}))
+        return checked_observation(observation, self._url)
 
     async def close(self) -> None:
         self.broken = True
@@ -193,9 +227,15 @@ class EnvClient:
             except (EnvTransportError, EnvRequestError) as error:  # stale pooled socket: use a fresh one
                 logger.debug("pooled connection failed on reset (%s); opening a fresh one", error)
                 await _close_quietly(connection)
-        connection = await self._open()
+        try:
+            connection = await self._open()
+        except EnvTransportError as error:
+            raise EnvUnavailable(str(error)) from error
         try:
             return connection, await connection.reset(options)
+        except (EnvTransportError, EnvEpisodeLost) as error:  # the server cannot start episodes now
+            await _close_quietly(connection)
+            raise EnvUnavailable(f"no episode could start on {self.url}: {error}") from error
         except BaseException:
             await _close_quietly(connection)
             raise

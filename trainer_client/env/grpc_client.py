@@ -11,10 +11,17 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from proto import CodingObservation, ToolCall
+from proto import ENVIRONMENT_FAILURES, CodingObservation, ToolCall
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
-from trainer_client.env.client import CAPACITY_REACHED, EnvAtCapacity, EnvRequestError, EnvTransportError
+from trainer_client.env.client import (
+    CAPACITY_REACHED,
+    EnvAtCapacity,
+    EnvRequestError,
+    EnvTransportError,
+    checked_observation,
+    lost_episode_error,
+)
 
 
 def observation_from_proto(message: pb.Observation) -> CodingObservation:
@@ -85,6 +92,9 @@ class GrpcConnection:
                     f"env server at {self._target} is at capacity ({reply.error.message}): "
                     "use fewer rollout workers or raise the server's episode limit"
                 )
+            if reply.error.code in ENVIRONMENT_FAILURES:
+                self.broken = True
+                raise lost_episode_error(self._target, reply.error.code, reply.error.message)
             raise EnvRequestError(f"env server rejected {what!r} [{reply.error.code}]: {reply.error.message}")
         if kind != "observation":
             self.broken = True
@@ -96,12 +106,12 @@ class GrpcConnection:
         if options.get("seed") is not None:
             request.seed = int(options["seed"])
         reply = await self._request(pb.ClientFrame(reset=request), "reset")
-        return observation_from_proto(reply.observation)
+        return checked_observation(observation_from_proto(reply.observation), self._target)
 
     async def step(self, call: ToolCall) -> CodingObservation:
         frame = pb.ClientFrame(step=pb.ToolCall(tool=call.tool, args_json=json.dumps(call.args)))
         reply = await self._request(frame, "step")
-        return observation_from_proto(reply.observation)
+        return checked_observation(observation_from_proto(reply.observation), self._target)
 
     async def close(self) -> None:
         self.broken = True

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proto import CodingObservation, tool_specs
-from trainer_client.env.client import EnvClient, Episode
+from trainer_client.env.client import Episode, EpisodeSource
 from trainer_client.rollout.chat_format import (
     ASSISTANT_TEXT_KEY,
     TURN_KEY,
@@ -90,7 +90,7 @@ class Trajectory:
 
 
 async def play_episode(
-    env: EnvClient,
+    env: EpisodeSource,
     sampler: TurnSampler,
     tokens: EpisodeTokenizer,
     limits: EpisodeLimits,

@@ -53,9 +53,12 @@ def env_reward(completions: list, env_reward: list[float], **kwargs: Any) -> lis
 
 
 class StreamedRollouts:
-    """GRPOTrainer's `rollout_func`: takes finished groups from the rollout stream."""
+    """GRPOTrainer's `rollout_func`: takes finished groups from the rollout stream.
 
-    def __init__(self, stream: RolloutStream, tokens: EpisodeTokenizer, timeout_s: float | None = None):
+    Each row also carries the stream's counters (`stream_counters`), which the trainer logs as `rollout/*`.
+    """
+
+    def __init__(self, stream: RolloutStream, tokens: EpisodeTokenizer, timeout_s: float = 1800.0):
         self.stream = stream
         self.tokens = tokens
         self.timeout_s = timeout_s
@@ -65,4 +68,7 @@ class StreamedRollouts:
         groups = self.stream.next_groups(
             len(prompts) // trainer.num_generations, trainer.state.global_step, self.timeout_s
         )
-        return trajectory_rows([t for group in groups for t in group], self.tokens)
+        rows = trajectory_rows([t for group in groups for t in group], self.tokens)
+        counters = self.stream.stats.counters()
+        rows["stream_counters"] = [counters] * len(rows["prompt_ids"])
+        return rows

@@ -1,21 +1,29 @@
 """Streaming rollouts: N workers play episodes concurrently and queue finished GRPO groups for the trainer.
 
-The workers run on an asyncio loop in a background thread. A group is `group_size` episodes of
-the same task (same reset options). The trainer takes groups with `next_groups`, which drops any
-group older than `max_staleness` policy updates. After a transport fault an episode is replayed
-from a fresh reset; an env at capacity stops the stream with a clear error.
+The workers run on an asyncio loop in a background thread and spread episodes over the env servers
+(`EnvPool`). A group is `group_size` episodes of the same task (same reset options). The trainer takes
+groups with `next_groups`, which drops any group older than `max_staleness` policy updates and never
+waits past its deadline. Env faults are sorted into four cases:
+- at capacity: back off (0.5 s doubling to `backoff_max_s`, jittered) and try again, as long as it takes;
+- no episode can start (servers down): back off, and fail after `outage_s` with each server's state;
+- an episode lost after it started (connection dropped, sandbox gone): replay it from a fresh reset up to
+  `episode_retries` times, then drop its group;
+- a bad request: stop at once.
 """
 
 import asyncio
 import logging
 import queue
+import random
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvError
+from trainer_client.env.client import EnvAtCapacity, EnvEpisodeLost, EnvError, EnvTransportError, EnvUnavailable
+from trainer_client.env.env_pool import EnvPool
+from trainer_client.env.server_pool import env_urls
 from trainer_client.rollout.agent_loop import EpisodeLimits, Trajectory, TurnSampler, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
@@ -29,8 +37,15 @@ class StreamStats:
     episodes: int = 0
     groups_queued: int = 0
     groups_dropped_stale: int = 0
-    episode_retries: int = 0
+    episode_retries: int = 0  # episodes replayed because the env lost them after they started
+    groups_dropped_lost: int = 0  # groups with an episode lost more than episode_retries times
+    capacity_waits: int = 0  # starts refused with CAPACITY_REACHED (or every server full)
+    unavailable_waits: int = 0  # starts that found no server answering
+    backoff_s: float = 0.0  # time workers slept backing off
     policy_tokens: int = 0  # tokens the policy generated in all played episodes
+
+    def counters(self) -> dict[str, float]:
+        return {name: float(value) for name, value in asdict(self).items()}
 
 
 @dataclass
@@ -38,6 +53,7 @@ class _Group:
     options: dict[str, Any]
     size: int
     episodes: list[Trajectory] = field(default_factory=list)
+    dropped: bool = False
 
     @property
     def version(self) -> int:
@@ -49,7 +65,7 @@ class RolloutStream:
 
     def __init__(
         self,
-        env_url: str,
+        env_url: str | list[str],
         sampler: TurnSampler,
         tokens: EpisodeTokenizer,
         limits: EpisodeLimits,
@@ -59,10 +75,18 @@ class RolloutStream:
         max_staleness: int = 1,
         max_buffered_groups: int = 4,
         episode_retries: int = 2,
+        backoff_max_s: float = 30.0,
+        outage_s: float = 300.0,
+        health_interval_s: float = 5.0,
     ):
         self.sampler = sampler
         self.stats = StreamStats()
-        self._env_url = env_url
+        self._env_urls = env_urls(env_url)
+        self._backoff_max_s = backoff_max_s
+        self._outage_s = outage_s
+        self._health_interval_s = health_interval_s
+        self._outage_since: float | None = None  # when the current run of failed starts began
+        self._env: EnvPool | None = None
         self._tokens = tokens
         self._limits = limits
         self._options = reset_options
@@ -77,7 +101,13 @@ class RolloutStream:
         self._main: asyncio.Task | None = None
         self._thread: threading.Thread | None = None
 
+    @property
+    def env(self) -> EnvPool | None:
+        """The env servers the workers play on, once started: which are up, their free slots, episodes started."""
+        return self._env
+
     def start(self) -> "RolloutStream":
+        self._env = EnvPool(self._env_urls, self._workers, self._health_interval_s)
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(started,), name="rollout-workers", daemon=True)
         self._thread.start()
@@ -104,15 +134,19 @@ class RolloutStream:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def next_groups(self, count: int, policy_version: int, timeout: float | None = None) -> list[list[Trajectory]]:
-        """Block until `count` groups no staler than `max_staleness` updates are ready; return them."""
+    def next_groups(self, count: int, policy_version: int, timeout: float = 1800.0) -> list[list[Trajectory]]:
+        """Wait until `count` groups no staler than `max_staleness` updates are ready, at most `timeout` s."""
+        deadline = time.monotonic() + timeout
         groups: list[list[Trajectory]] = []
         while len(groups) < count:
             try:
-                item = self._ready.get(timeout=timeout)
+                item = self._ready.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty as error:
+                servers = self._env.describe() if self._env is not None else ", ".join(self._env_urls)
                 raise TimeoutError(
-                    f"no rollout group finished within {timeout}s; is the env server responsive?"
+                    f"only {len(groups)} of {count} rollout groups finished within {timeout:g}s "
+                    f"(env servers: {servers}; {self.stats.capacity_waits} capacity waits, "
+                    f"{self.stats.backoff_s:.0f}s backing off); free env slots or raise --episode-timeout-s"
                 ) from error
             if isinstance(item, BaseException):
                 raise item
@@ -141,11 +175,14 @@ class RolloutStream:
             loop.close()
 
     async def _play(self) -> None:
-        env = EnvClient(self._env_url, max_connections=self._workers)
+        env = self._env
+        assert env is not None
         jobs: asyncio.Queue[_Group] = asyncio.Queue()
-        tasks = [asyncio.create_task(self._feed(jobs))]
-        tasks += [asyncio.create_task(self._work(env, jobs)) for _ in range(self._workers)]
+        tasks: list[asyncio.Task] = []
         try:
+            await env.start()
+            tasks.append(asyncio.create_task(self._feed(jobs)))
+            tasks += [asyncio.create_task(self._work(env, jobs)) for _ in range(self._workers)]
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()
@@ -165,10 +202,19 @@ class RolloutStream:
                 await jobs.put(group)
         await asyncio.Event().wait()  # the options ran out: stay up until stopped
 
-    async def _work(self, env: EnvClient, jobs: "asyncio.Queue[_Group]") -> None:
+    async def _work(self, env: EnvPool, jobs: "asyncio.Queue[_Group]") -> None:
+        assert self._buffer is not None
         while True:
             group = await jobs.get()
+            if group.dropped:
+                continue
             trajectory = await self._play_with_retries(env, group.options)
+            if trajectory is None and not group.dropped:
+                group.dropped = True
+                self.stats.groups_dropped_lost += 1
+                self._buffer.release()  # the group will never reach the trainer
+            if trajectory is None or group.dropped:
+                continue
             group.episodes.append(trajectory)
             self.stats.episodes += 1
             self.stats.policy_tokens += sum(trajectory.env_mask)
@@ -176,20 +222,51 @@ class RolloutStream:
                 self.stats.groups_queued += 1
                 self._ready.put(group)
 
-    async def _play_with_retries(self, env: EnvClient, options: dict[str, Any]) -> Trajectory:
-        last_error: EnvError | None = None
-        for _ in range(self._episode_retries + 1):
+    async def _play_with_retries(self, env: EnvPool, options: dict[str, Any]) -> Trajectory | None:
+        """The episode played to its end, or None when the env lost it more than `episode_retries` times."""
+        replays, capacity_delay, outage_delay = 0, 0.5, 0.5
+        while True:
             try:
-                return await play_episode(env, self.sampler, self._tokens, self._limits, options)
-            except EnvAtCapacity:
-                raise
-            except EnvError as error:
-                last_error = error
+                trajectory = await play_episode(env, self.sampler, self._tokens, self._limits, options)
+            except EnvAtCapacity as error:
+                self.stats.capacity_waits += 1
+                self._outage_since = None  # a server answered: not an outage
+                log = logger.info if capacity_delay == 0.5 else logger.debug  # once per wait, not per try
+                log("env at capacity (%s); backing off", error)
+                capacity_delay = await self._back_off(capacity_delay)
+            except EnvUnavailable as error:
+                self.stats.unavailable_waits += 1
+                now = time.monotonic()
+                self._outage_since = self._outage_since or now
+                if now - self._outage_since > self._outage_s:
+                    raise EnvError(
+                        f"no env server could start an episode for {now - self._outage_since:.0f}s "
+                        f"(--env-outage-s {self._outage_s:g}): {env.describe()}; start them (`regrow serve`) "
+                        "or check --env"
+                    ) from error
+                log = logger.warning if outage_delay == 0.5 else logger.debug
+                log("no episode could start (%s); backing off up to --env-outage-s", error)
+                outage_delay = await self._back_off(outage_delay)
+            except (EnvEpisodeLost, EnvTransportError) as error:  # lost after it started
+                self._outage_since = None
+                if replays >= self._episode_retries:
+                    logger.warning(
+                        "episode %s lost %d times (last: %s); dropping its group", options, replays + 1, error
+                    )
+                    return None
+                replays += 1
                 self.stats.episode_retries += 1
-                logger.warning("episode %s failed (%s); replaying it from a fresh reset", options, error)
-        raise EnvError(
-            f"episode {options} failed {self._episode_retries + 1} times; last error: {last_error}"
-        ) from last_error
+                logger.warning("episode %s lost (%s); replaying it from a fresh reset", options, error)
+            else:
+                self._outage_since = None
+                return trajectory
+
+    async def _back_off(self, delay: float) -> float:
+        """Sleep about `delay` seconds (jittered, so workers do not retry in step); return the next delay."""
+        slept = delay * random.uniform(0.5, 1.0)
+        await asyncio.sleep(slept)
+        self.stats.backoff_s += slept
+        return min(delay * 2, self._backoff_max_s)
 
 
 async def _cancel_all(tasks: list[asyncio.Task]) -> None:

@@ -125,6 +125,10 @@ class RegrowGRPOTrainer(GRPOTrainer):
             staleness = [float(self.state.global_step - version) for version in versions]
             self._metrics[mode]["rollout/staleness_mean"].append(sum(staleness) / len(staleness))
             self._metrics[mode]["rollout/staleness_max"].append(max(staleness))
+        counters = inputs[0].get("stream_counters") if inputs else None
+        if counters is not None:  # the stream's running totals: the replays, drops and waits env faults caused
+            for name in ("episode_retries", "groups_dropped_lost", "capacity_waits", "unavailable_waits", "backoff_s"):
+                self._metrics[mode][f"rollout/{name}"].append(counters[name])
         sampled = output.get("sampling_per_token_logps")
         if sampled is None:
             return output

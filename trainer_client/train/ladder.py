@@ -160,7 +160,18 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
     limits = EpisodeLimits(train.max_turns, train.max_turn_tokens, train.max_completion_tokens)
     draws = ({"seed": n, "split": ladder.eval_split} for n in range(ladder.eval_tasks))
     stream = RolloutStream(
-        train.env, sampler, tokens, limits, draws, workers=train.workers, group_size=ladder.k, max_staleness=0
+        train.env,
+        sampler,
+        tokens,
+        limits,
+        draws,
+        workers=train.workers,
+        group_size=ladder.k,
+        max_staleness=0,
+        episode_retries=train.episode_retries,
+        backoff_max_s=train.env_backoff_max_s,
+        outage_s=train.env_outage_s,
+        health_interval_s=train.env_health_interval_s,
     )
     with stream:
         groups = stream.next_groups(ladder.eval_tasks, policy_version=0, timeout=train.episode_timeout_s)
@@ -219,7 +230,7 @@ def run_ladder(
     ladder.out.mkdir(parents=True, exist_ok=True)
     table = LadderTable(
         model=train.model,
-        env=train.env,
+        env=", ".join(train.env),
         steps=train.steps,
         seed=train.seed,
         eval_split=ladder.eval_split,

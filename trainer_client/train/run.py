@@ -23,6 +23,7 @@ class TrainSummary:
     episodes: int
     groups_dropped_stale: int
     episode_retries: int
+    groups_dropped_lost: int
     policy_tokens: int
     final_model: Path
     log_history: list[dict[str, float]]
@@ -127,6 +128,10 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         group_size=settings.group_size,
         max_staleness=settings.max_staleness,
         max_buffered_groups=2 * settings.groups_per_step,
+        episode_retries=settings.episode_retries,
+        backoff_max_s=settings.env_backoff_max_s,
+        outage_s=settings.env_outage_s,
+        health_interval_s=settings.env_health_interval_s,
     )
     trainer = RegrowGRPOTrainer(
         model=model,
@@ -150,6 +155,7 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         episodes=stream.stats.episodes,
         groups_dropped_stale=stream.stats.groups_dropped_stale,
         episode_retries=stream.stats.episode_retries,
+        groups_dropped_lost=stream.stats.groups_dropped_lost,
         policy_tokens=stream.stats.policy_tokens,
         final_model=final,
         log_history=[entry for entry in trainer.state.log_history if "loss" in entry],

@@ -1,11 +1,13 @@
 """Settings of a training run; each can come from the CLI or from a `REGROW_TRAIN_...` variable."""
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from trainer_client.env.server_pool import env_urls
 
 
 class TrainSettings(BaseSettings):
@@ -13,7 +15,10 @@ class TrainSettings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="REGROW_TRAIN_")
 
-    env: str = Field(description="Env server URL: http://host:port (WebSocket /ws) or grpc://host:port.")
+    env: Annotated[list[str], NoDecode] = Field(
+        description="Env server URL: http://host:port (WebSocket /ws) or grpc://host:port. Repeat the flag (or give "
+        "a comma-separated or JSON list) for several servers; a hostname with several addresses is one server each.",
+    )
     model: str = Field(default="smollm2", description="Policy: a save_pretrained folder, a .gguf file, or 'smollm2'.")
     output_dir: Path = Field(default=Path("runs/regrow"), description="Checkpoints and TensorBoard logs.")
     task_ids: list[str] = Field(
@@ -63,6 +68,21 @@ class TrainSettings(BaseSettings):
     resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
     seed: int = Field(default=0, description="Seeds task sampling, rollouts and the trainer.")
     episode_timeout_s: float = Field(default=1800.0, gt=0, description="Longest wait for a finished group.")
+    episode_retries: int = Field(
+        default=2,
+        ge=0,
+        description="Replays of an episode the env lost (sandbox gone, dropped connection) before "
+        "its group is dropped.",
+    )
+    env_backoff_max_s: float = Field(
+        default=30.0, gt=0, description="Longest pause between tries when the env is at capacity or down."
+    )
+    env_outage_s: float = Field(
+        default=300.0, gt=0, description="Fail when no env server could start an episode for this long."
+    )
+    env_health_interval_s: float = Field(
+        default=5.0, gt=0, description="Seconds between reads of each env server's /health (its free slots)."
+    )
     vllm_server: str | None = Field(
         default=None,
         description="vLLM server (http://host:8100, from `trl vllm-serve`) that generates the turns; the trainer "
@@ -74,6 +94,11 @@ class TrainSettings(BaseSettings):
         description="Longest wait for the vLLM server to answer at startup.",
         json_schema_extra={"flag": "--vllm-timeout"},
     )
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_urls(cls, value: str | list[str]) -> list[str]:
+        return env_urls(value)
 
     @field_validator("vllm_server")
     @classmethod

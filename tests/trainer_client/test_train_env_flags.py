@@ -1,0 +1,48 @@
+"""`regrow train --env URL --env URL`: several env servers, as flags or one variable, checked before any import."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from trainer_client.train.settings import TrainSettings
+
+REPO = Path(__file__).resolve().parents[2]
+A, B = "http://10.0.0.1:8000", "grpc://10.0.0.2:50051"
+
+
+def test_several_env_servers_come_from_repeated_flags(monkeypatch):
+    monkeypatch.delenv("REGROW_TRAIN_ENV", raising=False)
+    assert TrainSettings(env=[A, B]).env == [A, B]
+
+
+@pytest.mark.parametrize("value", [f"{A},{B}", json.dumps([A, B]), A + " , " + B])
+def test_several_env_servers_come_from_one_variable(monkeypatch, value):
+    monkeypatch.setenv("REGROW_TRAIN_ENV", value)
+    assert TrainSettings().env == [A, B]
+
+
+def test_the_fault_settings_have_variables_too(monkeypatch):
+    monkeypatch.setenv("REGROW_TRAIN_ENV_OUTAGE_S", "12")
+    monkeypatch.setenv("REGROW_TRAIN_EPISODE_RETRIES", "0")
+    settings = TrainSettings(env=A)
+    assert (settings.env_outage_s, settings.episode_retries, settings.env_backoff_max_s) == (12.0, 0, 30.0)
+
+
+def test_a_malformed_env_url_fails_at_once_before_torch_is_imported():
+    script = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from regrow.cli import app\n"
+        "result = CliRunner().invoke(app, ['train', '--env', 'http://127.0.0.1:9', '--env', 'localhost:8000'])\n"
+        "print(result.exit_code, 'torch' in sys.modules)\n"
+        "print(result.output)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
+    )
+    status, output = done.stdout.split("\n", 1)
+    assert status == "1 False"
+    assert "'localhost:8000' is not a server address" in output and "http://host:port" in output
