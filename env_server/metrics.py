@@ -1,6 +1,6 @@
 """Prometheus metrics of one server, in their own registry so several servers can share a process."""
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 
 STEP_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 REWARD_BUCKETS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
@@ -11,6 +11,8 @@ class ServerMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        # process_resident_memory_bytes and process_open_fds: what a long run watches for leaks.
+        ProcessCollector(registry=self.registry)
         self.active_episodes = Gauge(
             "regrow_active_episodes", "Episodes holding a sandbox now.", registry=self.registry
         )

@@ -213,6 +213,51 @@ def bench_sandbox(
         fail(str(error))
 
 
+def bench_load(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
+    episodes: int = typer.Option(4, "--episodes", min=1, max=64, help="Concurrent clients, each playing episodes."),
+    steps: int = typer.Option(20, "--steps", min=1, max=200, help="Steps per episode, the last a submit."),
+    duration: float = typer.Option(600.0, "--duration", min=1, max=43200, help="Seconds to start new episodes for."),
+    url: str = typer.Option(
+        None, "--url", help="A running server on loopback (http://127.0.0.1:PORT); default: start `regrow serve`."
+    ),
+    slots: int = typer.Option(
+        None, "--slots", min=1, help="Episode slots of the started server [default: --episodes]."
+    ),
+    warmup: float = typer.Option(300.0, "--warmup", min=0, help="Seconds before RSS growth is measured."),
+    max_errors: int = typer.Option(None, "--max-errors", min=0, help="Exit 1 past this many errors (not CAPACITY)."),
+    max_rss_growth: float = typer.Option(
+        None, "--max-rss-growth", min=0, help="Exit 1 when server RSS grows more than this fraction after the warm-up."
+    ),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Clients play whole episodes over /ws back to back: throughput, latency per tool, errors, server memory."""
+    from rich.progress import Progress
+
+    from regrow.benchmarks.load import LoadPlan, run_load_bench
+    from regrow.benchmarks.load_stats import gate_failures
+
+    try:
+        plan = LoadPlan(tasks, episodes, steps, duration, url=url, slots=slots, warmup_s=warmup)
+    except ValueError as error:
+        fail(str(error))
+    with Progress(console=console, transient=True) as progress:
+        bar = progress.add_task("load", total=duration)
+        try:
+            result = run_load_bench(
+                plan,
+                on_progress=lambda elapsed, done: progress.update(
+                    bar, completed=min(elapsed, duration), description=f"load: {done} episodes"
+                ),
+            )
+        except (RuntimeError, ValueError, FileNotFoundError) as error:
+            fail(str(error))
+    report(result, as_json)
+    failures = gate_failures(result, max_errors, max_rss_growth)
+    if failures:
+        fail("; ".join(failures))
+
+
 def register(bench_app: typer.Typer) -> None:
     commands: dict[str, Callable[..., None]] = {
         "sandbox": bench_sandbox,
@@ -220,6 +265,7 @@ def register(bench_app: typer.Typer) -> None:
         "synth": bench_synth,
         "corpus": bench_corpus,
         "server": bench_server,
+        "load": bench_load,
         "grade": bench_grade,
         "train": bench_train,
         "rollouts": bench_rollouts,

@@ -1,0 +1,388 @@
+"""`regrow bench load`: clients play whole episodes over /ws back to back, for hours if asked, against a live server.
+
+It reports throughput, step latency per tool and errors by code, and what a leak would show: the server's resident
+memory, open files and containers over time, and the containers left once the server has stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+from websockets.exceptions import ConnectionClosed, InvalidHandshake
+from websockets.sync.client import ClientConnection, connect
+
+from env_server.task_store import TaskStore
+from regrow.benchmarks.load_stats import MiB, Sample, latency_ms, rss_trend
+from sandbox import DockerBackend, SandboxError
+from sandbox.owner import OWNER_LABEL
+
+log = logging.getLogger(__name__)
+
+CAPACITY_REACHED = "CAPACITY_REACHED"
+MAX_CLIENTS = 64
+MAX_STEPS = 200
+MAX_DURATION_S = 12 * 3600.0
+REQUEST_TIMEOUT_S = 600.0  # a submit grades in a fresh container, which a loaded engine may take minutes to start
+RETRY_S = 0.5
+SERVER_START_S = 180.0
+SERVER_STOP_S = 120.0
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+PROBE = "regrow_load_probe.txt"
+
+
+@dataclass(frozen=True)
+class LoadPlan:
+    """What one load run does: `clients` episodes at a time, `steps` steps each (the last a submit), for
+    `duration_s`; against its own `regrow serve` with `slots` episode slots (default one per client), or `url`."""
+
+    tasks: Path
+    clients: int
+    steps: int
+    duration_s: float
+    url: str | None = None
+    slots: int | None = None
+    warmup_s: float = 300.0
+    sample_every_s: float = 10.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.clients <= MAX_CLIENTS:
+            raise ValueError(f"--episodes must be in [1, {MAX_CLIENTS}], got {self.clients}")
+        if not 1 <= self.steps <= MAX_STEPS:
+            raise ValueError(f"--steps must be in [1, {MAX_STEPS}], got {self.steps}")
+        if not 0 < self.duration_s <= MAX_DURATION_S:
+            raise ValueError(f"--duration must be in (0, {MAX_DURATION_S:.0f}] seconds, got {self.duration_s}")
+        if self.url and urlsplit(self.url).hostname not in LOOPBACK_HOSTS:
+            raise ValueError(f"--url {self.url} is not a loopback address: the load bench only runs against 127.0.0.1")
+
+
+# --- the clients ----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Tally:
+    """What every client saw, added up under one lock."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    step_s: dict[str, list[float]] = field(default_factory=dict)
+    reset_s: list[float] = field(default_factory=list)
+    errors: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, str] = field(default_factory=dict)
+    capacity_reached: int = 0
+    episodes: int = 0
+
+    def step(self, tool: str, seconds: float) -> None:
+        with self.lock:
+            self.step_s.setdefault(tool, []).append(seconds)
+
+    def error(self, code: str, message: str) -> None:
+        with self.lock:
+            self.errors[code] += 1
+            self.examples.setdefault(code, message[:300])
+        log.warning("load: %s: %s", code, message[:300])
+
+
+class _Refused(Exception):
+    """The server answered with an error frame, or the connection failed; `code` says which."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+class _Session:
+    """One /ws connection: one episode, a frame at a time."""
+
+    def __init__(self, ws: ClientConnection):
+        self.ws = ws
+
+    def request(self, frame: dict[str, Any]) -> dict[str, Any]:
+        with contextlib.suppress(ConnectionClosed):  # a refused session has already said why: read it below
+            self.ws.send(json.dumps(frame))
+        try:
+            reply = json.loads(self.ws.recv(timeout=REQUEST_TIMEOUT_S))
+        except TimeoutError as error:
+            raise _Refused("TIMEOUT", f"no reply to {frame['type']} within {REQUEST_TIMEOUT_S:.0f} s") from error
+        except (ConnectionClosed, OSError) as error:
+            raise _Refused("CONNECTION_LOST", f"connection dropped during {frame['type']}: {error}") from error
+        if reply.get("type") == "error":
+            data = reply.get("data") or {}
+            raise _Refused(str(data.get("code") or "ERROR"), str(data.get("message")))
+        return reply.get("data") or {}
+
+    def close(self) -> None:
+        with contextlib.suppress(ConnectionClosed, OSError):
+            self.ws.send(json.dumps({"type": "close"}))
+
+
+Check = Callable[[dict[str, Any]], bool]
+
+
+def episode_plan(steps: int, token: str) -> list[tuple[str, dict[str, Any], Check]]:
+    """`steps` tool calls that each have one right answer, the last a submit: a mix of `run` and the file tools."""
+    edited = token[::-1]
+    cycle: list[tuple[str, dict[str, Any], Check]] = [
+        ("run", {"command": "realpath ."}, lambda obs: obs["output"] == "/workspace\n" and obs["exit_code"] == 0),
+        ("write_file", {"path": PROBE, "content": f"{token}\n"}, lambda obs: True),
+        ("read_file", {"path": PROBE}, lambda obs: obs["output"] == f"{token}\n"),
+        ("edit_file", {"path": PROBE, "old": token, "new": edited}, lambda obs: True),
+        ("list_dir", {}, lambda obs: PROBE in obs["output"].splitlines()),
+        ("search", {"pattern": edited}, lambda obs: PROBE in obs["output"]),
+        ("run", {"command": f"cat {PROBE}"}, lambda obs: obs["output"] == f"{edited}\n" and obs["exit_code"] == 0),
+    ]
+    return [cycle[index % len(cycle)] for index in range(steps - 1)] + [("submit", {}, lambda obs: True)]
+
+
+def _play_episode(ws_url: str, task_id: str, steps: int, token: str, tally: _Tally) -> bool:
+    """One episode on a connection of its own; False when it could not be played to its end (no free slot, or a
+    failure)."""
+    try:
+        with connect(ws_url, open_timeout=60, max_size=None) as ws:
+            return _play(_Session(ws), task_id, steps, token, tally)
+    except (OSError, InvalidHandshake) as error:
+        tally.error("CONNECT_FAILED", f"cannot open {ws_url}: {error}")
+        return False
+
+
+def _play(session: _Session, task_id: str, steps: int, token: str, tally: _Tally) -> bool:
+    try:
+        started = time.perf_counter()
+        session.request({"type": "reset", "data": {"task_id": task_id}})
+        with tally.lock:
+            tally.reset_s.append(time.perf_counter() - started)
+        for tool, args, right in episode_plan(steps, token):
+            started = time.perf_counter()
+            reply = session.request({"type": "step", "data": {"tool": tool, "args": args}})
+            tally.step(tool, time.perf_counter() - started)
+            observation = reply.get("observation") or {}
+            metadata = reply.get("metadata") or observation.get("metadata") or {}
+            failure = metadata.get("tool_error")
+            if failure:
+                tally.error(str(failure), f"{tool} {args}: {observation.get('feedback')}")
+            elif not right(observation):
+                tally.error("WRONG_OUTPUT", f"{tool} {args} answered {observation}")
+            if reply.get("done") and tool != "submit":
+                if not failure:
+                    tally.error("ENDED_EARLY", f"the episode ended at {tool} {args}: {observation.get('feedback')}")
+                return False
+        if not reply.get("done"):
+            tally.error("NOT_DONE", f"submit did not end the episode: {reply}")
+        with tally.lock:
+            tally.episodes += 1
+    except _Refused as refused:
+        if refused.code == CAPACITY_REACHED:
+            with tally.lock:
+                tally.capacity_reached += 1
+        else:
+            tally.error(refused.code, str(refused))
+        return False
+    finally:
+        session.close()
+    return True
+
+
+def _client(index: int, ws_url: str, task_ids: list[str], steps: int, end: float, tally: _Tally) -> None:
+    for played in range(sys.maxsize):
+        if time.monotonic() >= end:
+            return
+        task_id = task_ids[(index + played) % len(task_ids)]
+        if not _play_episode(ws_url, task_id, steps, f"probe{index}x{played}", tally):
+            time.sleep(RETRY_S)  # a full or failing server is asked again soon, not in a busy loop
+
+
+# --- the server -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Server:
+    """The server under load, and the owner label of its containers when the bench started it."""
+
+    url: str
+    owner_prefix: str | None = None
+    containers_left: int | None = None
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return
+        time.sleep(0.5)
+    tail = log_path.read_text(errors="replace")[-2000:]
+    raise RuntimeError(f"`regrow serve` did not come up at {url} within {SERVER_START_S:.0f} s; its log ends:\n{tail}")
+
+
+@contextlib.contextmanager
+def _own_server(tasks: Path, slots: int, scratch: Path, backend: DockerBackend | None) -> Iterator[_Server]:
+    """`regrow serve` on free loopback ports, stopped with SIGTERM afterwards; its leftover containers are counted."""
+    port = _free_port()
+    command = [sys.executable, "-m", "regrow", "serve", "--tasks", str(tasks), "--host", "127.0.0.1"]
+    command += ["--port", str(port), "--grpc-port", str(_free_port()), "--max-episodes", str(slots)]
+    command += ["--traces", str(scratch / "traces.sqlite")]
+    log_path = scratch / "server.log"
+    with log_path.open("wb") as server_log:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=server_log, stderr=subprocess.STDOUT)
+    server = _Server(f"http://127.0.0.1:{port}", owner_prefix=f"{socket.gethostname()}:{process.pid}:")
+    try:
+        _wait_healthy(server.url, process, log_path)
+        yield server
+    finally:
+        process.send_signal(signal.SIGTERM)  # the server destroys its containers on the way out
+        try:
+            process.wait(SERVER_STOP_S)
+        except subprocess.TimeoutExpired:
+            log.warning("`regrow serve` did not stop within %.0f s of SIGTERM; killing it", SERVER_STOP_S)
+            process.kill()
+            process.wait()
+        if backend is not None:
+            server.containers_left = _count_left(backend, server.owner_prefix)
+
+
+def _server_containers(backend: DockerBackend, owner_prefix: str | None) -> list[dict[str, Any]]:
+    containers = backend.managed_containers()
+    if owner_prefix is None:
+        return containers
+    return [c for c in containers if (c.get("Labels") or {}).get(OWNER_LABEL, "").startswith(owner_prefix)]
+
+
+def _count_left(backend: DockerBackend, owner_prefix: str | None) -> int:
+    """The stopped server's containers, once removals already under way have had time to finish; then removed."""
+    deadline = time.monotonic() + 30
+    while (left := _server_containers(backend, owner_prefix)) and time.monotonic() < deadline:
+        time.sleep(1)
+    if left:
+        log.warning("%d container(s) outlived the server; removing them: %s", len(left), [c["Id"][:12] for c in left])
+        for container in left:
+            backend.remove(container["Id"])
+    return len(left)
+
+
+def _process_metrics(url: str) -> tuple[float | None, float | None]:
+    """The server's resident memory in bytes and its open file descriptors, from its /metrics."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+    except httpx.HTTPError as error:
+        log.warning("could not read %s/metrics: %s", url, error)
+        return None, None
+    values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("process_"))
+    rss, fds = values.get("process_resident_memory_bytes"), values.get("process_open_fds")
+    return (float(rss) if rss else None, float(fds) if fds else None)
+
+
+def _sample(server: _Server, backend: DockerBackend | None, started: float, tally: _Tally) -> Sample:
+    rss, fds = _process_metrics(server.url)
+    containers = None
+    if backend is not None:
+        try:
+            containers = len(_server_containers(backend, server.owner_prefix))
+        except SandboxError as error:
+            log.warning("could not list containers: %s", error)
+    return Sample(round(time.monotonic() - started, 1), tally.episodes, rss, fds, containers)
+
+
+# --- the run --------------------------------------------------------------------------------------------------------
+
+
+def run_load_bench(plan: LoadPlan, on_progress: Callable[[float, int], None] | None = None) -> dict[str, Any]:
+    """Run `plan` and return its numbers; `on_progress(seconds elapsed, episodes done)` is called about every second."""
+    task_ids = sorted(TaskStore(plan.tasks).tasks)
+    try:
+        backend: DockerBackend | None = DockerBackend()
+    except SandboxError as error:
+        log.warning("no container counts: %s", error)
+        backend = None
+    with tempfile.TemporaryDirectory(prefix="regrow-bench-load-") as scratch:
+        if plan.url:
+            server = _Server(plan.url.rstrip("/"))
+            result = _load(plan, server, task_ids, backend, on_progress)
+        else:
+            slots = plan.slots or plan.clients
+            with _own_server(plan.tasks, slots, Path(scratch), backend) as server:
+                result = _load(plan, server, task_ids, backend, on_progress)
+    result["containers_left_after_stop"] = server.containers_left
+    return result
+
+
+def _load(
+    plan: LoadPlan,
+    server: _Server,
+    task_ids: list[str],
+    backend: DockerBackend | None,
+    on_progress: Callable[[float, int], None] | None,
+) -> dict[str, Any]:
+    ws_url = server.url.replace("http://", "ws://", 1) + "/ws"
+    tally = _Tally()
+    started = time.monotonic()
+    end = started + plan.duration_s
+    clients = [
+        threading.Thread(target=_client, args=(index, ws_url, task_ids, plan.steps, end, tally), daemon=True)
+        for index in range(plan.clients)
+    ]
+    for thread in clients:
+        thread.start()
+    samples = [_sample(server, backend, started, tally)]
+    next_sample = started + plan.sample_every_s
+    while alive := [thread for thread in clients if thread.is_alive()]:
+        alive[0].join(timeout=1)
+        if on_progress:
+            on_progress(time.monotonic() - started, tally.episodes)
+        if time.monotonic() >= next_sample:
+            samples.append(_sample(server, backend, started, tally))
+            next_sample += plan.sample_every_s
+    wall = time.monotonic() - started
+    samples.append(_sample(server, backend, started, tally))
+    steps = [seconds for values in tally.step_s.values() for seconds in values]
+    fds = [sample.open_fds for sample in samples if sample.open_fds is not None]
+    return {
+        "server": plan.url or "own",
+        "clients": plan.clients,
+        "steps_per_episode": plan.steps,
+        "duration_s": plan.duration_s,
+        "wall_s": round(wall, 1),
+        "episodes": tally.episodes,
+        "steps": len(steps),
+        "episodes_per_s": round(tally.episodes / wall, 3),
+        "steps_per_s": round(len(steps) / wall, 2),
+        "step_latency": {"all": latency_ms(steps)} | {t: latency_ms(v) for t, v in sorted(tally.step_s.items())},
+        "reset_latency": latency_ms(tally.reset_s),
+        "errors": dict(tally.errors),
+        "error_count": sum(tally.errors.values()),
+        "error_examples": tally.examples,
+        "capacity_reached": tally.capacity_reached,
+        "rss": rss_trend(samples, plan.warmup_s),
+        "open_fds": {"first": fds[0], "last": fds[-1], "max": max(fds)} if fds else None,
+        "samples": [
+            {
+                "t_s": sample.t_s,
+                "episodes": sample.episodes,
+                "rss_mib": None if sample.rss_bytes is None else round(sample.rss_bytes / MiB, 1),
+                "open_fds": sample.open_fds,
+                "containers": sample.containers,
+            }
+            for sample in samples
+        ],
+    }
