@@ -32,8 +32,10 @@ def _register_parts() -> None:
             continue
         module.register(app)
     from regrow.bench_cli import register as register_benchmarks
+    from regrow.stack_cli import register as register_stack
 
     register_benchmarks(bench_app)
+    register_stack(app)
 
 
 @app.callback()

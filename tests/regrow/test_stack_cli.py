@@ -1,0 +1,54 @@
+"""`regrow stack`'s own logic, with the `docker` CLI answered by hand: which nodes it waits for and what it refuses."""
+
+import json
+
+import pytest
+
+from regrow import stack_cli
+
+
+def node(hostname, addr, state="ready", availability="active", manager_addr=None):
+    spec = {
+        "Description": {"Hostname": hostname},
+        "Status": {"State": state, "Addr": addr},
+        "Spec": {"Availability": availability},
+    }
+    if manager_addr:
+        spec["ManagerStatus"] = {"Addr": manager_addr}
+    return spec
+
+
+def answer(monkeypatch, replies):
+    def docker(*args, **_):
+        for prefix, reply in replies.items():
+            if " ".join(args).startswith(prefix):
+                return reply
+        raise AssertionError(f"unexpected docker {args}")
+
+    monkeypatch.setattr(stack_cli, "docker", docker)
+
+
+def test_only_ready_active_nodes_are_waited_for_and_a_manager_at_0000_is_named_by_its_manager_address(monkeypatch):
+    nodes = [
+        node("m1", "0.0.0.0", manager_addr="10.0.0.1:2377"),
+        node("w1", "10.0.0.2"),
+        node("drained", "10.0.0.3", availability="drain"),
+        node("down", "10.0.0.4", state="down"),
+    ]
+    answer(monkeypatch, {"node ls": "a\nb\nc\nd\n", "node inspect": json.dumps(nodes)})
+    assert stack_cli.active_nodes() == [stack_cli.Node("m1", "10.0.0.1"), stack_cli.Node("w1", "10.0.0.2")]
+
+
+def test_node_urls_bracket_ipv6():
+    assert stack_cli.node_url(stack_cli.Node("a", "127.0.0.1"), 8000) == "http://127.0.0.1:8000"
+    assert stack_cli.node_url(stack_cli.Node("b", "fd00::1"), 8000) == "http://[fd00::1]:8000"
+
+
+@pytest.mark.parametrize(
+    ("info", "remedy"),
+    [("inactive false", "docker swarm init"), ("active false", "on a manager"), ("pending false", "docker swarm init")],
+)
+def test_stack_commands_refuse_an_engine_that_is_no_swarm_manager(monkeypatch, info, remedy):
+    answer(monkeypatch, {"info": info})
+    with pytest.raises(stack_cli.StackError, match=remedy):
+        stack_cli.check_manager()
