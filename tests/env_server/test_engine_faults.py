@@ -6,6 +6,8 @@ network namespace, so it can never touch the host's networking, and they stop an
 """
 
 import contextlib
+import ctypes
+import json
 import os
 import shutil
 import signal
@@ -20,9 +22,12 @@ import grpc
 import httpx
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from websockets.sync.client import connect
 
 from env_server.episodes import SERVER_LABEL
 from env_server.server import RunningServer, start_in_background
+from proto import coding_env_pb2 as pb
+from proto import coding_env_pb2_grpc as pb_grpc
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, ServerHealth
 from sandbox import DockerBackend
 from sandbox.owner import MANAGED_LABEL, OWNER_LABEL
@@ -34,6 +39,7 @@ pytestmark = pytest.mark.docker
 # A loaded two-core CI machine starts a dockerd, or a container on it, in tens of seconds: poll with room to spare.
 DEADLINE_S = 180.0
 HOST_BRIDGE = Path("/sys/class/net/docker0")
+PR_SET_PDEATHSIG = 1
 
 
 def wait_for(
@@ -78,7 +84,9 @@ class SecondDockerd:
             "--bridge", "none", "--iptables=false", "--ip-forward=false", "--ip-masq=false",
         ]  # fmt: skip
         with self.log.open("ab") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent
+            )
         wait_for(f"the test dockerd answers on {self.url} (log: {self.log})", self.answers)
 
     @staticmethod
@@ -122,6 +130,11 @@ class SecondDockerd:
         for point in sorted(points, key=len, reverse=True):
             subprocess.run(["umount", "-l", point], check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _die_with_parent() -> None:
+    # If pytest itself is killed, unshare gets SIGTERM and passes it on to the daemon (--kill-child).
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _pids_naming(text: str) -> list[int]:
@@ -218,6 +231,13 @@ def test_a_server_started_without_its_engine_says_unhealthy_then_recovers_and_re
         refused = http.post("/reset", json={"task_id": DEMO_TASK_ID})
         assert (refused.status_code, refused.json()["code"]) == (503, ENGINE_UNREACHABLE)
         assert time.monotonic() - started < 10  # refused at once, not after an engine timeout
+        with connect(server.http_url.replace("http://", "ws://") + "/ws") as ws:
+            ws.send(json.dumps({"type": "reset", "data": {"task_id": DEMO_TASK_ID}}))
+            frame = json.loads(ws.recv(timeout=60))
+        assert frame["type"] == "error" and frame["data"]["message"].startswith(f"{ENGINE_UNREACHABLE}: ")
+        with grpc.insecure_channel(server.grpc_target) as channel, pytest.raises(grpc.RpcError) as refused_rpc:
+            pb_grpc.CodingEnvStub(channel).Reset(pb.ResetRequest(task_id=DEMO_TASK_ID), timeout=60)
+        assert refused_rpc.value.code() == grpc.StatusCode.UNAVAILABLE
 
         test_engine.start()
         recovery_s = wait_for("/health answers 200 after the engine started", lambda: health(http)[0] == 200)
