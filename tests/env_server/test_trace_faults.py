@@ -231,3 +231,32 @@ def test_records_still_refused_at_shutdown_are_counted_as_dropped_and_logged(tmp
     assert metric(metrics, "regrow_trace_backlog_records") == 0
     assert "5 trace records dropped at shutdown" in failure_logs(caplog, "dropped at shutdown")[0].getMessage()
     assert stored_status(path, "e") is None
+
+
+@pytest.mark.docker
+def test_a_served_episode_answers_every_request_while_the_trace_database_is_locked(server):
+    import httpx
+
+    from tests.task_fixture import DEMO_TASK_ID
+
+    metrics, path = server.runtime.metrics, server.runtime.traces.path
+    failures_before = metric(metrics, "regrow_trace_write_failures_total")
+    holder = sqlite3.connect(path, isolation_level=None)
+    with httpx.Client(base_url=server.http_url, timeout=300) as http:
+        try:
+            holder.execute("BEGIN EXCLUSIVE")
+            reset = http.post("/reset", json={"task_id": DEMO_TASK_ID})
+            assert reset.status_code == 200, reset.text
+            episode_id = reset.json()["observation"]["metadata"]["episode_id"]
+            for action in ({"tool": "no_such_tool", "args": {}}, {"tool": "run", "args": {"command": "ls"}}):
+                answer = http.post("/step", json={"episode_id": episode_id, "action": action})
+                assert answer.status_code == 200, answer.text
+            served = EpisodeTrace.model_validate(http.get(f"/episodes/{episode_id}").json())
+            assert [s.action.tool for s in served.steps] == ["no_such_tool", "run"]
+            assert "regrow_trace_backlog_records 3.0" in http.get("/metrics").text
+            assert metric(metrics, "regrow_trace_write_failures_total") == failures_before + 1
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+    wait_until(lambda: metric(metrics, "regrow_trace_backlog_records") == 0, "the backlog drained")
+    assert stored_steps(path, episode_id) == [0, 1]
