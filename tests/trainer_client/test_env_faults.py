@@ -218,22 +218,44 @@ def test_traffic_leaves_a_killed_server_and_comes_back_when_it_restarts(tmp_path
             play_until(lambda: started(a.url) > on_a, "A taken back")
 
 
+async def wait_until_answered(command: str) -> None:
+    """Until the scripted env has answered `command`: its reply is then on its way to the client."""
+    deadline = time.monotonic() + 30
+    while command not in ScriptedCodingEnv.finished_commands:
+        assert time.monotonic() < deadline, f"the env never answered {command!r}"
+        await asyncio.sleep(0.05)
+
+
+async def assert_each_reply_answers_its_own_request(client: EnvClient) -> None:
+    async with client.episode(task_id="calc") as episode:
+        assert episode.first.problem_statement  # a reset observation, not a stale step reply
+        for word in ("one", "two", "three"):
+            reply = await episode.step(ToolCall(tool="run", args={"command": f"echo {word}"}))
+            assert reply.output == f"ran echo {word}"
+
+
 async def test_a_late_reply_never_answers_a_later_request(scripted_env_url):
     client = EnvClient(scripted_env_url, max_connections=1, request_timeout=0.5)
     with pytest.raises(EnvTransportError, match="is broken; start a fresh episode"):
         async with client.episode(task_id="calc") as episode:
             with pytest.raises(EnvTransportError, match="no reply to 'step'"):
                 await episode.step(ToolCall(tool="run", args={"command": "sleep 1.2"}))
-            deadline = time.monotonic() + 30
-            while "sleep 1.2" not in ScriptedCodingEnv.finished_commands:  # the late reply is on its way now
-                assert time.monotonic() < deadline
-                await asyncio.sleep(0.05)
+            await wait_until_answered("sleep 1.2")
             await episode.step(ToolCall(tool="run", args={"command": "echo refused"}))  # the connection is broken
+    await assert_each_reply_answers_its_own_request(client)
+    await client.aclose()
+
+
+async def test_a_step_the_caller_timed_out_leaves_no_reply_for_the_next_request(scripted_env_url):
+    client = EnvClient(scripted_env_url, max_connections=1)
     async with client.episode(task_id="calc") as episode:
-        assert episode.first.problem_statement  # a reset observation, not the stale "ran sleep 1.2"
-        for word in ("one", "two", "three"):
-            reply = await episode.step(ToolCall(tool="run", args={"command": f"echo {word}"}))
-            assert reply.output == f"ran echo {word}"
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):  # the caller's own deadline, not the client's request timeout
+                await episode.step(ToolCall(tool="run", args={"command": "sleep 1.1"}))
+        await wait_until_answered("sleep 1.1")
+        with pytest.raises(EnvTransportError, match="is broken"):  # it would have read "ran sleep 1.1"
+            await episode.step(ToolCall(tool="run", args={"command": "echo shifted"}))
+    await assert_each_reply_answers_its_own_request(client)
     await client.aclose()
 
 

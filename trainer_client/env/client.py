@@ -137,6 +137,10 @@ class WebSocketConnection:
                 raise EnvTransportError(
                     f"connection to {self._url} dropped during {frame['type']!r}: {error}"
                 ) from error
+            except asyncio.CancelledError:
+                # the caller gave up (its own timeout): the reply still due would answer the next request
+                self.broken = True
+                raise
         reply = json.loads(raw)
         if reply.get("type") == "error":
             data = reply.get("data") or {}
@@ -224,7 +228,7 @@ class EnvClient:
             connection = self._idle.pop()
             try:
                 return connection, await connection.reset(options)
-            except (EnvTransportError, EnvRequestError) as error:  # stale pooled socket: use a fresh one
+            except (EnvTransportError, EnvRequestError, EnvEpisodeLost) as error:  # stale pooled socket: a fresh one
                 logger.debug("pooled connection failed on reset (%s); opening a fresh one", error)
                 await _close_quietly(connection)
         try:

@@ -81,6 +81,10 @@ class GrpcConnection:
                 raise EnvTransportError(
                     f"gRPC stream to {self._target} failed during {what!r}: {error.code().name} {error.details()}"
                 ) from error
+            except asyncio.CancelledError:
+                # the caller gave up (its own timeout): the reply still due would answer the next request
+                self.broken = True
+                raise
         if reply is grpc.aio.EOF:
             self.broken = True
             raise EnvTransportError(f"the gRPC env server at {self._target} ended the episode stream during {what!r}")
