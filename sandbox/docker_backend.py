@@ -32,6 +32,8 @@ EXEC_MARKER = "REGROW_EXEC"
 EXIT_CODE_WAIT_S = 15.0
 EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
 SWEEP_ATTEMPTS = 5
+SWEEP_TIMEOUT_S = 30.0
+OOM_CHECK_TIMEOUT_S = 30.0
 # How long an engine health check waits for the engine's answer.
 PING_TIMEOUT_S = 2.0
 # Spoken until an engine that was down at start answers; every engine since Docker 20.10 understands it.
@@ -164,13 +166,23 @@ class Sandbox:
         )
         return -1
 
+    def _output(self, exec_id: str, timeout: float) -> bytes:
+        """Start a created exec and return its stdout and stderr; read as `exec` reads them, since docker-py's own
+        reading loses what arrived with the reply's headers (docker-py issue #3332)."""
+        sock = self.api.exec_start(exec_id, socket=True)
+        try:
+            stream = read_exec_stream(sock, time.monotonic() + timeout, self.limits.output_cap_bytes)
+        finally:
+            sock.close()
+        return stream.stdout + stream.stderr
+
     def _sweep(self, marker: str, user: str) -> None:
         # As the command's own user: with every capability dropped, root cannot signal other uids.
         # Retried: while a fork bomb holds every pid of the container, the sweep itself may fail to start.
         for attempt in range(SWEEP_ATTEMPTS):
             try:
                 exec_id = self.api.exec_create(self.id, sweep_command(marker), user=user)["Id"]
-                output = self.api.exec_start(exec_id)
+                output = self._output(exec_id, SWEEP_TIMEOUT_S)
                 exit_code = self._exit_code(exec_id, deadline_hit=False)
             except (docker.errors.APIError, SandboxGone) as error:
                 log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)
@@ -188,7 +200,7 @@ class Sandbox:
     def _oom_killed_since_last_check(self) -> bool:
         try:
             exec_id = self.api.exec_create(self.id, ["sh", "-c", _OOM_COUNT], user="root")["Id"]
-            text = self.api.exec_start(exec_id).decode(errors="replace")
+            text = self._output(exec_id, OOM_CHECK_TIMEOUT_S).decode(errors="replace")
         except docker.errors.APIError:
             return False
         counts = [int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")]

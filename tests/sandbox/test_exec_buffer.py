@@ -119,3 +119,10 @@ def test_long_output_that_starts_with_the_reply_headers_is_whole(held_sandbox):
     result = held_sandbox.exec("seq 1 5000", timeout=60)
     assert result.exit_code == 0
     assert result.stdout == "".join(f"{n}\n" for n in range(1, 5001))
+
+
+def test_an_oom_kill_is_reported_when_its_count_arrives_with_the_reply_headers(held_sandbox):
+    # the kill count is read by an exec of its own, which lost its output just as a command's did
+    result = held_sandbox.exec("python3 -c 'x = bytearray(1024 * 1024 * 1024); print(len(x))'", timeout=60)
+    assert result.exit_code == 137
+    assert result.oom_killed
