@@ -151,8 +151,10 @@ class Sandbox:
                 info = self.api.exec_inspect(exec_id)
             except docker.errors.APIError as error:
                 raise _gone_or_raise(error, self.id) from error
-            if not info.get("Running") and info.get("ExitCode") is not None:
-                return int(info["ExitCode"])
+            if not info.get("Running"):
+                if info.get("ExitCode") is not None:
+                    return int(info["ExitCode"])
+                self.ensure_running()  # stopped without a code: its container may have died under it
             if time.monotonic() >= give_up:
                 break
             time.sleep(pause)

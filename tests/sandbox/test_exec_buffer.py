@@ -102,9 +102,11 @@ class HoldingRelay:
 def held_sandbox(docker_backend, sandbox) -> Iterator[Sandbox]:
     """The test's sandbox, reached through a relay that delivers each engine reply in one piece after HOLD_S."""
     relay = HoldingRelay(_engine_socket_path())
+    held = DockerBackend(base_url=relay.url, timeout=120)
     try:
-        yield Sandbox(DockerBackend(base_url=relay.url, timeout=120), sandbox.id, sandbox.limits, sandbox.user)
+        yield Sandbox(held, sandbox.id, sandbox.limits, sandbox.user)
     finally:
+        held.api.close()
         relay.close()
 
 

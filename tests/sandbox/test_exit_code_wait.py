@@ -2,16 +2,19 @@
 
 import time
 
-from sandbox import Limits, Sandbox
+import pytest
+
+from sandbox import Limits, Sandbox, SandboxGone
 from sandbox import docker_backend as backend_module
 
 
 class LaggingEngine:
     """Reports each exec as running for `lag_s` after its first inspection, as a loaded engine does."""
 
-    def __init__(self, lag_s: float, exit_code: int = 7):
+    def __init__(self, lag_s: float, exit_code: int | None = 7, container_running: bool = True):
         self.lag_s = lag_s
         self.exit_code = exit_code
+        self.container_running = container_running
         self.first_seen: float | None = None
         self.inspections = 0
 
@@ -24,7 +27,8 @@ class LaggingEngine:
         return {"Running": False, "ExitCode": self.exit_code}
 
     def inspect_container(self, container_id: str) -> dict:
-        return {"State": {"Running": True, "Status": "running"}}
+        running = self.container_running
+        return {"State": {"Running": running, "Status": "running" if running else "exited"}}
 
 
 class FakeBackend:
@@ -55,3 +59,11 @@ def test_exit_code_of_a_command_killed_at_its_deadline_is_124_without_asking():
     engine = LaggingEngine(lag_s=0)
     assert _sandbox(engine)._exit_code("exec1", deadline_hit=True) == 124
     assert engine.inspections == 0
+
+
+def test_an_exec_stopped_without_a_code_in_a_dead_container_is_sandbox_gone_at_once():
+    engine = LaggingEngine(lag_s=0, exit_code=None, container_running=False)
+    started = time.monotonic()
+    with pytest.raises(SandboxGone, match="stopped"):
+        _sandbox(engine)._exit_code("exec1", deadline_hit=False)
+    assert time.monotonic() - started < 5
