@@ -38,8 +38,8 @@ class TraceWrite:
 
     @property
     def size(self) -> int:
-        """Bytes it holds, roughly: the text it writes."""
-        return len(self.sql) + sum(len(value) if isinstance(value, str) else 8 for value in self.params)
+        """Bytes it holds, roughly: its text twice, as SQL parameters and in the trace `apply` keeps for reads."""
+        return 2 * (len(self.sql) + sum(len(value) if isinstance(value, str) else 8 for value in self.params))
 
 
 # Commits a batch in one transaction, or raises sqlite3.Error (locked, full) to have it retried later; returns the

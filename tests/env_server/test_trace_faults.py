@@ -102,7 +102,8 @@ def tiny_disk(tmp_path: Path) -> Iterator[Path]:
 def fill(disk: Path, db_path: Path) -> Path:
     """Fill `disk` to its last byte, after moving the WAL into the database so that every next write needs space."""
     with closing(sqlite3.connect(db_path)) as db:
-        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        busy, _, _ = db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    assert busy == 0, "the WAL could not be emptied, so the next writes might still fit in it"
     filler = disk / "filler"
     with open(filler, "wb", buffering=0) as sink:
         for chunk in (64 * 1024, 4096, 1):
