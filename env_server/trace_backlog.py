@@ -106,7 +106,7 @@ class TraceBacklog:
             self.metrics.trace_backlog_records.set(0)
         log.error(
             "trace store %s: %d trace records dropped at shutdown, the database still refuses writes (%s); "
-            "the episodes of this run miss steps in their traces",
+            "their episodes' traces lack them",
             self._where,
             left,
             error,
