@@ -67,3 +67,23 @@ async def test_a_server_the_pool_cannot_reach_is_named_down(scheme):
         assert pool.describe().startswith(f"{dead}: down (no answer to /health")
     finally:
         await pool.aclose()
+
+
+@pytest.mark.parametrize("serving", [True, False])
+async def test_a_grpc_server_is_read_through_the_standard_health_service(serving):
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    server = grpc.aio.server()
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+    await servicer.set("", status)
+    await server.start()
+    try:
+        async with httpx.AsyncClient() as http:
+            read = await read_health(http, f"grpc://127.0.0.1:{port}", timeout_s=10)
+    finally:
+        await server.stop(None)
+    assert read == (HealthRead(True) if serving else HealthRead(False, reason="gRPC health: not serving"))

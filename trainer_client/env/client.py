@@ -2,8 +2,9 @@
 
 `EnvClient(url)` speaks OpenEnv's WebSocket protocol (`ws://`, `http://` URLs; path `/ws`) or gRPC
 (`grpc://host:port`). `async with client.episode(task_id=...) as episode:` lends a connection,
-resets it and yields an `Episode`. A connection that timed out or dropped is never reused, so a late
-reply can never be read as the answer to another episode's request.
+resets it and yields an `Episode`. A connection whose request was left without its reply (timed out,
+cancelled by the caller, dropped) is never used again, so a late reply can never answer a later request.
+A step the env could not play for reasons of its own (proto.ENVIRONMENT_FAILURES) raises `EnvEpisodeLost`.
 """
 
 import asyncio
@@ -51,7 +52,7 @@ class EnvRequestError(EnvError):
 
 def lost_episode_error(url: str, code: str, message: str | None) -> EnvEpisodeLost:
     return EnvEpisodeLost(
-        f"env server at {url} lost the episode [{code}]: {message or 'no detail'}; it is replayed on a fresh reset"
+        f"env server at {url} lost the episode [{code}]: {message or 'no detail'}; play it again from a fresh reset"
     )
 
 

@@ -224,14 +224,15 @@ class RolloutStream:
 
     async def _play_with_retries(self, env: EnvPool, options: dict[str, Any]) -> Trajectory | None:
         """The episode played to its end, or None when the env lost it more than `episode_retries` times."""
-        replays, capacity_delay, outage_delay = 0, 0.5, 0.5
+        first_delay = min(0.5, self._backoff_max_s)
+        replays, capacity_delay, outage_delay = 0, first_delay, first_delay
         while True:
             try:
                 trajectory = await play_episode(env, self.sampler, self._tokens, self._limits, options)
             except EnvAtCapacity as error:
                 self.stats.capacity_waits += 1
                 self._outage_since = None  # a server answered: not an outage
-                log = logger.info if capacity_delay == 0.5 else logger.debug  # once per wait, not per try
+                log = logger.info if capacity_delay == first_delay else logger.debug  # once per wait, not per try
                 log("env at capacity (%s); backing off", error)
                 capacity_delay = await self._back_off(capacity_delay)
             except EnvUnavailable as error:
@@ -244,7 +245,7 @@ class RolloutStream:
                         f"(--env-outage-s {self._outage_s:g}): {env.describe()}; start them (`regrow serve`) "
                         "or check --env"
                     ) from error
-                log = logger.warning if outage_delay == 0.5 else logger.debug
+                log = logger.warning if outage_delay == first_delay else logger.debug
                 log("no episode could start (%s); backing off up to --env-outage-s", error)
                 outage_delay = await self._back_off(outage_delay)
             except (EnvEpisodeLost, EnvTransportError) as error:  # lost after it started
