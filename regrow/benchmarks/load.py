@@ -359,6 +359,8 @@ def _load(
     fds = [sample.open_fds for sample in samples if sample.open_fds is not None]
     return {
         "server": plan.url or "own",
+        # Over --url the server's owner label is unknown, so every regrow container on the engine is counted.
+        "containers_counted": "every regrow container on the engine" if server.owner_prefix is None else "the server's",
         "clients": plan.clients,
         "steps_per_episode": plan.steps,
         "duration_s": plan.duration_s,

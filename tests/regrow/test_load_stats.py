@@ -1,7 +1,10 @@
-"""The load bench's statistics: percentiles, the least-squares slope, memory growth and the exit-code gates."""
+"""The load bench without an engine: percentiles, least-squares slopes, memory growth, gates and the plan's bounds."""
+
+from pathlib import Path
 
 import pytest
 
+from regrow.benchmarks.load import LoadPlan
 from regrow.benchmarks.load_stats import (
     MiB,
     Sample,
@@ -72,3 +75,13 @@ def test_gates_pass_within_limits_and_name_what_was_exceeded():
 def test_the_memory_gate_fails_a_run_too_short_to_judge():
     [short] = gate_failures(_result({}, None), max_errors=None, max_rss_growth=0.1)
     assert "run longer than the warm-up" in short
+
+
+def test_a_plan_runs_only_on_loopback_and_within_its_bounds():
+    LoadPlan(Path("tasks"), clients=4, steps=8, duration_s=60, url="http://127.0.0.1:8000")
+    with pytest.raises(ValueError, match="not a loopback address"):
+        LoadPlan(Path("tasks"), clients=4, steps=8, duration_s=60, url="http://10.0.0.7:8000")
+    with pytest.raises(ValueError, match="--episodes"):
+        LoadPlan(Path("tasks"), clients=0, steps=8, duration_s=60)
+    with pytest.raises(ValueError, match="--duration"):
+        LoadPlan(Path("tasks"), clients=1, steps=8, duration_s=13 * 3600)
