@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -21,18 +22,22 @@ from sandbox.settings import SandboxSettings
 HOLD_S = 1.5
 
 
-def _engine_socket_path() -> str:
+def _engine_address() -> tuple[int, str | tuple[str, int]]:
+    """The socket family and address of the engine the tests use (its unix socket, or a tcp:// host)."""
     host = SandboxSettings().docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if not host.startswith("unix://"):
-        pytest.skip(f"the relay test talks to a unix-socket engine, not {host}")
-    return host.removeprefix("unix://")
+    if host.startswith("unix://"):
+        return socket.AF_UNIX, host.removeprefix("unix://")
+    parts = urlsplit(host)
+    if parts.scheme != "tcp" or not parts.hostname:
+        pytest.skip(f"the relay test speaks plain HTTP to the engine, not to {host}")
+    return socket.AF_INET, (parts.hostname, parts.port or 2375)
 
 
 class HoldingRelay:
-    """A TCP relay on 127.0.0.1 to the engine's unix socket that holds each reply HOLD_S before passing it on."""
+    """A TCP relay on 127.0.0.1 to the engine that holds each reply HOLD_S before passing it on."""
 
-    def __init__(self, engine_path: str):
-        self.engine_path = engine_path
+    def __init__(self, engine: tuple[int, str | tuple[str, int]]):
+        self.engine = engine
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.url = f"tcp://127.0.0.1:{self.listener.getsockname()[1]}"
         self._threads: list[threading.Thread] = []
@@ -49,8 +54,9 @@ class HoldingRelay:
                 client, _ = self.listener.accept()
             except OSError:  # closed
                 return
-            engine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            engine.connect(self.engine_path)
+            family, address = self.engine
+            engine = socket.socket(family, socket.SOCK_STREAM)
+            engine.connect(address)
             asked = threading.Event()  # the client sent something: the engine's next bytes start a reply
             self._spawn(self._requests, client, engine, asked)
             self._spawn(self._replies, engine, client, asked)
@@ -101,7 +107,7 @@ class HoldingRelay:
 @pytest.fixture
 def held_sandbox(docker_backend, sandbox) -> Iterator[Sandbox]:
     """The test's sandbox, reached through a relay that delivers each engine reply in one piece after HOLD_S."""
-    relay = HoldingRelay(_engine_socket_path())
+    relay = HoldingRelay(_engine_address())
     held = DockerBackend(base_url=relay.url, timeout=120)
     try:
         yield Sandbox(held, sandbox.id, sandbox.limits, sandbox.user)
