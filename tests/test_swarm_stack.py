@@ -1,0 +1,228 @@
+"""The swarm stack end to end on this engine: `docker swarm init`, `regrow stack deploy`, an episode through the
+published port, `regrow stack traces`, `regrow stack rm`, `docker swarm leave --force`, and nothing left behind.
+
+deploy/swarm.yaml runs its services in global mode, so the same file serves a many-node swarm unchanged; this test has
+one node, the local engine, advertised on 127.0.0.1 so that no traffic leaves the machine.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.compose_stack import REPO, ComposeProject, output_tail
+from tests.live_process import free_port
+from tests.task_fixture import DEMO_TASK_ID, SOLUTION_PATCH, build_demo_task_store
+
+pytestmark = pytest.mark.docker
+
+REGROW = str(Path(sys.executable).parent / "regrow")
+NAMESPACE_LABEL = "com.docker.stack.namespace"
+# Networks a swarm init makes on the engine; the test removes the ones it made.
+SWARM_NETWORKS = ("docker_gwbridge", "ingress")
+
+
+def docker(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def regrow(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([REGROW, *args], capture_output=True, text=True, timeout=timeout, cwd=REPO)
+
+
+def swarm_state() -> str:
+    return docker("info", "--format", "{{.Swarm.LocalNodeState}}").stdout.strip()
+
+
+def network_names() -> set[str]:
+    return set(docker("network", "ls", "--format", "{{.Name}}").stdout.split())
+
+
+def labelled(kind: list[str], name: str) -> list[str]:
+    return docker(*kind, "--filter", f"label={NAMESPACE_LABEL}={name}").stdout.split()
+
+
+def stack_containers(name: str) -> list[str]:
+    return labelled(["ps", "-aq", "--no-trunc"], name)
+
+
+def until(check, timeout: float, what: str, poll: float = 2.0):
+    """Poll `check` until it returns something truthy; the machine may be heavily loaded, so deadlines are generous."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"{what} after {timeout:.0f} s"
+        time.sleep(poll)
+    return result
+
+
+def _service_image() -> str:
+    """regrow/app as the compose tests build it: the same wheelhouse and build, so an up-to-date image is reused."""
+    made = subprocess.run(["make", "wheelhouse"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert made.returncode == 0, f"make wheelhouse failed:\n{output_tail(made)}"
+    compose = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
+    built = ComposeProject(compose, f"regrowswarm{os.getpid()}").run("build", "synth", timeout=1800)
+    assert built.returncode == 0, f"building the service image failed:\n{output_tail(built)}"
+    return "regrow/app:0.1.0"
+
+
+def _readable_store(docker_backend, base_image) -> Path:
+    """The hand-made one-task store, in a directory the services' `agent` user can read through the bind mount."""
+    root = Path(tempfile.mkdtemp(prefix="regrow-swarm-"))
+    root.chmod(0o755)
+    store = build_demo_task_store(docker_backend, base_image, root / "tasks")
+    for path in [store, *store.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return store
+
+
+def _teardown(name: str, initialised: bool, networks_before: set[str]) -> list[str]:
+    """Remove the stack and, if this test made the swarm, leave it; returns what went wrong (teardown never raises)."""
+    problems = []
+    if swarm_state() == "active" and (labelled(["service", "ls", "-q"], name) or stack_containers(name)):
+        removed = regrow("stack", "rm", "--name", name, "--volumes", "--timeout", "600")
+        if removed.returncode != 0:
+            problems.append(f"regrow stack rm: {output_tail(removed)}")
+            docker("stack", "rm", name)
+    if initialised and swarm_state() != "inactive":
+        left = docker("swarm", "leave", "--force")
+        if left.returncode != 0:
+            problems.append(f"docker swarm leave --force: {left.stderr}")
+    if initialised:
+        for network in SWARM_NETWORKS:
+            # the engine lets go of docker_gwbridge only once its last swarm endpoint is gone
+            deadline = time.monotonic() + 120
+            while network in network_names() - networks_before and time.monotonic() < deadline:
+                docker("network", "rm", network)
+                time.sleep(2)
+    for container in stack_containers(name):
+        docker("rm", "-f", container)
+    for volume in labelled(["volume", "ls", "-q"], name):
+        docker("volume", "rm", "-f", volume)
+    return problems
+
+
+@pytest.fixture(scope="module")
+def swarm(docker_backend, base_image):
+    """A one-node swarm (made here unless the engine already is in one) running the stack on free ports."""
+    # REGROW_APP_IMAGE runs the stack on an image built elsewhere (another checkout's code) instead of building this one
+    image = os.environ.get("REGROW_APP_IMAGE") or _service_image()
+    store = _readable_store(docker_backend, base_image)
+    name = f"regrowswarm{os.getpid()}"
+    http_port, grpc_port = free_port(), free_port()
+    networks_before = network_names()
+    state = swarm_state()
+    assert state in ("inactive", "active"), f"the engine's swarm state is {state!r}: leave or repair it first"
+    initialised = state == "inactive"
+    started = time.monotonic()
+    try:
+        if initialised:
+            made = docker("swarm", "init", "--advertise-addr", "127.0.0.1", "--listen-addr", "127.0.0.1:2377")
+            assert made.returncode == 0, f"docker swarm init failed: {made.stderr}"
+        deployed = regrow(
+            "stack",
+            "deploy",
+            "--tasks",
+            str(store),
+            "--name",
+            name,
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            str(grpc_port),
+            "--image",
+            image,
+            "--timeout",
+            "900",
+        )
+        logs = docker("service", "logs", "--tail", "40", f"{name}_env-server").stdout
+        assert deployed.returncode == 0, f"regrow stack deploy failed:\n{output_tail(deployed)}\n{logs}"
+        yield {
+            "name": name,
+            "url": f"http://127.0.0.1:{http_port}",
+            "store": store,
+            "initialised": initialised,
+            "networks_before": networks_before,
+            "servers": set(stack_containers(name)),
+            "started": started,
+        }
+    finally:
+        problems = _teardown(name, initialised, networks_before)
+        shutil.rmtree(store.parent, ignore_errors=True)
+        assert not problems, problems
+
+
+def test_each_node_runs_one_env_server_and_one_proxy(swarm):
+    name = swarm["name"]
+    expected = [f"{name}_docker-proxy global 1/1", f"{name}_env-server global 1/1"]
+    line_format = "{{.Name}} {{.Mode}} {{.Replicas}}"
+
+    def services() -> list[str]:
+        listed = docker("service", "ls", "--filter", f"label={NAMESPACE_LABEL}={name}", "--format", line_format)
+        return sorted(listed.stdout.splitlines())
+
+    # a task counts once its container's own healthcheck has passed, a few seconds after /health answers
+    until(lambda: services() == expected or None, 300, f"the services are not both global 1/1: {services()}")
+
+
+def test_only_the_proxy_holds_the_engine_socket(swarm):
+    for container in swarm["servers"]:
+        inspected = json.loads(docker("inspect", container).stdout)[0]
+        service = inspected["Config"]["Labels"]["com.docker.swarm.service.name"]
+        sources = {mount.get("Source") for mount in inspected["Mounts"]}
+        assert ("/var/run/docker.sock" in sources) == service.endswith("_docker-proxy"), (service, sources)
+
+
+def test_a_plain_http_episode_through_the_published_port_scores_one(swarm):
+    with httpx.Client(base_url=swarm["url"], timeout=600) as http:
+        reset = http.post("/reset", json={"task_id": DEMO_TASK_ID})
+        assert reset.status_code == 200, reset.text
+        episode_id = reset.json()["metadata"]["episode_id"]
+        command = f"git apply <<'REGROW_PATCH_END'\n{SOLUTION_PATCH}REGROW_PATCH_END\n"
+        applied = http.post(
+            "/step", json={"episode_id": episode_id, "action": {"tool": "run", "args": {"command": command}}}
+        )
+        assert applied.status_code == 200 and applied.json()["observation"]["exit_code"] == 0, applied.text
+        final = http.post("/step", json={"episode_id": episode_id, "action": {"tool": "submit", "args": {}}})
+    assert final.status_code == 200, final.text
+    assert final.json()["done"] and final.json()["reward"] == 1.0, final.text
+    swarm["episode_id"] = episode_id
+
+
+def test_stack_traces_gathers_every_nodes_episodes_into_one_jsonl(swarm, tmp_path):
+    out = tmp_path / "traces.jsonl"
+    gathered = regrow("stack", "traces", "--out", str(out), "--http-port", swarm["url"].rsplit(":", 1)[1])
+    assert gathered.returncode == 0, output_tail(gathered)
+    episodes = {trace["episode_id"]: trace for trace in map(json.loads, out.read_text().splitlines())}
+    played = episodes[swarm["episode_id"]]
+    assert played["reward"] == 1.0 and [step["action"]["tool"] for step in played["steps"]] == ["run", "submit"]
+
+
+def test_stack_rm_and_swarm_leave_leave_nothing_behind(swarm, docker_backend):
+    from sandbox.owner import OWNER_CONTAINER_LABEL
+
+    name = swarm["name"]
+    servers = swarm["servers"] | set(stack_containers(name))
+    removed = regrow("stack", "rm", "--name", name, "--volumes", "--timeout", "600")
+    assert removed.returncode == 0, output_tail(removed)
+    problems = _teardown(name, swarm["initialised"], swarm["networks_before"])
+    assert not problems, problems
+    left = [f"container {c[:12]}" for c in stack_containers(name)]
+    left += [f"volume {v}" for v in docker("volume", "ls", "-q").stdout.split() if v.startswith(f"{name}_")]
+    left += [f"network {n}" for n in network_names() if n.startswith(f"{name}_")]
+    left += [
+        f"sandbox {sandbox['Id'][:12]}"
+        for sandbox in docker_backend.managed_containers()
+        if (sandbox.get("Labels") or {}).get(OWNER_CONTAINER_LABEL) in servers
+    ]
+    if swarm["initialised"]:
+        assert swarm_state() == "inactive"
+        left += [f"network {n}" for n in (network_names() - swarm["networks_before"]) & set(SWARM_NETWORKS)]
+    assert left == []
+    print(f"swarm stack: deploy to nothing left in {time.monotonic() - swarm['started']:.0f} s")
