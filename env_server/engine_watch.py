@@ -8,6 +8,7 @@ epoch lost its sandbox to the engine.
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
 import threading
 import time
@@ -126,6 +127,16 @@ class EngineWatch:
             self._thread.join(timeout=10)
 
 
+def _regrow_version() -> str | None:
+    try:
+        return importlib.metadata.version("regrow")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return None
+
+
+VERSION = _regrow_version()
+
+
 def server_health(
     engine: EngineStatus, max_episodes: int, active: int, reserved: int, blocker: str | None = None
 ) -> ServerHealth:
@@ -138,4 +149,5 @@ def server_health(
         free_slots=0 if reason else max(0, max_episodes - active - reserved),
         max_episodes=max_episodes,
         active_episodes=active,
+        version=VERSION,
     )

@@ -1,5 +1,6 @@
 """GET /health and the engine watch, without an engine: how often the engine is pinged, and what /health answers."""
 
+import importlib.metadata
 from types import SimpleNamespace
 
 from fastapi.testclient import TestClient
@@ -120,7 +121,9 @@ def test_health_is_503_material_with_the_engines_error_and_no_free_slot_while_th
         free_slots=0,
         max_episodes=4,
         active_episodes=1,
+        version=away.version,
     )
+    assert away.version == importlib.metadata.version("regrow")
     up = server_health(EngineStatus(up=True), 4, active=1, reserved=1)
     assert (up.status, up.reason, up.free_slots) == ("healthy", None, 2)
     assert server_health(EngineStatus(up=True), 4, active=4, reserved=1).free_slots == 0
