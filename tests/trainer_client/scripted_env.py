@@ -3,7 +3,8 @@
 It answers like the coding env (CodingObservation, feedback on unknown tools, bad arguments and
 unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `submit` grades
 1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts;
-a `run` of `lose-sandbox` answers as the real env does when the sandbox died (tool_error SANDBOX_GONE).
+a `run` of `lose-sandbox` answers as the real env does when the sandbox died (tool_error SANDBOX_GONE);
+a reset of task `no-such-task` fails, as a request the env cannot serve.
 
 `python -m tests.trainer_client.scripted_env --port N` serves it as a process, for tests that kill a server.
 """
@@ -31,6 +32,8 @@ class ScriptedCodingEnv(Environment):
         self.files: dict[str, str] = {}
 
     def reset(self, seed=None, episode_id=None, task_id=None, **kwargs) -> CodingObservation:
+        if task_id == "no-such-task":
+            raise ValueError("unknown task 'no-such-task'")
         self._state = EpisodeState(episode_id=episode_id or f"ep-{time.monotonic_ns()}", task_id=task_id or "calc")
         self.files = {}
         return CodingObservation(problem_statement="Implement clamp in calc/ops.py.", tools=tool_specs())

@@ -21,7 +21,7 @@ from proto import ToolCall
 from tests.live_process import free_port, wait_healthy
 from tests.trainer_client.conftest import ScriptedSampler
 from tests.trainer_client.scripted_env import ScriptedCodingEnv, serve_scripted_env
-from trainer_client.env.client import EnvClient, EnvEpisodeLost, EnvTransportError
+from trainer_client.env.client import EnvClient, EnvEpisodeLost, EnvRequestError, EnvTransportError
 from trainer_client.rollout.agent_loop import EpisodeLimits
 from trainer_client.rollout.stream import RolloutStream
 
@@ -216,6 +216,16 @@ def test_traffic_leaves_a_killed_server_and_comes_back_when_it_restarts(tmp_path
             assert started(a.url) == on_a  # nothing started on the dead server
             a.start()
             play_until(lambda: started(a.url) > on_a, "A taken back")
+
+
+def test_a_request_the_env_cannot_serve_stops_the_stream_at_once(scripted_env_url, tokenizer, episode_tokens):
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), iter([{"task_id": "no-such-task"}]), workers=1
+    )
+    with stream, pytest.raises(EnvRequestError, match=r"rejected 'reset' \[EXECUTION_ERROR\]: unknown task"):
+        stream.next_groups(1, policy_version=0, timeout=120)
+    assert (stream.stats.episode_retries, stream.stats.backoff_s) == (0, 0.0)  # neither replayed nor waited for
 
 
 async def wait_until_answered(command: str) -> None:
