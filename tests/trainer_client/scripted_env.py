@@ -11,6 +11,7 @@ a reset of task `no-such-task` fails, as a request the env cannot serve.
 
 import argparse
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from typing import ClassVar
 
@@ -78,21 +79,23 @@ class ScriptedCodingEnv(Environment):
         return self._state
 
 
-def scripted_app(max_sessions: int = 8, free_slots: int | None = None):
-    """The scripted env's OpenEnv app; with `free_slots`, its /health answers a regrow ServerHealth."""
+def scripted_app(max_sessions: int = 8, free_slots: int | Callable[[], int] | None = None):
+    """The scripted env's OpenEnv app; with `free_slots` (a number, or a function read at each request), its
+    /health answers a regrow ServerHealth."""
     app = create_app(ScriptedCodingEnv, ToolCall, CodingObservation, max_concurrent_envs=max_sessions)
     if free_slots is not None:
         app.router.routes = [route for route in app.router.routes if getattr(route, "path", None) != "/health"]
 
         @app.get("/health")
         def health() -> ServerHealth:
-            return ServerHealth(status="healthy", free_slots=free_slots, max_episodes=max_sessions)
+            slots = free_slots() if callable(free_slots) else free_slots
+            return ServerHealth(status="healthy", free_slots=slots, max_episodes=max_sessions)
 
     return app
 
 
 @contextmanager
-def serve_scripted_env(max_sessions: int = 8, free_slots: int | None = None):
+def serve_scripted_env(max_sessions: int = 8, free_slots: int | Callable[[], int] | None = None):
     """Run the scripted env's OpenEnv app on a free loopback port; yield its http:// URL."""
     with served_in_thread(
         scripted_app(max_sessions, free_slots), "the scripted env server", ws="websockets-sansio"

@@ -87,3 +87,19 @@ async def test_a_grpc_server_is_read_through_the_standard_health_service(serving
     finally:
         await server.stop(None)
     assert read == (HealthRead(True) if serving else HealthRead(False, reason="gRPC health: not serving"))
+
+
+async def test_a_server_full_of_our_own_idle_sessions_still_takes_our_episodes():
+    reported = {"free": 1}
+    with serve_scripted_env(max_sessions=1, free_slots=lambda: reported["free"]) as url:
+        pool = await EnvPool([url], max_connections=1, health_interval_s=60).start()
+        try:
+            async with pool.episode(task_id="calc") as episode:
+                await episode.step(ToolCall(tool="submit"))
+            reported["free"] = 0  # the server counts our pooled session as taken
+            await pool.refresh()
+            async with pool.episode(task_id="calc") as episode:  # on that pooled session, not refused as full
+                assert episode.reused
+                await episode.step(ToolCall(tool="submit"))
+        finally:
+            await pool.aclose()

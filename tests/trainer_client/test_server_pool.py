@@ -88,6 +88,25 @@ def test_started_episodes_use_up_the_reported_slots_until_they_finish():
     assert pool.choose() == first
 
 
+def test_our_idle_sessions_are_room_even_when_health_reports_none_free():
+    pool = ServerPool([A, B], rng=random.Random(0))
+    pool.record_health(A, HealthRead(True, free_slots=0))  # /health counts our open sessions as taken
+    pool.record_health(B, HealthRead(True, free_slots=0))
+    pool.record_idle(A, 2)
+    assert pool.weights() == {A: 2.0, B: 0.0} and pool.choose() == A
+
+
+def test_an_episode_on_a_kept_session_neither_takes_nor_returns_a_free_slot():
+    pool = ServerPool([A])
+    pool.record_health(A, HealthRead(True, free_slots=3))
+    pool.record_started(A, new_session=False)
+    pool.record_finished(A, session_closed=False)
+    assert pool.servers[A].free_slots == 3
+    pool.record_started(A, new_session=True)
+    pool.record_finished(A, session_closed=False)  # the new session stays ours, idle: still taken on the server
+    assert pool.servers[A].free_slots == 2
+
+
 def test_an_unhealthy_answer_has_no_slots():
     pool = ServerPool([A])
     pool.record_health(A, HealthRead(False, free_slots=5, reason="engine unreachable"))

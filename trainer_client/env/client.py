@@ -182,11 +182,13 @@ class WebSocketConnection:
 class Episode:
     """One episode on a lent connection, from its reset observation to done."""
 
-    def __init__(self, connection: EnvConnection, first: CodingObservation):
+    def __init__(self, connection: EnvConnection, first: CodingObservation, reused: bool = False):
         self._connection = connection
         self.first = first
         self.done = first.done
         self.steps = 0
+        self.reused = reused  # it ran on a pooled connection: it took no new session slot on the server
+        self.kept = False  # its connection went back to the pool when it ended: the session slot stays ours
 
     async def step(self, call: ToolCall) -> CodingObservation:
         if self.done:
@@ -224,11 +226,11 @@ class EnvClient:
             return await GrpcConnection.open(self.url, self._open_timeout, self._request_timeout)
         return await WebSocketConnection.open(self.ws_url, self._open_timeout, self._request_timeout)
 
-    async def _reset_on_pooled_or_fresh(self, options: dict[str, Any]) -> tuple[EnvConnection, CodingObservation]:
+    async def _reset_on_pooled_or_fresh(self, options: dict[str, Any]) -> tuple[EnvConnection, CodingObservation, bool]:
         while self._idle:
             connection = self._idle.pop()
             try:
-                return connection, await connection.reset(options)
+                return connection, await connection.reset(options), True
             except (EnvTransportError, EnvRequestError, EnvEpisodeLost) as error:  # stale pooled socket: a fresh one
                 logger.debug("pooled connection failed on reset (%s); opening a fresh one", error)
                 await _close_quietly(connection)
@@ -237,7 +239,7 @@ class EnvClient:
         except EnvTransportError as error:
             raise EnvUnavailable(str(error)) from error
         try:
-            return connection, await connection.reset(options)
+            return connection, await connection.reset(options), False
         except (EnvTransportError, EnvEpisodeLost) as error:  # the server cannot start episodes now
             await _close_quietly(connection)
             raise EnvUnavailable(f"no episode could start on {self.url}: {error}") from error
@@ -249,8 +251,8 @@ class EnvClient:
     async def episode(self, **reset_options: Any) -> AsyncIterator[Episode]:
         """Lend a connection, reset it with `reset_options` (task_id, or seed and split), yield the episode."""
         async with self._slots:
-            connection, first = await self._reset_on_pooled_or_fresh(reset_options)
-            episode = Episode(connection, first)
+            connection, first, reused = await self._reset_on_pooled_or_fresh(reset_options)
+            episode = Episode(connection, first, reused)
             try:
                 yield episode
             except BaseException:
@@ -260,6 +262,12 @@ class EnvClient:
                 await _close_quietly(connection)
             else:
                 self._idle.append(connection)
+                episode.kept = True
+
+    @property
+    def idle_connections(self) -> int:
+        """Open sessions with no episode on them: each can start one even when the server reports no free slot."""
+        return len(self._idle)
 
     async def aclose(self) -> None:
         idle, self._idle = self._idle, []

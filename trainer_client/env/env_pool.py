@@ -137,28 +137,31 @@ class EnvPool:
     @asynccontextmanager
     async def episode(self, **reset_options: Any) -> AsyncIterator[Episode]:
         """An episode on the server with room that the draw picks; a failed start marks that server."""
+        for known, client in self._clients.items():
+            self.pool.record_idle(known, client.idle_connections)
         url = self.pool.choose()
         if url is None:
             if self.pool.any_healthy:
                 raise EnvAtCapacity(f"every env server is at capacity ({self.describe()}); waiting for a free slot")
             raise EnvUnavailable(f"no env server can start an episode: {self.describe()}")
-        started = False
+        client = self._client(url)
+        episode: Episode | None = None
         try:
-            async with self._client(url).episode(**reset_options) as episode:
-                started = True
-                self.pool.record_started(url)
+            async with client.episode(**reset_options) as episode:
+                self.pool.record_started(url, new_session=not episode.reused)
                 yield episode
         except EnvAtCapacity as error:
-            if not started:
+            if episode is None:
                 self.pool.record_full(url, str(error))
             raise
         except EnvUnavailable as error:
-            if not started:
+            if episode is None:
                 self.pool.record_unreachable(url, str(error))
             raise
         finally:
-            if started:
-                self.pool.record_finished(url)
+            if episode is not None:
+                self.pool.record_finished(url, session_closed=not episode.kept)
+            self.pool.record_idle(url, client.idle_connections)
 
     async def aclose(self) -> None:
         if self._poller is not None:

@@ -94,6 +94,7 @@ class ServerState:
     healthy: bool = True  # until a read or a failed connect says otherwise
     free_slots: int | None = None  # None: the server's /health does not report them
     reason: str | None = None  # why it is skipped or full
+    idle: int = 0  # our own open sessions there with no episode: /health counts them as taken
     started: int = 0  # episodes started on it, for the logs and the tests
 
     def describe(self) -> str:
@@ -134,26 +135,33 @@ class ServerPool:
         if url in self.servers:
             self.servers[url].free_slots, self.servers[url].reason = 0, reason
 
-    def record_started(self, url: str) -> None:
+    def record_idle(self, url: str, idle: int) -> None:
+        if url in self.servers:
+            self.servers[url].idle = idle
+
+    def record_started(self, url: str, new_session: bool = True) -> None:
+        """An episode started; on a new session it took one of the server's free slots."""
         server = self.servers.get(url)
         if server is None:
             return
         server.started += 1
-        if server.free_slots is not None:
+        if new_session and server.free_slots is not None:
             server.free_slots = max(0, server.free_slots - 1)
 
-    def record_finished(self, url: str) -> None:
+    def record_finished(self, url: str, session_closed: bool = True) -> None:
+        """An episode ended; closing its session gave the server a slot back (a kept one is counted as idle)."""
         server = self.servers.get(url)
-        if server is not None and server.free_slots is not None:
-            server.free_slots += 1  # a health read since the start counted this episode as active
+        if server is not None and session_closed and server.free_slots is not None:
+            server.free_slots += 1  # a health read since the start counted this session as taken
 
     def weights(self) -> dict[str, float]:
-        """Each healthy server's share of new episodes: its free slots; unknown slots weigh as the known mean."""
+        """Each healthy server's share of new episodes: its free slots plus our idle sessions there; unknown slots
+        weigh as the known mean."""
         healthy = [server for server in self.servers.values() if server.healthy]
-        known = [server.free_slots for server in healthy if server.free_slots is not None]
+        known = [server.free_slots + server.idle for server in healthy if server.free_slots is not None]
         unknown_weight = max(1.0, sum(known) / len(known)) if known else 1.0
         return {
-            server.url: float(server.free_slots) if server.free_slots is not None else unknown_weight
+            server.url: float(server.free_slots + server.idle) if server.free_slots is not None else unknown_weight
             for server in healthy
         }
 
