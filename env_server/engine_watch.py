@@ -1,6 +1,6 @@
-"""Whether the Docker engine answers, learnt by a ping at most once per REGROW_SERVER_ENGINE_CHECK_S.
+"""Whether the Docker engine answers, learnt by a ping every REGROW_SERVER_ENGINE_CHECK_S, never per request.
 
-A watch thread pings on that interval; a step that failed may ask for a check at once (at most once a second). When the
+A watch thread pings on that interval; a step that failed asks for a check at once. When the
 engine answers again after an outage, or its restart shows in the pool's stopped containers, the watch runs the
 server's recovery before it reports the engine up, and counts one more engine epoch: an episode begun in an earlier
 epoch lost its sandbox to the engine.
@@ -19,7 +19,7 @@ from proto.health import ServerHealth
 
 log = logging.getLogger(__name__)
 
-# A failed step may ping sooner than the interval, but no more than this often.
+# While the engine is away, failed steps ping no more than this often.
 FORCED_CHECK_GAP_S = 1.0
 
 
@@ -74,9 +74,13 @@ class EngineWatch:
         listener(self._status.up)
 
     def check(self, force: bool = False) -> EngineStatus:
-        """Ping unless the last ping is younger than the interval (a forced check: younger than a second)."""
+        """Ping unless the last ping is younger than the interval.
+
+        A forced check (a step failed) pings unless the engine was found away less than a second ago: an engine that
+        answered a moment ago may have died since, and that is what the failed step must learn.
+        """
         with self._check_lock:
-            gap = FORCED_CHECK_GAP_S if force else self.interval_s
+            gap = (0.0 if self._status.up else FORCED_CHECK_GAP_S) if force else self.interval_s
             if self._clock() - self._last_check < gap:
                 return self._status
             self._last_check = self._clock()

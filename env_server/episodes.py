@@ -387,9 +387,15 @@ class EpisodeRuntime:
                 "over, start another",
                 error=ENGINE_RESTARTED,
             )
-        if isinstance(error, SandboxGone):
+        if isinstance(error, SandboxGone) or not self._sandbox_runs(episode):
             return ToolResult(feedback="the sandbox died; this episode is over", error=SANDBOX_GONE)
         return None
+
+    def _sandbox_runs(self, episode: Episode) -> bool:
+        try:
+            return self.backend.container_running(episode.sandbox.id)
+        except Exception:  # the engine failed this question too: the episode's sandbox is lost to it
+            return False
 
     def _observation(self, episode: Episode, result: ToolResult, **extra: object) -> CodingObservation:
         metadata = {"episode_id": episode.id, "step": episode.steps_taken, "steps_left": episode.steps_left}

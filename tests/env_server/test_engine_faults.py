@@ -5,6 +5,7 @@ These tests own a second dockerd (its own data root, exec root, pidfile, socket 
 network namespace, so it can never touch the host's networking, and they stop and start it at will.
 """
 
+import concurrent.futures
 import contextlib
 import ctypes
 import json
@@ -28,7 +29,7 @@ from env_server.episodes import SERVER_LABEL
 from env_server.server import RunningServer, start_in_background
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
-from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, ServerHealth
+from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, ENVIRONMENT_FAILURES, ServerHealth
 from sandbox import DockerBackend
 from sandbox.owner import MANAGED_LABEL, OWNER_LABEL
 from tests.env_server.conftest import make_settings
@@ -218,6 +219,11 @@ def step_works(step: dict) -> bool:
     return True
 
 
+def step_in_own_client(url: str, episode_id: str, command: str) -> dict:
+    with httpx.Client(base_url=url, timeout=DEADLINE_S) as http:
+        return run_step(http, episode_id, command)
+
+
 def run_step(http: httpx.Client, episode_id: str, command: str = "echo hi") -> dict:
     reply = http.post("/step", json={"action": {"tool": "run", "args": {"command": command}}, "episode_id": episode_id})
     assert reply.status_code == 200, reply.text
@@ -282,13 +288,20 @@ def test_episodes_in_flight_end_clearly_when_the_engine_goes_away_and_the_server
         for episode in episodes:
             assert step_works(run_step(http, episode))
 
-        test_engine.stop()
+        with concurrent.futures.ThreadPoolExecutor(1) as running:
+            in_flight = running.submit(step_in_own_client, server.http_url, episodes[0], "sleep 25")
+            time.sleep(1.0)
+            test_engine.stop()
+            first = in_flight.result(timeout=DEADLINE_S)
         down_s = wait_for("/health answers 503 after the engine stopped", lambda: health(http)[0] == 503)
         print(f"engine stopped -> /health 503 in {down_s:.1f} s")
-        for episode in episodes[:2]:
-            ended = run_step(http, episode)
-            assert ended["done"] and ended["metadata"]["tool_error"] == ENGINE_UNREACHABLE
-            assert "engine" in ended["observation"]["feedback"]
+        # The step running when the engine stopped answered (no HTTP 500): its episode ended, or its command died.
+        if not first["done"]:
+            first = run_step(http, episodes[0])
+        assert first["done"] and first["metadata"]["tool_error"] in ENVIRONMENT_FAILURES, first
+        ended = run_step(http, episodes[1])
+        assert ended["done"] and ended["metadata"]["tool_error"] == ENGINE_UNREACHABLE
+        assert "engine" in ended["observation"]["feedback"]
         refused = http.post("/reset", json={"task_id": DEMO_TASK_ID})
         assert (refused.status_code, refused.json()["code"]) == (503, ENGINE_UNREACHABLE)
 

@@ -52,17 +52,22 @@ def test_the_engine_is_pinged_at_most_once_per_interval_however_often_health_is_
     assert watch.pings == 2
 
 
-def test_a_failed_step_may_check_sooner_but_not_more_than_once_a_second():
+def test_a_failed_step_checks_at_once_and_while_the_engine_is_away_no_more_than_once_a_second():
     engine = FakeEngine()
     watch = watch_of(engine, interval_s=30.0)
     watch.check()
+    engine.error = "connection refused"
+    engine.now += 0.1
+    # The engine answered 0.1 s ago, but the step failed: only a ping now tells whether it died since.
+    assert not watch.check(force=True).up
+    assert watch.pings == 2
     engine.now += 0.5
-    watch.check(force=True)
-    assert watch.pings == 1
-    engine.now += 0.6
     for _ in range(10):
         watch.check(force=True)
     assert watch.pings == 2
+    engine.now += 0.6
+    watch.check(force=True)
+    assert watch.pings == 3
 
 
 def test_an_engine_that_goes_away_is_reported_with_its_error_and_recovered_once_when_it_answers():
