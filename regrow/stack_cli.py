@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -15,6 +16,7 @@ import typer
 
 from regrow.output import console, fail
 
+log = logging.getLogger(__name__)
 stack_app = typer.Typer(help="Serve on many Docker hosts: the stack of deploy/swarm.yaml.", no_args_is_help=True)
 
 STACK_FILE = Path(__file__).resolve().parent.parent / "deploy" / "swarm.yaml"
@@ -186,6 +188,8 @@ def remove_sandboxes_of(servers: set[str]) -> int:
             for sandbox in backend.managed_containers()
             if (sandbox.get("Labels") or {}).get(OWNER_CONTAINER_LABEL) in servers
         ]
+        if left:
+            log.info("removing %d sandbox(es) of the stack's servers: %s", len(left), " ".join(c[:12] for c in left))
         deadline = time.monotonic() + SANDBOX_REMOVE_S
         pending = [container for container in left if not backend.remove(container)]
         while pending and time.monotonic() < deadline:

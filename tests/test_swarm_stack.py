@@ -209,8 +209,19 @@ def test_stack_rm_and_swarm_leave_leave_nothing_behind(swarm, docker_backend):
 
     name = swarm["name"]
     servers = swarm["servers"] | set(stack_containers(name))
+    service = f"label=com.docker.swarm.service.name={name}_env-server"
+    server = docker("ps", "-q", "--no-trunc", "--filter", service).stdout.split()[0]  # the running one
+    image = json.loads((swarm["store"] / "tasks.jsonl").read_text().splitlines()[0])["image"]
+    # What a server SIGKILLed past its stop grace period leaves: a sandbox labelled with its container, still running
+    left_behind = docker_backend.create(image, labels={OWNER_CONTAINER_LABEL: server}).id
     removed = regrow("stack", "rm", "--name", name, "--volumes", "--timeout", "600")
     assert removed.returncode == 0, output_tail(removed)
+    assert "sandbox(es)" in removed.stderr, removed.stderr
+    assert not docker_backend.container_running(left_behind), (
+        server,
+        removed.stderr,
+        docker("inspect", "--format", "{{json .Config.Labels}}", left_behind).stdout,
+    )
     problems = _teardown(name, swarm["initialised"], swarm["networks_before"])
     assert not problems, problems
     left = [f"container {c[:12]}" for c in stack_containers(name)]
