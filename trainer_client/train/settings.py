@@ -67,7 +67,12 @@ class TrainSettings(BaseSettings):
     save_steps: int = Field(default=50, ge=1, description="Checkpoint every N steps.")
     resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
     seed: int = Field(default=0, description="Seeds task sampling, rollouts and the trainer.")
-    episode_timeout_s: float = Field(default=1800.0, gt=0, description="Longest wait for a finished group.")
+    episode_timeout_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="Longest wait for a step's groups, backoff included; the run fails past it with each server's "
+        "state.",
+    )
     episode_retries: int = Field(
         default=2,
         ge=0,
