@@ -140,7 +140,8 @@ class EpisodeRuntime:
             orphans_reaped=self.reaper.reaped_total,
             tasks=len(self.store.tasks),
         )
-        self.reaper.start(reap_now=False)
+        # A second pass, as before the engine watch: a dead owner's last create may land after the first one.
+        self.reaper.start(reap_now=self.engine.status.up)
         self.metrics.active_episodes.set_function(lambda: len(self._episodes))
         self.metrics.engine_up.set_function(lambda: float(self.engine.status.up))
         self.metrics.free_episode_slots.set_function(lambda: self.health().free_slots)

@@ -95,17 +95,20 @@ class Reaper:
     def start(self, reap_now: bool = True) -> Reaper:
         """Reap once now (unless told not to), then every `interval_s` in a background thread."""
         if reap_now:
-            self.reap_once()
+            self._reap_logged()
         self._thread = threading.Thread(target=self._loop, name="sandbox-reaper", daemon=True)
         self._thread.start()
         return self
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                self.reap_once()
-            except Exception as error:  # a flaky engine must not kill the reaper
-                log.warning("reaper pass failed: %s", error)
+            self._reap_logged()
+
+    def _reap_logged(self) -> None:
+        try:
+            self.reap_once()
+        except Exception as error:  # a flaky or absent engine must not kill the reaper or the server's start
+            log.warning("reaper pass failed: %s", error)
 
     def stop(self) -> None:
         self._stop.set()
