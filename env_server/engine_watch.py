@@ -100,7 +100,7 @@ class EngineWatch:
                     log.warning("Docker engine restarted between two checks: the pool's containers stopped")
                 self._recover()
             except Exception as failure:  # retried at the next check; until then the engine counts as away
-                log.exception("recovery after the engine's return failed")
+                log.warning("recovery after the engine's return failed, retried at the next check: %s", failure)
                 self._set(EngineStatus(up=False, error=f"it answers, but recovery failed: {failure}", epoch=was.epoch))
                 return self._status
             self._set(EngineStatus(up=True, epoch=was.epoch if first else was.epoch + 1))
