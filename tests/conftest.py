@@ -1,6 +1,7 @@
 """Shared fixtures: the real Docker engine, the base image, and a leak check after the suite."""
 
 import os
+import time
 
 import pytest
 
@@ -41,6 +42,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.docker)
 
 
+def _leftovers(client, owner_filters) -> list[dict]:
+    # A container the engine is still removing is listed too ("Removal In Progress"): give it time to go.
+    deadline = time.monotonic() + 60
+    while True:
+        left = client.api.containers(all=True, filters=owner_filters)
+        if not left or time.monotonic() > deadline:
+            return left
+        time.sleep(1)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """Fail the run if any container this test process created is still there."""
     try:
@@ -49,13 +60,14 @@ def pytest_sessionfinish(session, exitstatus):
         from sandbox.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
 
         client = docker.from_env()
-        left = client.api.containers(
-            all=True, filters={"label": [f"{MANAGED_LABEL}=1", f"{OWNER_LABEL}={current_owner()}"]}
-        )
+        left = _leftovers(client, {"label": [f"{MANAGED_LABEL}=1", f"{OWNER_LABEL}={current_owner()}"]})
     except Exception:  # no engine: the docker tests have already failed or skipped
         return
     if left:
         for container in left:
-            client.api.remove_container(container["Id"], force=True)
+            try:
+                client.api.remove_container(container["Id"], force=True)
+            except docker.errors.APIError as error:  # gone meanwhile, or its removal already under way
+                print(f"\ncould not remove leftover {container['Id'][:12]}: {error}")
         print(f"\nLEAK: {len(left)} sandbox container(s) outlived the test suite: {[c['Id'][:12] for c in left]}")
         session.exitstatus = 1
