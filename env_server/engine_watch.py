@@ -88,6 +88,9 @@ class EngineWatch:
             was, first = self._status, not self._checked
             self._checked = True
             error = self._ping()
+            if error is not None and was.up:
+                # One lost ping (a loaded engine, a busy proxy) must not end episodes: ask once more before saying so.
+                error = self._ping()
             if error is not None:
                 if was.up or first:
                     log.warning("Docker engine unreachable: %s", error)

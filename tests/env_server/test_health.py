@@ -149,3 +149,22 @@ def test_get_health_is_regrows_route_not_openenvs_always_healthy_one(tmp_path):
         reply = client.get("/health")
     assert reply.status_code == 503
     assert ServerHealth.model_validate(reply.json()) == answer
+
+
+def test_one_lost_ping_of_a_live_engine_is_asked_again_and_starts_no_new_epoch():
+    engine = FakeEngine()
+    answers: list[str | None] = []
+    watch = EngineWatch(
+        lambda: answers.pop(0) if answers else None, 5.0, recover=engine.recover, clock=lambda: engine.now
+    )
+    assert watch.check().up
+    recoveries_at_start = engine.recoveries
+    engine.now += 10
+    answers.append("Read timed out. (read timeout=2.0)")
+
+    status = watch.check()
+
+    assert status.up and status.epoch == 0 and engine.recoveries == recoveries_at_start
+    answers.extend(["connection refused", "connection refused"])
+    engine.now += 10
+    assert not watch.check().up  # an engine that is really gone still shows at the first check
