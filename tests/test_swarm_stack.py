@@ -21,7 +21,8 @@ from tests.compose_stack import REPO, ComposeProject, output_tail
 from tests.live_process import free_port
 from tests.task_fixture import DEMO_TASK_ID, SOLUTION_PATCH, build_demo_task_store
 
-pytestmark = pytest.mark.docker
+# Deploying waits up to 20 min for /health on a heavily loaded machine: more than the suite's 900 s per test.
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(3000)]
 
 REGROW = str(Path(sys.executable).parent / "regrow")
 NAMESPACE_LABEL = "com.docker.stack.namespace"
@@ -121,6 +122,7 @@ def swarm(docker_backend, base_image):
     assert state in ("inactive", "active"), f"the engine's swarm state is {state!r}: leave or repair it first"
     initialised = state == "inactive"
     started = time.monotonic()
+    info: dict | None = None
     try:
         if initialised:
             made = docker("swarm", "init", "--advertise-addr", "127.0.0.1", "--listen-addr", "127.0.0.1:2377")
@@ -139,11 +141,12 @@ def swarm(docker_backend, base_image):
             "--image",
             image,
             "--timeout",
-            "900",
+            "1200",
+            timeout=1500,
         )
         logs = docker("service", "logs", "--tail", "40", f"{name}_env-server").stdout
         assert deployed.returncode == 0, f"regrow stack deploy failed:\n{output_tail(deployed)}\n{logs}"
-        yield {
+        info = {
             "name": name,
             "url": f"http://127.0.0.1:{http_port}",
             "store": store,
@@ -152,8 +155,13 @@ def swarm(docker_backend, base_image):
             "servers": set(stack_containers(name)),
             "started": started,
         }
+        yield info
     finally:
+        servers = set(stack_containers(name)) | (info["servers"] if info else set())
         problems = _teardown(name, initialised, networks_before)
+        for server in servers:  # what a failed test left: sandboxes of the stack's servers
+            for sandbox in docker("ps", "-aq", "--filter", f"label=regrow.owner.container={server}").stdout.split():
+                docker("rm", "-f", sandbox)
         shutil.rmtree(store.parent, ignore_errors=True)
         assert not problems, problems
 
