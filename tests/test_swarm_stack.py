@@ -77,7 +77,11 @@ def _readable_store(docker_backend, base_image) -> Path:
     """The hand-made one-task store, in a directory the services' `agent` user can read through the bind mount."""
     root = Path(tempfile.mkdtemp(prefix="regrow-swarm-"))
     root.chmod(0o755)
-    store = build_demo_task_store(docker_backend, base_image, root / "tasks")
+    try:
+        store = build_demo_task_store(docker_backend, base_image, root / "tasks")
+    except BaseException:
+        shutil.rmtree(root, ignore_errors=True)
+        raise
     for path in [store, *store.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return store
