@@ -428,8 +428,10 @@ class DockerBackend:
         return self.api.containers(all=True, filters={"label": f"{MANAGED_LABEL}=1"})
 
     def containers_labelled(self, labels: Mapping[str, str]) -> list[dict]:
-        """Every container, running or not, that carries all of `labels` (each with its Id, State and Labels)."""
-        return self.api.containers(all=True, filters={"label": [f"{key}={value}" for key, value in labels.items()]})
+        """Every regrow container, running or not, that carries all of `labels` (each with its Id, State and Labels)."""
+        # Restricted to managed containers, as the docker proxy requires of every listing (else 403).
+        wanted = {**labels, MANAGED_LABEL: "1"}
+        return self.api.containers(all=True, filters={"label": [f"{key}={value}" for key, value in wanted.items()]})
 
     def container_running(self, container_id: str) -> bool:
         try:

@@ -309,6 +309,21 @@ def test_listing_containers_needs_the_managed_label_filter(proxied):
     assert isinstance(proxied.managed_containers(), list)
 
 
+def test_a_listing_by_any_label_goes_through_the_proxy_and_finds_only_managed_containers(
+    proxied, base_image, unmanaged
+):
+    # The env server lists its own containers by its server label; the proxy refuses a listing not limited to
+    # regrow.managed=1, and that 403 kept every server behind the proxy unhealthy after its first engine check.
+    marker = {"regrow.test.listing": uuid.uuid4().hex}
+    sandbox = proxied.create(base_image, labels=marker)
+    try:
+        listed = proxied.containers_labelled(marker)
+        assert [c["Id"] for c in listed] == [sandbox.id]
+        assert proxied.containers_labelled({"regrow.test": "unmanaged"}) == []
+    finally:
+        sandbox.destroy()
+
+
 def test_a_pipelined_second_request_is_never_forwarded(proxy, docker_backend, unmanaged):
     smuggled = request("POST", f"/v1.41/containers/{unmanaged}/kill")
     response = exchange(proxy.address, request("GET", "/_ping") + smuggled)
