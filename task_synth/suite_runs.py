@@ -169,6 +169,9 @@ def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
         from task_synth.errors import SynthError
 
         detail = " | ".join(pip_error_lines(result.stdout + "\n" + result.stderr))
+        # Which way it ended tells a build error from a killed or timed-out install.
+        ending = "timed out" if result.timed_out else f"exit {result.exit_code}"
+        detail = f"{detail}; {ending} after {result.duration_s:.0f} s"
         raise SynthError(
             f"the repository does not install editable in its image ({detail}): check its build configuration"
         )

@@ -152,3 +152,24 @@ def test_editable_requirements_are_resolved_with_the_build_table_so_versions_can
     monkeypatch.setattr(wheelhouse, "editable_requirements", lambda root, wheels: ["setuptools_scm"])
     build_wheelhouse(root, tmp_path / "cache")
     assert calls[-1] == ["setuptools_scm", "setuptools", "setuptools_scm<8.0"]
+
+
+class _InstallThatDies:
+    """A sandbox whose editable install is killed with no output, as under memory or engine trouble."""
+
+    def import_tree(self, path, archive):
+        pass
+
+    def exec(self, command, timeout, cwd=None):
+        from sandbox import ExecResult
+
+        killed = command.startswith("pip install")
+        return ExecResult(137 if killed else 0, "", "", timed_out=False, truncated=False, duration_s=41.6)
+
+
+def test_an_install_that_ends_with_no_output_says_how_it_ended(tmp_path):
+    from task_synth.suite_runs import install_workspace
+
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '1'\n")
+    with pytest.raises(SynthError, match=r"does not install editable in its image \(no output; exit 137 after 42 s\)"):
+        install_workspace(_InstallThatDies(), tmp_path, 300)
