@@ -4,8 +4,11 @@ import math
 import os
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -18,30 +21,27 @@ pytestmark = [pytest.mark.docker, pytest.mark.train]
 
 
 @pytest.fixture(scope="module")
-def live_env(docker_backend, base_image, tmp_path_factory):
-    """`regrow serve` as a subprocess on 127.0.0.1 over the demo task store; yields (http URL, grpc URL)."""
-    store = build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks"))
-    port, grpc_port = free_port(), free_port()
-    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
-    process = subprocess.Popen(
-        [
-            str(Path(sys.executable).parent / "regrow"),
-            "serve",
-            "--tasks",
-            str(store),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--grpc-port",
-            str(grpc_port),
-            "--max-episodes",
-            "4",
-        ],
+def demo_store(docker_backend, base_image, tmp_path_factory) -> Path:
+    return build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks"))
+
+
+def start_serve(store: Path, port: int, grpc_port: int, log) -> subprocess.Popen:
+    """`regrow serve` on 127.0.0.1 over `store`, at most 4 episodes at once."""
+    command = [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--host", "127.0.0.1"]
+    return subprocess.Popen(
+        [*command, "--port", str(port), "--grpc-port", str(grpc_port), "--max-episodes", "4"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env={**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"},
     )
+
+
+@pytest.fixture(scope="module")
+def live_env(demo_store, tmp_path_factory):
+    """`regrow serve` as a subprocess on 127.0.0.1 over the demo task store; yields (http URL, grpc URL)."""
+    port, grpc_port = free_port(), free_port()
+    log = (tmp_path_factory.mktemp("serve") / "serve.log").open("w")
+    process = start_serve(demo_store, port, grpc_port, log)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(url, process)
@@ -97,3 +97,71 @@ def test_three_training_steps_against_the_live_env(live_env, tiny_policy_dir, tm
     before = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
     after = AutoModelForCausalLM.from_pretrained(summary.final_model)
     assert any(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
+
+
+def test_training_outlives_an_env_server_killed_under_it_and_replays_what_it_lost(
+    demo_store, tiny_policy_dir, tmp_path
+):
+    """The real `regrow serve` is SIGKILLed while `regrow train`'s episodes run on it, then started again on the same
+    port: the run reconnects, replays the lost episodes, counts them, and finishes its steps."""
+    from trainer_client.train.run import run_training
+    from trainer_client.train.settings import TrainSettings
+
+    port, grpc_port = free_port(), free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "serve.log").open("w")
+    server = start_serve(demo_store, port, grpc_port, log)
+    outcome: dict[str, object] = {}
+    try:
+        wait_healthy(url, server, timeout_s=300)
+        settings = TrainSettings(
+            env=url,
+            model=str(tiny_policy_dir),
+            output_dir=tmp_path / "run",
+            task_ids=[DEMO_TASK_ID],
+            steps=2,
+            group_size=2,
+            groups_per_step=1,
+            workers=2,
+            max_turns=3,
+            max_turn_tokens=32,
+            max_completion_tokens=1024,
+            logger="none",
+            device="cpu",
+            save_steps=100,
+            episode_timeout_s=900,
+            env_health_interval_s=0.5,
+        )
+
+        def train() -> None:
+            try:
+                outcome["summary"] = run_training(settings)
+            except BaseException as error:  # the assertion below reports it
+                outcome["error"] = error
+
+        trainer = threading.Thread(target=train, name="train", daemon=True)
+        trainer.start()
+        # Kill while episodes are in flight: the server's /health counts them.
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and trainer.is_alive():
+            if httpx.get(f"{url}/health", timeout=5).json().get("active_episodes", 0) > 0:
+                break
+            time.sleep(0.2)
+        assert trainer.is_alive(), f"training ended before any episode ran: {outcome}"
+        server.kill()
+        server.wait(timeout=60)
+        time.sleep(2)  # the trainer meets a dead server, not only a restarting one
+        server = start_serve(demo_store, port, grpc_port, log)
+        wait_healthy(url, server, timeout_s=300)
+        trainer.join(timeout=1500)
+        assert not trainer.is_alive(), "training did not finish within 25 min of the server's restart"
+    finally:
+        stop(server, grace_s=60)
+        log.close()
+
+    assert "error" not in outcome, f"training failed after the server came back: {outcome.get('error')!r}"
+    summary = outcome["summary"]
+    assert summary.steps == 2 and summary.groups_dropped_lost == 0
+    last = summary.log_history[-1]
+    # The episodes on the killed server were lost after they started (replayed) or could not start (waited for).
+    assert summary.episode_retries + last["rollout/unavailable_waits"] > 0, last
