@@ -45,6 +45,8 @@ def main(verbose: bool = typer.Option(False, "--verbose", "-v", help="Log debug 
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs every request at INFO: a load bench or a trainer polling /health would drown everything else.
+    logging.getLogger("httpx").setLevel(logging.DEBUG if verbose else logging.WARNING)
 
 
 @images_app.command("build")
