@@ -78,11 +78,13 @@ def train(ctx: typer.Context, **options: Any) -> None:
     from pydantic import ValidationError
 
     from trainer_client.env.client import EnvError
-    from trainer_client.train.run import run_training
+    from trainer_client.train.run import curves_dir, run_training
 
     given = _given_flags(ctx, options)
     try:
         settings = TrainSettings(**given)
+        if settings.logger == "tensorboard":
+            console.print(f"training curves: tensorboard --logdir {curves_dir(settings.output_dir)}")
         summary = run_training(settings)
     except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         console.print(f"[bold red]error:[/] {error}")

@@ -51,5 +51,21 @@ def test_run_saves_checkpoints_and_resumes_from_the_last_one(scripted_env_url, t
         1,
         2,
     ]  # step 1 restored from the checkpoint, not retrained
-    assert list((tmp_path / "runs").rglob("events.out.tfevents.*"))  # TensorBoard got the per-channel scalars
+    assert second.curves == tmp_path / "tensorboard"
+    # TensorBoard, in the folder named at the start, has each channel's loss, rewards, pass rate, clipping,
+    # episode length and staleness, step by step.
+    wanted = {"loss", "rlvr/loss", "sdpo/loss", "reward", "rollout/pass_rate", "clip_ratio/region_mean"}
+    wanted |= {"completions/mean_length", "rollout/staleness_mean", "rollout/episode_retries"}
+    assert {f"train/{tag}" for tag in wanted} <= _scalar_tags(second.curves)
     assert (second.final_model / "config.json").is_file()
+
+
+def _scalar_tags(folder) -> set[str]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    tags: set[str] = set()
+    for events in folder.glob("events.out.tfevents.*"):
+        accumulator = EventAccumulator(str(events))
+        accumulator.Reload()
+        tags |= set(accumulator.Tags()["scalars"])
+    return tags

@@ -125,6 +125,9 @@ class RegrowGRPOTrainer(GRPOTrainer):
             staleness = [float(self.state.global_step - version) for version in versions]
             self._metrics[mode]["rollout/staleness_mean"].append(sum(staleness) / len(staleness))
             self._metrics[mode]["rollout/staleness_max"].append(max(staleness))
+        rewards = [row.get("env_reward") for row in inputs]
+        if rewards and all(reward is not None for reward in rewards):  # solved: every FAIL_TO_PASS test passes
+            self._metrics[mode]["rollout/pass_rate"].append(sum(r >= 1.0 for r in rewards) / len(rewards))
         counters = inputs[0].get("stream_counters") if inputs else None
         if counters is not None:  # the stream's running totals: the replays, drops and waits env faults caused
             for name in ("episode_retries", "groups_dropped_lost", "capacity_waits", "unavailable_waits", "backoff_s"):

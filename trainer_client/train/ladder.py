@@ -78,6 +78,7 @@ class ArmResult(BaseModel):
     episodes: int | None = None
     final_losses: dict[str, float] = Field(default_factory=dict, description="Last step's loss of each channel.")
     run_dir: str | None = None
+    curves: str | None = Field(default=None, description="The arm's TensorBoard folder.")
 
 
 class LadderTable(BaseModel):
@@ -99,19 +100,24 @@ class LadderTable(BaseModel):
             f"Ladder: {self.steps} steps of `{self.model}` from weights {self.start_weights_sha256[:12]}, seed "
             f"{self.seed}; evaluated on {self.eval_tasks} `{self.eval_split}` tasks x {self.k} samples.\n\n"
             "| arm | pass@1 | mean reward | train s | eval s | tokens generated | teacher $ | SDPO teacher tokens "
-            "| final losses |\n|---|---|---|---|---|---|---|---|---|\n"
+            "| final losses | curves |\n|---|---|---|---|---|---|---|---|---|---|\n"
         )
         rows = []
         for arm in self.arms:
             if not arm.ran:
-                rows.append(f"| {arm.name} | not run: {arm.reason} |  |  |  |  |  |  |  |")
+                rows.append(f"| {arm.name} | not run: {arm.reason} |  |  |  |  |  |  |  |  |")
                 continue
             losses = ", ".join(f"{name} {value:.4g}" for name, value in arm.final_losses.items())
             rows.append(
                 f"| {arm.name} | {arm.pass_at_1:.3f} | {arm.mean_reward:.3f} | {arm.train_s:.0f} | {arm.eval_s:.0f} "
-                f"| {arm.tokens_generated} | {_money(arm.teacher_usd)} | {arm.sdpo_teacher_tokens:.0f} | {losses} |"
+                f"| {arm.tokens_generated} | {_money(arm.teacher_usd)} | {arm.sdpo_teacher_tokens:.0f} | {losses} "
+                f"| {_link(arm.curves)} |"
             )
         return head + "\n".join(rows) + "\n"
+
+
+def _link(folder: str | None) -> str:
+    return f"[tensorboard]({folder})" if folder else ""
 
 
 def _money(usd: float | None) -> str:
@@ -220,6 +226,7 @@ def run_arm(arm: Arm, train: TrainSettings, ladder: LadderSettings) -> ArmResult
     figures.steps, figures.episodes = summary.steps, summary.episodes
     figures.final_losses = {k: v for k, v in _final_losses(summary).items() if math.isfinite(v)}
     figures.run_dir = str(settings.output_dir)
+    figures.curves = str(summary.curves) if summary.curves else None
     return figures
 
 

@@ -27,6 +27,7 @@ class TrainSummary:
     policy_tokens: int
     final_model: Path
     log_history: list[dict[str, float]]
+    curves: Path | None = None
 
     @property
     def distilled_tokens(self) -> float:
@@ -50,6 +51,11 @@ def resolve_device(choice: str) -> str:
     return choice
 
 
+def curves_dir(output_dir: Path) -> Path:
+    """Where a run's TensorBoard event files go: one folder a run directory, the same after a resume."""
+    return output_dir / "tensorboard"
+
+
 def last_checkpoint(output_dir: Path) -> str | None:
     from transformers.trainer_utils import get_last_checkpoint
 
@@ -71,7 +77,7 @@ def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
         temperature=settings.temperature,
         loss_type=settings.loss_type,
         **settings.model_dump(include=set(CHANNEL_SETTINGS)),
-        report_to=["tensorboard"] if settings.logger == "tensorboard" else [],
+        report_to=[],  # TensorBoard is added by run_training, in a folder named before training starts
         logging_steps=1,
         save_steps=settings.save_steps,
         use_cpu=device == "cpu",
@@ -142,6 +148,13 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         rollout_func=StreamedRollouts(stream, tokens, settings.episode_timeout_s),
         pair_batches=pair_batches,
     )
+    curves = curves_dir(settings.output_dir) if settings.logger == "tensorboard" else None
+    if curves is not None:
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+
+        trainer.add_callback(TensorBoardCallback(tb_writer=SummaryWriter(log_dir=str(curves))))
+        logger.info("training curves go to %s (tensorboard --logdir %s)", curves, curves)
     resume_from = last_checkpoint(settings.output_dir) if settings.resume else None
     if resume_from:
         logger.info("resuming from %s", resume_from)
@@ -158,5 +171,6 @@ def run_training(settings: TrainSettings) -> TrainSummary:
         groups_dropped_lost=stream.stats.groups_dropped_lost,
         policy_tokens=stream.stats.policy_tokens,
         final_model=final,
+        curves=curves,
         log_history=[entry for entry in trainer.state.log_history if "loss" in entry],
     )
