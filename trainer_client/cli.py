@@ -76,6 +76,8 @@ def train(ctx: typer.Context, **options: Any) -> None:
         --vllm-server http://127.0.0.1:8100
     """
     from pydantic import ValidationError
+    from rich.live import Live
+    from rich.text import Text
 
     from trainer_client.env.client import EnvError
     from trainer_client.train.run import curves_dir, run_training
@@ -85,7 +87,8 @@ def train(ctx: typer.Context, **options: Any) -> None:
         settings = TrainSettings(**given)
         if settings.logger == "tensorboard":
             console.print(f"training curves: tensorboard --logdir {curves_dir(settings.output_dir)}")
-        summary = run_training(settings)
+        with Live(Text("starting: loading the policy and reaching the env"), console=console) as live:
+            summary = run_training(settings, show_progress=lambda progress: live.update(Text(progress.line())))
     except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None

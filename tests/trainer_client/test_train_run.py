@@ -69,3 +69,22 @@ def _scalar_tags(folder) -> set[str]:
         accumulator.Reload()
         tags |= set(accumulator.Tags()["scalars"])
     return tags
+
+
+def test_a_run_shows_its_rollouts_while_it_collects_them(scripted_env_url, tiny_policy_dir, tmp_path):
+    from trainer_client.train.run import run_training
+
+    readings = []
+    settings = settings_for(scripted_env_url, tiny_policy_dir, tmp_path, steps=2).model_copy(
+        update={"logger": "none", "save_steps": 10}
+    )
+
+    summary = run_training(settings, show_progress=readings.append)
+
+    assert summary.steps == 2 and readings
+    last = readings[-1]
+    assert (last.step, last.steps, last.episodes_needed) == (2, 2, 4)
+    assert last.episodes == summary.episodes >= 4 and last.turns >= last.episodes
+    assert last.mean_reward is not None and 0.0 <= last.mean_reward <= 1.0
+    assert [r.episodes for r in readings] == sorted(r.episodes for r in readings)  # it moves only forward
+    assert "episodes" in last.line() and "step 2/2" in last.line()

@@ -43,6 +43,8 @@ class StreamStats:
     unavailable_waits: int = 0  # starts that found no server answering
     backoff_s: float = 0.0  # time workers slept backing off
     policy_tokens: int = 0  # tokens the policy generated in all played episodes
+    turns: int = 0  # model turns in all played episodes
+    reward_sum: float = 0.0  # env reward summed over all played episodes
 
     def counters(self) -> dict[str, float]:
         return {name: float(value) for name, value in asdict(self).items()}
@@ -218,6 +220,8 @@ class RolloutStream:
             group.episodes.append(trajectory)
             self.stats.episodes += 1
             self.stats.policy_tokens += sum(trajectory.env_mask)
+            self.stats.turns += len(trajectory.turns)
+            self.stats.reward_sum += trajectory.reward
             if len(group.episodes) == group.size:
                 self.stats.groups_queued += 1
                 self._ready.put(group)

@@ -1,8 +1,9 @@
 """One training run: load the policy, stream episodes from the env, and train with the three channels."""
 
+import contextlib
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -11,6 +12,7 @@ from trainer_client.train.settings import TrainSettings
 
 if TYPE_CHECKING:  # grpo_trainer loads torch and TRL; this module imports them only when a run starts
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig
+    from trainer_client.train.progress import RolloutProgress
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +89,9 @@ def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
     )
 
 
-def run_training(settings: TrainSettings) -> TrainSummary:
+def run_training(
+    settings: TrainSettings, show_progress: "Callable[[RolloutProgress], None] | None" = None
+) -> TrainSummary:
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
     from trainer_client.channels.preference_pairs import PairBatches, read_pairs
     from trainer_client.channels.reference_policy import check_reference_policy
@@ -158,7 +162,19 @@ def run_training(settings: TrainSettings) -> TrainSummary:
     resume_from = last_checkpoint(settings.output_dir) if settings.resume else None
     if resume_from:
         logger.info("resuming from %s", resume_from)
-    with stream:
+    watch: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if show_progress is not None:
+        from transformers.trainer_callback import ProgressCallback
+
+        from trainer_client.train.progress import ProgressWatch, rollout_progress
+
+        # The step bar stays at 0/N for the minutes it takes to collect a step's episodes: show those instead.
+        trainer.remove_callback(ProgressCallback)
+        per_step = settings.groups_per_step * settings.group_size
+        watch = ProgressWatch(
+            lambda: rollout_progress(stream.stats, trainer.state.global_step, settings.steps, per_step), show_progress
+        )
+    with stream, watch:
         trainer.train(resume_from_checkpoint=resume_from)
     final = settings.output_dir / "final"
     trainer.save_model(str(final))
