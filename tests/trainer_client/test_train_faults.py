@@ -5,7 +5,7 @@ import pytest
 pytest.importorskip("torch")
 
 from tests.trainer_client.scripted_env import serve_scripted_env
-from tests.trainer_client.tiny_policy import save_tiny_policy
+from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_run_settings
 
 pytestmark = pytest.mark.train
 
@@ -14,23 +14,17 @@ FAULT_COUNTERS = ("episode_retries", "groups_dropped_lost", "capacity_waits", "u
 
 def test_every_step_logs_the_rollout_fault_counters(scripted_env_url, tmp_path):
     from trainer_client.train.run import run_training
-    from trainer_client.train.settings import TrainSettings
 
     with serve_scripted_env() as second:
-        settings = TrainSettings(
-            env=[scripted_env_url, second],
-            model=str(save_tiny_policy(tmp_path / "policy")),
-            output_dir=tmp_path / "run",
-            task_ids=["calc"],
+        settings = tiny_run_settings(
+            [scripted_env_url, second],
+            save_tiny_policy(tmp_path / "policy"),
+            tmp_path / "run",
+            "calc",
             steps=2,
-            group_size=2,
-            groups_per_step=1,
-            workers=2,
             max_turns=2,
             max_turn_tokens=24,
             max_completion_tokens=512,
-            device="cpu",
-            logger="none",
             save_steps=10,
             episode_timeout_s=300,
             env_health_interval_s=0.5,

@@ -15,9 +15,12 @@ torch = pytest.importorskip("torch")
 
 from tests.live_process import free_port, stop, wait_healthy  # noqa: E402
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
-from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
+from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_run_settings  # noqa: E402
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
+
+# Turns long enough for the demo task's tool calls; a checkpoint only at the end.
+LIVE_LIMITS = dict(max_turns=3, max_turn_tokens=32, max_completion_tokens=1024, save_steps=100)
 
 
 @pytest.fixture(scope="module")
@@ -66,26 +69,17 @@ def test_three_training_steps_against_the_live_env(live_env, tiny_policy_dir, tm
     from transformers import AutoModelForCausalLM
 
     from trainer_client.train.run import run_training
-    from trainer_client.train.settings import TrainSettings
 
     http_url, grpc_url = live_env
-    settings = TrainSettings(
-        env=http_url if transport == "ws" else grpc_url,
-        model=str(tiny_policy_dir),
-        output_dir=tmp_path / "run",
-        task_ids=[DEMO_TASK_ID],
+    settings = tiny_run_settings(
+        http_url if transport == "ws" else grpc_url,
+        tiny_policy_dir,
+        tmp_path / "run",
+        DEMO_TASK_ID,
         steps=3,
-        group_size=2,
-        groups_per_step=1,
-        workers=2,
-        max_turns=3,
-        max_turn_tokens=32,
-        max_completion_tokens=1024,
         learning_rate=1e-3,
         alpha_sdpo=1.0,
-        logger="none",
-        device="cpu",
-        save_steps=100,
+        **LIVE_LIMITS,
         episode_timeout_s=600,
     )
     summary = run_training(settings)
@@ -105,7 +99,6 @@ def test_training_outlives_an_env_server_killed_under_it_and_replays_what_it_los
     """The real `regrow serve` is SIGKILLed while `regrow train`'s episodes run on it, then started again on the same
     port: the run reconnects, replays the lost episodes, counts them, and finishes its steps."""
     from trainer_client.train.run import run_training
-    from trainer_client.train.settings import TrainSettings
 
     port, grpc_port = free_port(), free_port()
     url = f"http://127.0.0.1:{port}"
@@ -114,21 +107,13 @@ def test_training_outlives_an_env_server_killed_under_it_and_replays_what_it_los
     outcome: dict[str, object] = {}
     try:
         wait_healthy(url, server, timeout_s=300)
-        settings = TrainSettings(
-            env=url,
-            model=str(tiny_policy_dir),
-            output_dir=tmp_path / "run",
-            task_ids=[DEMO_TASK_ID],
+        settings = tiny_run_settings(
+            url,
+            tiny_policy_dir,
+            tmp_path / "run",
+            DEMO_TASK_ID,
             steps=2,
-            group_size=2,
-            groups_per_step=1,
-            workers=2,
-            max_turns=3,
-            max_turn_tokens=32,
-            max_completion_tokens=1024,
-            logger="none",
-            device="cpu",
-            save_steps=100,
+            **LIVE_LIMITS,
             episode_timeout_s=900,
             env_health_interval_s=0.5,
         )

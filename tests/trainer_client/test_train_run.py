@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from tests.trainer_client.tiny_policy import save_tiny_policy
+from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_run_settings
 
 pytestmark = pytest.mark.train
 
@@ -16,23 +16,18 @@ def tiny_policy_dir(tmp_path_factory):
 
 
 def settings_for(url, model, output_dir, steps):
-    from trainer_client.train.settings import TrainSettings
-
-    return TrainSettings(
-        env=url,
-        model=str(model),
-        output_dir=output_dir,
-        task_ids=["calc"],
+    return tiny_run_settings(
+        url,
+        model,
+        output_dir,
+        "calc",
         steps=steps,
-        group_size=2,
-        groups_per_step=1,
-        workers=2,
         max_turns=2,
         max_turn_tokens=24,
         max_completion_tokens=512,
         alpha_sdpo=0.5,
         sdpo_teacher="ema",
-        device="cpu",
+        logger="tensorboard",
         save_steps=1,
         episode_timeout_s=300,
     )

@@ -30,3 +30,22 @@ def save_tiny_policy(folder: Path) -> Path:
     tiny_qwen2(tokenizer).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def tiny_run_settings(env, model: Path, output_dir: Path, task_id: str, **overrides):
+    """`regrow train`'s settings for a short CPU run of the tiny policy: two workers, groups of two, one group a
+    step, short turns; `overrides` set the rest (steps, channels, limits)."""
+    from trainer_client.train.settings import TrainSettings
+
+    fields = dict(
+        env=env,
+        model=str(model),
+        output_dir=output_dir,
+        task_ids=[task_id],
+        group_size=2,
+        groups_per_step=1,
+        workers=2,
+        device="cpu",
+        logger="none",
+    )
+    return TrainSettings(**{**fields, **overrides})
