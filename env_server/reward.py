@@ -33,6 +33,7 @@ from env_server.grading_run import (
 from env_server.hidden_checks import HiddenSuite, build_hidden_suite
 from env_server.path_policy import PathPolicy
 from env_server.settings import GradeLimits
+from env_server.submission_diff import submission_diff
 from env_server.tamper_scan import scan_change_set
 from env_server.task_store import Task
 from env_server.tools import WORKSPACE
@@ -290,6 +291,7 @@ def grade(
         "refused": refused,
         "ignored_paths": [r.path for r in refused],
         "tamper_flags": [str(flag) for flag in found],
+        "diff": submission_diff(pristine.tree, changes),  # refused paths are left out: `refused` lists them
     }
     if limits.strict_tamper and any(flag.forgery for flag in found):
         update.update(reward=0.0, tampered=True, tamper_reasons=[*details.tamper_reasons, "static_scan"])

@@ -68,4 +68,9 @@ class RewardDetails(BaseModel):
         description="Which tripwires fired: sentinel_passed, control_failed, counterfactual_passed, static_scan.",
     )
     tamper_flags: list[str] = Field(default_factory=list, description="What the static scan of the change set found.")
+    diff: str = Field(
+        default="",
+        description="The graded change set as a unified diff against the task's workspace "
+        "(cut, with a closing line saying so, past the cap).",
+    )
     error: str | None = None
