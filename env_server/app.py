@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, Response
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from env_server.dashboard.pages import add_dashboard
 from env_server.disconnect_watch import AbortOnDisconnect
 from env_server.environment import PER_REQUEST, CodingEnvironment
 from env_server.episode_errors import EpisodeError
@@ -61,7 +62,7 @@ class MarkPerRequestCalls:
 
 
 def build_app(runtime: EpisodeRuntime) -> FastAPI:
-    """OpenEnv's app for our environment, with /episodes, /metrics and typed episode errors added."""
+    """OpenEnv's app for our environment, with /episodes, /metrics, the dashboard and typed episode errors added."""
     settings = runtime.settings
     app = create_app(
         partial(CodingEnvironment, runtime),
@@ -137,4 +138,5 @@ def build_app(runtime: EpisodeRuntime) -> FastAPI:
         runtime.abort(runtime.get(episode_id), "ended by DELETE /episodes")
         return {"episode_id": episode_id, "status": "aborted"}
 
+    add_dashboard(app, runtime)
     return app

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
+from env_server.dashboard.live_stats import LiveStats
 from env_server.engine_watch import EngineWatch, server_health
 from env_server.episode_errors import (
     CapacityReached,
@@ -107,6 +108,7 @@ class EpisodeRuntime:
     ):
         self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
         self.metrics = metrics or ServerMetrics()
+        self.live_stats = LiveStats()
         traces.report_to(self.metrics, backlog_bytes=settings.trace_backlog_mib * 1024 * 1024)
         self.server_id = uuid.uuid4().hex[:12]
         self.sandboxes = SandboxSupply(settings, store, backend, self.metrics, {SERVER_LABEL: self.server_id})
@@ -179,6 +181,10 @@ class EpisodeRuntime:
             active, reserved = len(self._episodes), self._reserved
         missing = self._missing_images_message(self._missing_images) if self._missing_images else None
         return server_health(self.engine.status, self.settings.max_episodes, active, reserved, missing)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
 
     def close(self) -> None:
         """Graceful shutdown: abort every live episode and destroy every container this server owns."""
@@ -322,6 +328,7 @@ class EpisodeRuntime:
                     args=json.loads(json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()),
                 )
             self.metrics.step_seconds.labels(action.tool if action.tool in TOOL_ARGS else "unknown").observe(duration)
+            self.live_stats.record_step(duration)
             step = StepTrace(
                 index=len(episode.trace.steps),
                 action=action,
@@ -460,6 +467,7 @@ class EpisodeRuntime:
         episode.sandbox.destroy()
         self.traces.end_episode(episode.id, status, _now(), episode.details)
         self.metrics.episodes_total.labels(status).inc()
+        self.live_stats.record_end()
         log_event("episode.end", episode.id, status=status, reward=episode.details.reward if episode.details else None)
 
     def abort(self, episode: Episode, reason: str, lock_held: bool = False) -> None:

@@ -20,6 +20,9 @@ from sandbox import DockerBackend
 
 log = logging.getLogger(__name__)
 
+# How long a stop waits for open responses (a dashboard's event stream never ends by itself) before closing them.
+GRACEFUL_SHUTDOWN_S = 5
+
 
 def start_runtime(settings: ServerSettings, backend: DockerBackend | None = None) -> EpisodeRuntime:
     store = TaskStore(settings.tasks_dir)
@@ -57,7 +60,12 @@ def start_in_background(settings: ServerSettings, backend: DockerBackend | None 
     """Start runtime, app and gRPC on the configured (or, for port 0, free) ports; `stop()` undoes it all."""
     runtime = start_runtime(settings, backend)
     config = uvicorn.Config(
-        build_app(runtime), host=settings.host, port=settings.port, log_level="warning", ws_max_size=16 * 1024 * 1024
+        build_app(runtime),
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        ws_max_size=16 * 1024 * 1024,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn", daemon=True)
@@ -91,7 +99,13 @@ def serve(settings: ServerSettings) -> None:
     try:
         # log_config=None: uvicorn's records go through the root handler, which writes JSON lines.
         uvicorn.run(
-            app, host=settings.host, port=settings.port, log_level="info", log_config=None, ws_max_size=16 * 1024 * 1024
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level="info",
+            log_config=None,
+            ws_max_size=16 * 1024 * 1024,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
         )
     finally:
         shut_down()

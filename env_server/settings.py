@@ -69,7 +69,13 @@ class ServerSettings(BaseSettings):
         default=5 * 1024 * 1024, ge=1, description="Largest file a submission may change"
     )
     submission_cap_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Largest /workspace a grading reads")
-    api_token: SecretStr | None = Field(default=None, description="Bearer token /episodes requires, when set")
+    api_token: SecretStr | None = Field(
+        default=None, description="Bearer token /episodes, /dashboard and the episode viewer require, when set"
+    )
+    show_solutions: bool = Field(
+        default=False, description="The episode viewer shows hidden checks' names and the task's solution patch"
+    )
+    dashboard_refresh_s: float = Field(default=1.0, gt=0, description="Seconds between two dashboard updates")
 
     @field_validator("api_token", mode="before")
     @classmethod

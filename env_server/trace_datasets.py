@@ -85,6 +85,7 @@ REWARD_DETAILS = pa.struct(
         ("tampered", pa.bool_()),
         ("tamper_reasons", pa.list_(pa.string())),
         ("tamper_flags", pa.list_(pa.string())),
+        ("diff", pa.string()),
         ("error", pa.string()),
     ]
 )

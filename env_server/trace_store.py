@@ -180,6 +180,15 @@ class TraceStore:
             trace = write.apply(trace)
         return trace
 
+    def read(self, sql: str, params: tuple[SqlValue, ...] = ()) -> list[tuple]:
+        """The rows of one read-only query (the dashboard's summaries); records still in the backlog are not in them."""
+        with self._lock:
+            return self._db.execute(sql, params).fetchall()
+
+    def backlog_records(self) -> int:
+        with self._lock:
+            return len(self._backlog.pending())
+
     def iter_episodes(self) -> Iterator[EpisodeTrace]:
         """Every episode with its steps, oldest first (for export)."""
         with self._lock:

@@ -1,0 +1,97 @@
+"""One reading of everything the dashboard shows, built at most once per refresh however many pages watch."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
+
+from env_server.dashboard.live_stats import MinuteFigures
+from env_server.dashboard.trace_summaries import (
+    RecentEpisode,
+    RewardSummary,
+    TaskPassRate,
+    recent_episodes,
+    reward_summary,
+    task_pass_rates,
+)
+from proto.health import ServerHealth
+
+if TYPE_CHECKING:
+    from env_server.episodes import EpisodeRuntime
+
+LATENCY_WINDOW_S = 300.0
+
+
+class PoolReading(BaseModel):
+    name: str
+    image: str
+    ready: int
+    size: int
+    failures: int
+
+
+class DashboardSnapshot(BaseModel):
+    """What `/dashboard` renders and `/dashboard/events` sends, one JSON object per refresh."""
+
+    taken_at: datetime
+    server_id: str
+    health: ServerHealth
+    pools: list[PoolReading]
+    episodes_per_minute: float
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    latency_steps: int
+    minutes: list[MinuteFigures]
+    rewards: RewardSummary
+    recent: list[RecentEpisode]
+    tasks: list[TaskPassRate]
+    tasks_left_out: int
+    trace_backlog: int
+
+
+def take_snapshot(runtime: EpisodeRuntime) -> DashboardSnapshot:
+    live = runtime.live_stats
+    p50, p95, steps = live.latency(LATENCY_WINDOW_S)
+    tasks, left_out = task_pass_rates(runtime.traces)
+    return DashboardSnapshot(
+        taken_at=datetime.now(UTC),
+        server_id=runtime.server_id,
+        health=runtime.health(),
+        pools=[
+            PoolReading(name=name, image=pool.image, ready=pool.ready, size=pool.size, failures=pool.failures)
+            for name, pool in sorted(runtime.sandboxes.pools.items())
+        ],
+        episodes_per_minute=live.episodes_per_minute(LATENCY_WINDOW_S),
+        latency_p50_s=p50,
+        latency_p95_s=p95,
+        latency_steps=steps,
+        minutes=live.minutes(30),
+        rewards=reward_summary(runtime.traces),
+        recent=recent_episodes(runtime.traces),
+        tasks=tasks,
+        tasks_left_out=left_out,
+        trace_backlog=runtime.traces.backlog_records(),
+    )
+
+
+class SnapshotCache:
+    """The newest snapshot, taken again only when it is older than `refresh_s`; one taker at a time."""
+
+    def __init__(self, runtime: EpisodeRuntime, refresh_s: float):
+        self._runtime, self._refresh_s = runtime, refresh_s
+        self._lock = threading.Lock()
+        self._taken = 0.0
+        self._newest: tuple[DashboardSnapshot, str] | None = None
+
+    def get(self) -> tuple[DashboardSnapshot, str]:
+        """The snapshot and its JSON."""
+        with self._lock:
+            if self._newest is None or time.monotonic() - self._taken >= self._refresh_s:
+                snapshot = take_snapshot(self._runtime)
+                self._newest = (snapshot, snapshot.model_dump_json())
+                self._taken = time.monotonic()
+            return self._newest
