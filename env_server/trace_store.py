@@ -31,7 +31,8 @@ CREATE TABLE IF NOT EXISTS episodes (
     reward REAL,
     reward_details TEXT,
     started_at TEXT NOT NULL,
-    ended_at TEXT
+    ended_at TEXT,
+    tampered INTEGER
 );
 CREATE TABLE IF NOT EXISTS steps (
     episode_id TEXT NOT NULL REFERENCES episodes(episode_id),
@@ -44,6 +45,9 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes(task_id, started_at);
 """
+# The columns an EpisodeTrace is read from; `tampered` is a copy of reward_details' flag, so that the dashboard's
+# counts need not parse every episode's JSON.
+_EPISODE_COLUMNS = "episode_id, task_id, problem_statement, tools, status, reward, reward_details, started_at, ended_at"
 
 
 class TraceStore:
@@ -60,6 +64,7 @@ class TraceStore:
         # NORMAL keeps every committed transaction through a process kill; only a power loss can drop the last ones.
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
+        _add_tampered_column(self._db)
         # A step must not wait seconds on a lock: a write that stays refused goes to the backlog instead.
         self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_BUSY_TIMEOUT_S * 1000)}")
         self._lock = threading.Lock()
@@ -82,7 +87,7 @@ class TraceStore:
         self._write(
             "episode",
             trace.episode_id,
-            "INSERT INTO episodes VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
+            f"INSERT INTO episodes ({_EPISODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
             (
                 trace.episode_id,
                 trace.task_id,
@@ -115,12 +120,14 @@ class TraceStore:
         self._write(
             "episode_end",
             episode_id,
-            "UPDATE episodes SET status = ?, ended_at = ?, reward = ?, reward_details = ? WHERE episode_id = ?",
+            "UPDATE episodes SET status = ?, ended_at = ?, reward = ?, reward_details = ?, tampered = ? "
+            "WHERE episode_id = ?",
             (
                 status,
                 ended_at.isoformat(),
                 details.reward if details else None,
                 details.model_dump_json() if details else None,
+                int(details.tampered) if details else None,
                 episode_id,
             ),
             lambda trace: trace and trace.model_copy(update={**ended, "reward_details": details}),
@@ -152,10 +159,13 @@ class TraceStore:
                 touched.setdefault(write.episode_id, []).append(write)
             page = (limit, offset) if not touched else (offset + limit + len(touched), 0)
             rows = self._db.execute(
-                f"SELECT * FROM episodes {where} ORDER BY started_at DESC LIMIT ? OFFSET ?", (*params, *page)
+                f"SELECT {_EPISODE_COLUMNS} FROM episodes {where} ORDER BY started_at DESC LIMIT ? OFFSET ?",
+                (*params, *page),
             ).fetchall()
             bases = {
-                episode_id: self._db.execute("SELECT * FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+                episode_id: self._db.execute(
+                    f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE episode_id = ?", (episode_id,)
+                ).fetchone()
                 for episode_id in touched
             }
         episodes = [self._episode(row, []) for row in rows if row[0] not in touched]
@@ -172,7 +182,9 @@ class TraceStore:
 
     def get_episode(self, episode_id: str) -> EpisodeTrace | None:
         with self._lock:
-            row = self._db.execute("SELECT * FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+            row = self._db.execute(
+                f"SELECT {_EPISODE_COLUMNS} FROM episodes WHERE episode_id = ?", (episode_id,)
+            ).fetchone()
             steps = self._db.execute("SELECT * FROM steps WHERE episode_id = ? ORDER BY idx", (episode_id,)).fetchall()
             pending = self._backlog.pending(episode_id)
         trace = self._episode(row, steps) if row else None
@@ -259,6 +271,18 @@ class TraceStore:
                 for _, idx, action, observation, step_started, duration in steps
             ],
         )
+
+
+def _add_tampered_column(db: sqlite3.Connection) -> None:
+    """A database written before the column existed gets it, filled from the JSON once."""
+    if any(row[1] == "tampered" for row in db.execute("PRAGMA table_info(episodes)")):
+        return
+    with contextlib.suppress(sqlite3.OperationalError):  # another server on the same file added it first
+        db.execute("ALTER TABLE episodes ADD COLUMN tampered INTEGER")
+    db.execute(
+        "UPDATE episodes SET tampered = json_extract(reward_details, '$.tampered') "
+        "WHERE reward_details IS NOT NULL AND tampered IS NULL"
+    )
 
 
 def _matches(

@@ -5,6 +5,7 @@ Every query is an aggregate or a short page, so a snapshot stays cheap on a data
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from pydantic import BaseModel
@@ -63,7 +64,7 @@ def reward_summary(store: TraceStore) -> RewardSummary:
     # Grouped by value: rewards are fractions of a few tests, so the rows stay few whatever the number of episodes.
     for reward, count in store.read("SELECT reward, count(*) FROM episodes WHERE reward IS NOT NULL GROUP BY reward"):
         counts[reward_bin(reward)] += count
-    (tampered,) = store.read("SELECT count(*) FROM episodes WHERE json_extract(reward_details, '$.tampered') = 1")[0]
+    (tampered,) = store.read("SELECT count(*) FROM episodes WHERE tampered = 1")[0]
     by_status = dict(store.read("SELECT status, count(*) FROM episodes GROUP BY status"))
     return RewardSummary(counts=counts, graded=sum(counts), tampered=tampered, by_status=by_status)
 
@@ -73,7 +74,7 @@ def recent_episodes(store: TraceStore, limit: int = 25, now: datetime | None = N
     now = now or datetime.now(UTC)
     rows = store.read(
         "SELECT e.episode_id, e.task_id, e.status, e.reward, e.started_at, e.ended_at, "
-        "json_extract(e.reward_details, '$.tampered'), json_extract(e.reward_details, '$.tamper_reasons'), "
+        "e.tampered, json_extract(e.reward_details, '$.tamper_reasons'), "
         "json_array_length(e.reward_details, '$.refused'), json_extract(e.reward_details, '$.error'), "
         "(SELECT count(*) FROM steps s WHERE s.episode_id = e.episode_id) "
         "FROM episodes e ORDER BY e.started_at DESC LIMIT ?",
@@ -83,7 +84,7 @@ def recent_episodes(store: TraceStore, limit: int = 25, now: datetime | None = N
     for episode_id, task_id, status, reward, started, ended, tampered, reasons, refused, error, steps in rows:
         started_at = datetime.fromisoformat(started)
         ended_at = datetime.fromisoformat(ended) if ended else now
-        flags = [f"tampered: {reasons.strip('[]').replace(chr(34), '')}" if reasons else "tampered"] if tampered else []
+        flags = [f"tampered: {', '.join(json.loads(reasons))}" if reasons else "tampered"] if tampered else []
         if refused:
             flags.append(f"{refused} edit(s) refused")
         if error:
@@ -109,7 +110,7 @@ def task_pass_rates(store: TraceStore, limit: int = 500) -> tuple[list[TaskPassR
     """Per task over every recorded episode, hardest first (lowest pass rate); and how many tasks were left out."""
     rows = store.read(
         "SELECT task_id, count(*), count(reward), coalesce(sum(reward >= ?), 0), avg(reward), "
-        "coalesce(sum(json_extract(reward_details, '$.tampered') = 1), 0) "
+        "coalesce(sum(tampered = 1), 0) "
         "FROM episodes GROUP BY task_id "
         "ORDER BY coalesce(1.0 * sum(reward >= ?) / nullif(count(reward), 0), 2), task_id",
         (PASSED, PASSED),

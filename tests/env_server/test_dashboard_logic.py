@@ -1,5 +1,6 @@
 """The dashboard's figures and the viewer's model, without an engine: rolling windows, SQL summaries, redaction."""
 
+import sqlite3
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -209,3 +210,25 @@ def test_page_access_takes_a_bearer_header_or_the_signed_cookie_and_nothing_else
     assert redirect.status_code == 303 and redirect.headers["location"] == "/page?keep=a+b"
     assert client.get("/page").json() == {"allowed": True}
     assert signed_in_app(None).get("/page").json() == {"allowed": True}
+
+
+def test_a_database_from_before_the_tampered_column_gets_it_filled(tmp_path):
+    path = tmp_path / "old.sqlite"
+    with sqlite3.connect(path) as old:
+        old.execute(
+            "CREATE TABLE episodes (episode_id TEXT PRIMARY KEY, task_id TEXT NOT NULL, problem_statement TEXT NOT"
+            " NULL, tools TEXT NOT NULL, status TEXT NOT NULL, reward REAL, reward_details TEXT, started_at TEXT NOT"
+            " NULL, ended_at TEXT)"
+        )
+        for episode_id, forged in (("old-forged", True), ("old-honest", False)):
+            old.execute(
+                "INSERT INTO episodes VALUES (?, 't', 'p', '[]', 'submitted', 0.0, ?, ?, ?)",
+                (episode_id, details(0.0, tampered=forged).model_dump_json(), T0.isoformat(), T0.isoformat()),
+            )
+    store = TraceStore(path)
+    try:
+        assert reward_summary(store).tampered == 1
+        assert store.get_episode("old-forged").reward_details.tampered
+        assert {e.episode_id: e.flags for e in recent_episodes(store)}["old-forged"] == ["tampered: static_scan"]
+    finally:
+        store.close()
