@@ -45,6 +45,12 @@ CREATE TABLE IF NOT EXISTS steps (
 );
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes(task_id, started_at);
 """
+# Made once the tampered column exists; they let the dashboard's summaries read indexes, not the wide rows.
+_SUMMARY_INDEXES = """
+CREATE INDEX IF NOT EXISTS episodes_by_start ON episodes(started_at);
+CREATE INDEX IF NOT EXISTS episodes_by_outcome ON episodes(status, reward, tampered);
+CREATE INDEX IF NOT EXISTS episodes_by_task_outcome ON episodes(task_id, reward, tampered);
+"""
 # The columns an EpisodeTrace is read from; `tampered` is a copy of reward_details' flag, so that the dashboard's
 # counts need not parse every episode's JSON.
 _EPISODE_COLUMNS = "episode_id, task_id, problem_statement, tools, status, reward, reward_details, started_at, ended_at"
@@ -65,6 +71,7 @@ class TraceStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         _add_tampered_column(self._db)
+        self._db.executescript(_SUMMARY_INDEXES)
         # A step must not wait seconds on a lock: a write that stays refused goes to the backlog instead.
         self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_BUSY_TIMEOUT_S * 1000)}")
         self._lock = threading.Lock()

@@ -258,6 +258,19 @@ def bench_load(
         fail("; ".join(failures))
 
 
+def bench_dashboard(
+    episodes: int = typer.Option(20_000, min=1, help="Episodes in the synthetic trace database."),
+    tasks: int = typer.Option(200, min=1, help="Tasks they are spread over."),
+    steps: int = typer.Option(8, min=0, help="Steps per episode."),
+    repetitions: int = typer.Option(20, min=3, help="Measurements of each part."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """What one dashboard refresh costs: its SQL summaries on a large trace database, and its rolling windows full."""
+    from regrow.benchmarks.dashboard import run_dashboard_bench
+
+    report(run_dashboard_bench(episodes, tasks, steps, repetitions), as_json)
+
+
 def register(bench_app: typer.Typer) -> None:
     commands: dict[str, Callable[..., None]] = {
         "sandbox": bench_sandbox,
@@ -269,6 +282,7 @@ def register(bench_app: typer.Typer) -> None:
         "grade": bench_grade,
         "train": bench_train,
         "rollouts": bench_rollouts,
+        "dashboard": bench_dashboard,
     }
     for name, command in commands.items():
         bench_app.command(name)(command)

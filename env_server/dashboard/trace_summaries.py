@@ -60,12 +60,15 @@ def reward_bin(reward: float) -> int:
 
 
 def reward_summary(store: TraceStore) -> RewardSummary:
-    counts = [0] * len(REWARD_BINS)
-    # Grouped by value: rewards are fractions of a few tests, so the rows stay few whatever the number of episodes.
-    for reward, count in store.read("SELECT reward, count(*) FROM episodes WHERE reward IS NOT NULL GROUP BY reward"):
-        counts[reward_bin(reward)] += count
-    (tampered,) = store.read("SELECT count(*) FROM episodes WHERE tampered = 1")[0]
-    by_status = dict(store.read("SELECT status, count(*) FROM episodes GROUP BY status"))
+    counts, tampered, by_status = [0] * len(REWARD_BINS), 0, dict[str, int]()
+    # One pass over an index: rewards are fractions of a few tests, so the groups stay few however many episodes.
+    for status, reward, forged, count in store.read(
+        "SELECT status, reward, tampered, count(*) FROM episodes GROUP BY status, reward, tampered"
+    ):
+        by_status[status] = by_status.get(status, 0) + count
+        if reward is not None:
+            counts[reward_bin(reward)] += count
+        tampered += count if forged == 1 else 0
     return RewardSummary(counts=counts, graded=sum(counts), tampered=tampered, by_status=by_status)
 
 
