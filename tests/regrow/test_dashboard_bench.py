@@ -16,5 +16,5 @@ def test_the_dashboard_bench_reports_each_part_of_a_refresh():
     assert figures["episodes"] == 300 and figures["steps"] == 600 and figures["database_mib"] >= 0
     parts = figures["parts"]
     assert set(parts) == {"reward_summary", "recent_episodes", "task_pass_rates", "live_latency", "live_minutes"}
-    assert all(0 < part["p50_ms"] <= part["p95_ms"] for part in parts.values())
+    assert all(0 <= part["p50_ms"] <= part["p95_ms"] for part in parts.values())
     assert figures["snapshot_p50_ms"] == round(sum(part["p50_ms"] for part in parts.values()), 2)
