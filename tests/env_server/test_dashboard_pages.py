@@ -1,6 +1,9 @@
 """The dashboard and the episode viewer over HTTP on a real server: access, live events, what they show and hide."""
 
+import contextlib
 import json
+import threading
+import time
 
 import httpx
 import pytest
@@ -152,3 +155,30 @@ def test_the_viewer_hides_hidden_checks_and_the_solution(guarded, browser, playe
 def test_an_unknown_episode_is_a_404_page(browser):
     page = browser.get("/episodes/no-such-episode/view")
     assert page.status_code == 404 and "No episode no-such-episode" in page.text
+
+
+def test_a_server_stops_while_a_dashboard_holds_its_event_stream_open(docker_backend, demo_task_store, tmp_path):
+    from env_server.server import start_in_background
+
+    settings = make_settings(
+        demo_task_store, tmp_path, host="127.0.0.1", port=0, grpc_port=0, warm_pool_total=0, dashboard_refresh_s=0.2
+    )
+    running = start_in_background(settings, docker_backend)
+    received: list[str] = []
+
+    def watch() -> None:
+        with contextlib.suppress(httpx.HTTPError), httpx.Client(base_url=running.http_url, timeout=60) as http:
+            with http.stream("GET", "/dashboard/events") as events:
+                for line in events.iter_lines():
+                    received.append(line)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    deadline = time.monotonic() + 60
+    while not any(line.startswith("data: ") for line in received) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert any(line.startswith("data: ") for line in received), "the stream sent no snapshot"
+    running.stop()
+    # The stop closes the stream instead of waiting on it (uvicorn's graceful timeout, then the runtime's flag).
+    watcher.join(timeout=30)
+    assert not running._thread.is_alive() and not watcher.is_alive()
