@@ -32,10 +32,12 @@ $(FULL): $(CORE)
 	rm -f $(VENV)/.full-*
 	touch $@
 
-# debootstrap builds the base image; docker-compose runs the local stack when `docker compose` is absent.
+# debootstrap builds the base image; docker-compose runs the local stack when `docker compose` is absent;
+# chromium and its chromedriver drive the dashboard's browser tests.
 host-tools:
 	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
 	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
+	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
 images: setup-core
 	$(BIN)/regrow images build
