@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 REGROW = str(Path(sys.executable).parent / "regrow")
-README = (Path(__file__).parent.parent / "README.md").read_text()
+ROOT = Path(__file__).parent.parent
+README = (ROOT / "README.md").read_text()
 
 
 def _blocks(language: str) -> list[str]:
@@ -50,3 +51,11 @@ def test_the_vllm_snippet_fails_fast_and_says_what_to_do_without_a_server():
     result = subprocess.run([REGROW, "train", *argv], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     assert "vllm" in result.stderr.lower() and "--vllm-server" in result.stderr
+
+
+def test_every_file_the_readme_links_to_is_in_the_repository():
+    linked = re.findall(r"\]\(([^)#\s]+)\)", README)
+    local = [target for target in linked if "://" not in target and not target.startswith("mailto:")]
+    assert "docs/dashboard.png" in local
+    missing = [target for target in local if not (ROOT / target).exists()]
+    assert not missing, f"the README links to files that are not there: {missing}"

@@ -31,17 +31,17 @@
     return node;
   }
 
-  function bars(id, values, labels, unit) {
+  function bars(id, values, labels, unit, formatTop) {
     const svg = document.getElementById(id);
     if (!svg) return;
-    const width = 300, height = 90, n = values.length;
+    const width = 300, height = 90, pad = 12, n = values.length;
     const top = Math.max(0, ...values.map((v) => v || 0));
     svg.replaceChildren();
     values.forEach((value, i) => {
       const v = value || 0, h = top ? (v / top) * height : 0, w = width / n;
       const rect = document.createElementNS(SVG, "rect");
       rect.setAttribute("x", i * w + 1);
-      rect.setAttribute("y", height - h);
+      rect.setAttribute("y", pad + height - h);
       rect.setAttribute("width", Math.max(0, w - 2));
       rect.setAttribute("height", h);
       rect.setAttribute("class", "bar");
@@ -51,8 +51,14 @@
       svg.appendChild(rect);
     });
     const axis = document.createElementNS(SVG, "line");
-    for (const [k, v] of [["x1", 0], ["y1", height], ["x2", width], ["y2", height], ["class", "axis"]]) axis.setAttribute(k, v);
+    for (const [k, v] of [["x1", 0], ["y1", pad + height], ["x2", width], ["y2", pad + height], ["class", "axis"]]) axis.setAttribute(k, v);
     svg.appendChild(axis);
+    const topLabel = document.createElementNS(SVG, "text");
+    topLabel.setAttribute("x", 2);
+    topLabel.setAttribute("y", 9);
+    topLabel.setAttribute("class", "chart-top");
+    topLabel.textContent = formatTop ? formatTop(top) : String(top);
+    svg.appendChild(topLabel);
   }
 
   function flag(text) {
@@ -124,15 +130,18 @@
 
     const pools = document.getElementById("pools");
     pools.replaceChildren(...(s.pools.length ? s.pools.map((p) => {
-      const item = el("li");
-      item.append(el("code", p.name), " ", el("b", p.ready), `/${p.size} ready`);
+      const item = el("li"), count = el("span", null, "pool-count"), name = el("code", p.name, "pool-name");
+      count.append(el("b", p.ready), `/${p.size} ready`);
+      item.append(count);
       if (p.failures) item.append(" · ", el("span", `${p.failures} failed`, "error"));
+      name.title = p.image;
+      item.append(name);
       return item;
     }) : [el("li", "no warm pool", "muted")]));
 
     const minuteLabels = s.minutes.map((m) => `${m.minute} min ago`);
     bars("chart-episodes", s.minutes.map((m) => m.episodes), minuteLabels, " ended");
-    bars("chart-latency", s.minutes.map((m) => m.p95_s), minuteLabels, " s");
+    bars("chart-latency", s.minutes.map((m) => m.p95_s), minuteLabels, " s", seconds);
     bars("chart-rewards", s.rewards.counts, REWARD_BINS, " episodes");
 
     const statuses = document.getElementById("statuses");
