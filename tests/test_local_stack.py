@@ -132,6 +132,18 @@ def test_metrics_and_episodes_record_what_was_played(stack):
     assert 1.0 in rewards and 0.0 in rewards
 
 
+def test_the_stack_serves_the_dashboard_and_the_viewer_from_its_installed_wheel(stack):
+    """The pages' templates, script and stylesheet are package data: a wheel without them serves 500s here."""
+    with httpx.Client(base_url=stack["url"], timeout=30) as http:
+        dashboard = http.get("/dashboard")
+        assert dashboard.status_code == 200 and "Recent episodes" in dashboard.text
+        for asset in ("dashboard.js", "regrow.css"):
+            assert http.get(f"/dashboard/static/{asset}").status_code == 200, asset
+        graded = next(e for e in http.get("/episodes").json() if e.get("reward") is not None)
+        viewer = http.get(f"/episodes/{graded['episode_id']}/view")
+        assert viewer.status_code == 200 and "Reward, test by test" in viewer.text
+
+
 def test_stack_down_leaves_no_sandbox_network_or_volume(stack, docker_backend):
     down = stack["project"].run("down", "-v", "--remove-orphans")
     assert down.returncode == 0, down.stderr
