@@ -63,17 +63,27 @@ def traces_export(
         help="jsonl (EpisodeTrace rows, what `regrow replay` reads), parquet, or hf (datasets.save_to_disk).",
     ),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
+    tokens: list[Path] = typer.Option(
+        [],
+        "--tokens",
+        help="episode_tokens.jsonl written by `regrow train` in its output dir: fills the token columns "
+        "(prompt_ids, completion_ids, logprobs, env_mask). Repeat for several runs.",
+    ),
 ) -> None:
-    """Export every recorded episode as a dataset: chat messages, tool trace, reward and details."""
+    """Export every recorded episode as a dataset: chat messages, tool trace, reward and details, and the policy's
+    tokens where a trainer recorded them."""
     from env_server.trace_export import TraceExportError, export_traces
 
     try:
         with console.status(f"exporting the episodes in {db}..."):
-            count = export_traces(db, out, format, force)
+            count = export_traces(db, out, format, force, tokens)
     except (TraceExportError, FileExistsError, ImportError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
-    console.print(f"exported {count} episodes to {out} ({format.value})")
+    console.print(
+        f"exported {count} episodes to {out} ({format.value}; {count.with_tokens} with the trainer's tokens; "
+        f"{count.unmatched_tokens} token records matched no episode)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from proto.observations import CodingObservation
-from proto.traces import EpisodeTrace, StepTrace
+from proto.traces import EpisodeTokens, EpisodeTrace, StepTrace
 
 # The trainer marks each call with the index of the model turn that made it (trainer_client's chat_format.TURN_KEY).
 TURN_KEY = "turn"
@@ -105,15 +105,18 @@ EPISODE_SCHEMA = pa.schema(
         ("duration_s", pa.float64()),
         ("started_at", _TIMESTAMP),
         ("ended_at", _TIMESTAMP),
-        # The policy's tokens; null until a trainer records them with the episode (the env server never sees them).
+        # The policy's tokens, from the trainer's episode_tokens.jsonl; null when it recorded none for the episode
+        # (the env server never sees tokens). logprobs and env_mask have one entry per completion id.
+        ("prompt_ids", pa.list_(pa.int32())),
         ("completion_ids", pa.list_(pa.int32())),
         ("logprobs", pa.list_(pa.float32())),
+        ("env_mask", pa.list_(pa.int8())),  # 1 the policy wrote the token, 0 the env inserted it
     ]
 )
 
 
-def episode_row(trace: EpisodeTrace) -> dict[str, Any]:
-    """One dataset row of `EPISODE_SCHEMA` for a recorded episode."""
+def episode_row(trace: EpisodeTrace, tokens: EpisodeTokens | None = None) -> dict[str, Any]:
+    """One dataset row of `EPISODE_SCHEMA` for a recorded episode, with the trainer's `tokens` of it if given."""
     steps = sorted(trace.steps, key=lambda step: step.index)
     return {
         "episode_id": trace.episode_id,
@@ -130,8 +133,10 @@ def episode_row(trace: EpisodeTrace) -> dict[str, Any]:
         "duration_s": (trace.ended_at - trace.started_at).total_seconds() if trace.ended_at else None,
         "started_at": trace.started_at,
         "ended_at": trace.ended_at,
-        "completion_ids": None,
-        "logprobs": None,
+        "prompt_ids": tokens.prompt_ids if tokens else None,
+        "completion_ids": tokens.completion_ids if tokens else None,
+        "logprobs": tokens.logprobs if tokens else None,
+        "env_mask": tokens.env_mask if tokens else None,
     }
 
 

@@ -1,38 +1,88 @@
 """`regrow traces export`: the recorded episodes of a trace database as a Hugging Face `datasets` dataset.
 
 Every format has the columns of `trace_datasets.EPISODE_SCHEMA`. A JSON Lines row is also a whole
-`proto.traces.EpisodeTrace` (it adds `tools` and `steps`), the file `regrow replay` reads.
+`proto.traces.EpisodeTrace` (it adds `tools` and `steps`), the file `regrow replay` reads. The token columns come
+from the trainer's `episode_tokens.jsonl` files (`proto.traces.EpisodeTokens` lines), joined by episode id.
 """
 
 from __future__ import annotations
 
 import logging
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from pydantic import ValidationError
 
 from env_server.trace_datasets import EPISODE_SCHEMA, episode_row
 from env_server.trace_store import TraceStore
 from proto.dataset_files import DatasetFormat, check_output, write_dataset
-from proto.traces import EpisodeTrace
+from proto.traces import EpisodeTokens, EpisodeTrace
 
 log = logging.getLogger(__name__)
 
 
 class TraceExportError(Exception):
-    """The export cannot start: the database is missing, unreadable or holds no episodes."""
+    """The export cannot start: the database or a tokens file is missing or unreadable, or there are no episodes."""
 
 
-def export_traces(db: Path, out: Path, fmt: DatasetFormat, force: bool = False) -> int:
-    """Write every episode in the trace database `db` to `out`; returns the number of episodes."""
+# An int, so a caller that wants only the number of episodes reads it as before.
+class ExportCount(int):
+    """The number of episodes written, and how the trainer's token records matched them."""
+
+    with_tokens: int  # episodes written with the trainer's tokens
+    unmatched_tokens: int  # token records of episodes not in the database (another server's, or never stored)
+
+    def __new__(cls, episodes: int, with_tokens: int, unmatched_tokens: int) -> ExportCount:
+        count = super().__new__(cls, episodes)
+        count.with_tokens, count.unmatched_tokens = with_tokens, unmatched_tokens
+        return count
+
+
+def export_traces(
+    db: Path, out: Path, fmt: DatasetFormat, force: bool = False, tokens: Sequence[Path] = ()
+) -> ExportCount:
+    """Write every episode in the trace database `db` to `out`, with the token records of the files `tokens`."""
     check_output(out, force)
     traces = read_traces(db)
     if not traces:
         raise TraceExportError(f"{db} holds no episodes yet: play some against `regrow serve` first")
-    rows = [_row(trace, fmt) for trace in traces]
-    count = write_dataset(rows, EPISODE_SCHEMA, out, fmt, force)
+    by_episode = read_episode_tokens(tokens)
+    rows = [_row(trace, by_episode.get(trace.episode_id), fmt) for trace in traces]
+    stored = {trace.episode_id for trace in traces}
+    count = ExportCount(
+        write_dataset(rows, EPISODE_SCHEMA, out, fmt, force),
+        with_tokens=len(stored & by_episode.keys()),
+        unmatched_tokens=len(by_episode.keys() - stored),
+    )
     log.info("exported %d episodes from %s to %s (%s)", count, db, out, fmt.value)
+    if count.unmatched_tokens:
+        log.warning("%d token records matched no episode in %s", count.unmatched_tokens, db)
     return count
+
+
+def read_episode_tokens(paths: Sequence[Path]) -> dict[str, EpisodeTokens]:
+    """The token records of the files `paths` by episode id; a later record of an episode replaces an earlier one."""
+    by_episode: dict[str, EpisodeTokens] = {}
+    for path in paths:
+        if not path.is_file():
+            raise TraceExportError(
+                f"no tokens file at {path}: pass the episode_tokens.jsonl in a `regrow train` output dir"
+            )
+        with path.open(encoding="utf-8") as lines:
+            for number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    record = EpisodeTokens.model_validate_json(line)
+                except ValidationError as error:
+                    raise TraceExportError(
+                        f"{path} line {number} is not an EpisodeTokens record ({error.errors()[0]['msg']}): "
+                        "fix or delete that line (a run killed mid-write can cut its last one)"
+                    ) from error
+                by_episode[record.episode_id] = record
+    return by_episode
 
 
 def read_traces(db: Path) -> list[EpisodeTrace]:
@@ -49,8 +99,8 @@ def read_traces(db: Path) -> list[EpisodeTrace]:
         store.close()
 
 
-def _row(trace: EpisodeTrace, fmt: DatasetFormat) -> dict[str, Any]:
-    row = episode_row(trace)
+def _row(trace: EpisodeTrace, tokens: EpisodeTokens | None, fmt: DatasetFormat) -> dict[str, Any]:
+    row = episode_row(trace, tokens)
     if fmt is DatasetFormat.jsonl:
         return {**row, **trace.model_dump(mode="json", include={"tools", "steps"})}
     return row

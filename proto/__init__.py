@@ -7,7 +7,7 @@ from proto.actions import TOOL_ARGS, ToolCall, tool_description, tool_specs
 from proto.health import ENVIRONMENT_FAILURES, ServerHealth
 from proto.observations import CodingObservation, EpisodeState, RewardDetails, TestOutcome
 from proto.tasks import DeletedUnit, TaskRecord, TaskStats
-from proto.traces import EpisodeTrace, StepTrace
+from proto.traces import EpisodeTokens, EpisodeTrace, StepTrace
 
 __all__ = [
     "ENVIRONMENT_FAILURES",
@@ -15,6 +15,7 @@ __all__ = [
     "CodingObservation",
     "DeletedUnit",
     "EpisodeState",
+    "EpisodeTokens",
     "EpisodeTrace",
     "RewardDetails",
     "ServerHealth",

@@ -1,4 +1,5 @@
-"""Recorded episodes as `regrow traces export` writes them (one EpisodeTrace per JSONL line)."""
+"""Recorded episodes as `regrow traces export` writes them (one EpisodeTrace per JSONL line), and the tokens a
+trainer recorded for them (one EpisodeTokens per line of its episode_tokens.jsonl)."""
 
 from datetime import datetime
 from typing import Any, Literal
@@ -32,3 +33,15 @@ class EpisodeTrace(BaseModel):
     reward_details: RewardDetails | None = None
     started_at: datetime
     ended_at: datetime | None = None
+
+
+class EpisodeTokens(BaseModel):
+    """The policy's tokens of one episode as the trainer played it; the export joins them to the trace by episode_id."""
+
+    episode_id: str
+    model: str | None = None
+    policy_version: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]  # the sampler's, one per completion id; 0.0 for env tokens
+    env_mask: list[int]  # one per completion id: 1 the policy wrote it, 0 the env inserted it

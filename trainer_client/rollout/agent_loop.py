@@ -78,6 +78,7 @@ class Trajectory:
     policy_version: int = 0
     reset_options: dict[str, Any] = field(default_factory=dict)
     final_metadata: dict[str, Any] = field(default_factory=dict)
+    episode_id: str | None = None  # the env's id of the episode (its reset metadata), to join its trace
 
     def append(self, ids: list[int], logprobs: list[float] | None, from_policy: bool) -> None:
         self.completion_ids.extend(ids)
@@ -101,7 +102,10 @@ async def play_episode(
         first = episode.first
         messages = initial_messages(first.problem_statement or "", first.tools or tool_specs())
         trajectory = Trajectory(
-            prompt_ids=tokens.prompt_ids(messages), policy_version=sampler.version, reset_options=dict(reset_options)
+            prompt_ids=tokens.prompt_ids(messages),
+            policy_version=sampler.version,
+            reset_options=dict(reset_options),
+            episode_id=first.metadata.get("episode_id"),
         )
         prompt_at = -len(tokens.first_generation_prompt(messages))
         for turn_index in range(limits.max_turns):

@@ -26,6 +26,7 @@ from trainer_client.env.env_pool import EnvPool
 from trainer_client.env.server_pool import env_urls
 from trainer_client.rollout.agent_loop import EpisodeLimits, Trajectory, TurnSampler, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
+from trainer_client.rollout.token_log import TokenLog
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class RolloutStream:
         backoff_max_s: float = 30.0,
         outage_s: float = 300.0,
         health_interval_s: float = 5.0,
+        token_log: TokenLog | None = None,
     ):
         self.sampler = sampler
         self.stats = StreamStats()
@@ -97,6 +99,7 @@ class RolloutStream:
         self._max_staleness = max_staleness
         self._episode_retries = episode_retries
         self._max_buffered_groups = max_buffered_groups
+        self._token_log = token_log
         self._ready: queue.Queue[_Group | BaseException] = queue.Queue()
         self._buffer: asyncio.Semaphore | None = None  # groups in play or waiting for the trainer
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -218,6 +221,8 @@ class RolloutStream:
             if trajectory is None or group.dropped:
                 continue
             group.episodes.append(trajectory)
+            if self._token_log is not None:
+                self._token_log.record(trajectory)
             self.stats.episodes += 1
             self.stats.policy_tokens += sum(trajectory.env_mask)
             self.stats.turns += len(trajectory.turns)

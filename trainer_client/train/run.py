@@ -100,6 +100,7 @@ def run_training(
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.rows import StreamedRollouts, env_reward, episode_slots
     from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.rollout.token_log import TokenLog
     from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, check_vllm_ready
     from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
     from trainer_client.train.policy_loading import load_policy
@@ -128,6 +129,10 @@ def run_training(
         max_turn_tokens=settings.max_turn_tokens,
         max_completion_tokens=settings.max_completion_tokens,
     )
+    token_log: TokenLog | None = None
+    if settings.record_tokens:
+        token_log = TokenLog(settings.output_dir / "episode_tokens.jsonl", settings.model)
+        logger.info("episode tokens go to %s (regrow traces export --tokens %s)", token_log.path, token_log.path)
     stream = RolloutStream(
         settings.env,
         sampler,
@@ -142,6 +147,7 @@ def run_training(
         backoff_max_s=settings.env_backoff_max_s,
         outage_s=settings.env_outage_s,
         health_interval_s=settings.env_health_interval_s,
+        token_log=token_log,
     )
     trainer = RegrowGRPOTrainer(
         model=model,

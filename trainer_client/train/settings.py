@@ -66,6 +66,11 @@ class TrainSettings(BaseSettings):
     logger: Literal["tensorboard", "none"] = Field(default="tensorboard", description="Where metrics go.")
     save_steps: int = Field(default=50, ge=1, description="Checkpoint every N steps.")
     resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
+    record_tokens: bool = Field(
+        default=True,
+        description="Append each episode's token ids, logprobs and env mask to output_dir/episode_tokens.jsonl, which "
+        "`regrow traces export --tokens` joins to the server's traces.",
+    )
     seed: int = Field(default=0, description="Seeds task sampling, rollouts and the trainer.")
     episode_timeout_s: float = Field(
         default=1800.0,
