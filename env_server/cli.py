@@ -81,7 +81,7 @@ def traces_export(
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
     console.print(
-        f"exported {count} episodes to {out} ({format.value}; {count.with_tokens} with the trainer's tokens; "
+        f"exported {count.episodes} episodes to {out} ({format.value}; {count.with_tokens} with the trainer's tokens; "
         f"{count.unmatched_tokens} token records matched no episode)"
     )
 

@@ -88,6 +88,7 @@ def serve(settings: ServerSettings) -> None:
     runtime = start_runtime(settings)
     grpc_server, grpc_port = start_grpc_server(runtime, settings.host, settings.grpc_port)
     log.info("gRPC on %s:%d; HTTP and WebSocket on %s:%d", settings.host, grpc_port, settings.host, settings.port)
+    log.info("dashboard at http://%s:%d/dashboard", settings.host, settings.port)
 
     def shut_down() -> None:
         grpc_server.stop(grace=5).wait()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,22 +28,18 @@ class TraceExportError(Exception):
     """The export cannot start: the database or a tokens file is missing or unreadable, or there are no episodes."""
 
 
-# An int, so a caller that wants only the number of episodes reads it as before.
-class ExportCount(int):
-    """The number of episodes written, and how the trainer's token records matched them."""
+@dataclass(frozen=True)
+class ExportSummary:
+    """The episodes written, and how the trainer's token records matched them."""
 
+    episodes: int
     with_tokens: int  # episodes written with the trainer's tokens
     unmatched_tokens: int  # token records of episodes not in the database (another server's, or never stored)
-
-    def __new__(cls, episodes: int, with_tokens: int, unmatched_tokens: int) -> ExportCount:
-        count = super().__new__(cls, episodes)
-        count.with_tokens, count.unmatched_tokens = with_tokens, unmatched_tokens
-        return count
 
 
 def export_traces(
     db: Path, out: Path, fmt: DatasetFormat, force: bool = False, tokens: Sequence[Path] = ()
-) -> ExportCount:
+) -> ExportSummary:
     """Write every episode in the trace database `db` to `out`, with the token records of the files `tokens`."""
     check_output(out, force)
     traces = read_traces(db)
@@ -51,12 +48,12 @@ def export_traces(
     by_episode = read_episode_tokens(tokens)
     rows = [_row(trace, by_episode.get(trace.episode_id), fmt) for trace in traces]
     stored = {trace.episode_id for trace in traces}
-    count = ExportCount(
+    count = ExportSummary(
         write_dataset(rows, EPISODE_SCHEMA, out, fmt, force),
         with_tokens=len(stored & by_episode.keys()),
         unmatched_tokens=len(by_episode.keys() - stored),
     )
-    log.info("exported %d episodes from %s to %s (%s)", count, db, out, fmt.value)
+    log.info("exported %d episodes from %s to %s (%s)", count.episodes, db, out, fmt.value)
     if count.unmatched_tokens:
         log.warning("%d token records matched no episode in %s", count.unmatched_tokens, db)
     return count

@@ -89,7 +89,7 @@ def load(fmt: DatasetFormat, out):
 @pytest.mark.parametrize("fmt", list(DatasetFormat))
 def test_every_format_loads_with_datasets_one_row_per_episode(trace_db, tmp_path, fmt):
     out = tmp_path / f"episodes.{fmt.value}"
-    assert export_traces(trace_db, out, fmt) == 3
+    assert export_traces(trace_db, out, fmt).episodes == 3
     rows = {row["episode_id"]: row for row in load(fmt, out)}
     assert set(rows) == {"ep-1", "ep-2", "ep-3"}
     solved = rows["ep-3"]
