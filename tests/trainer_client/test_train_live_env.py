@@ -11,6 +11,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from env_server.trace_export import export_traces
+from proto.dataset_files import DatasetFormat
+from proto.traces import EpisodeTokens
+
 torch = pytest.importorskip("torch")
 
 from tests.live_process import free_port, stop, wait_healthy  # noqa: E402
@@ -65,7 +69,7 @@ def tiny_policy_dir(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("transport", ["ws", "grpc"])
-def test_three_training_steps_against_the_live_env(live_env, tiny_policy_dir, tmp_path, transport):
+def test_three_training_steps_against_the_live_env(live_env, demo_store, tiny_policy_dir, tmp_path, transport):
     from transformers import AutoModelForCausalLM
 
     from trainer_client.train.run import run_training
@@ -91,6 +95,16 @@ def test_three_training_steps_against_the_live_env(live_env, tiny_policy_dir, tm
     before = AutoModelForCausalLM.from_pretrained(tiny_policy_dir)
     after = AutoModelForCausalLM.from_pretrained(summary.final_model)
     assert any(not torch.equal(a, b) for a, b in zip(before.parameters(), after.parameters()))
+    # The policy's tokens of every kept episode, joined by the export to the server's own record of it.
+    tokens = [EpisodeTokens.model_validate_json(line) for line in (tmp_path / "run" / "episode_tokens.jsonl").open()]
+    assert len(tokens) >= summary.episodes and all(record.completion_ids for record in tokens)
+    exported = export_traces(
+        demo_store / "traces.sqlite",
+        tmp_path / "traces.parquet",
+        DatasetFormat.parquet,
+        tokens=[tmp_path / "run" / "episode_tokens.jsonl"],
+    )
+    assert exported.with_tokens == len({record.episode_id for record in tokens}) and exported.unmatched_tokens == 0
 
 
 def test_training_outlives_an_env_server_killed_under_it_and_replays_what_it_lost(
