@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import sqlite3
 import threading
 import time
 from datetime import UTC, datetime
@@ -11,6 +13,7 @@ from pydantic import BaseModel
 
 from env_server.dashboard.live_stats import MinuteFigures
 from env_server.dashboard.trace_summaries import (
+    REWARD_BINS,
     RecentEpisode,
     RewardSummary,
     TaskPassRate,
@@ -22,6 +25,8 @@ from proto.health import ServerHealth
 
 if TYPE_CHECKING:
     from env_server.episodes import EpisodeRuntime
+
+log = logging.getLogger(__name__)
 
 LATENCY_WINDOW_S = 300.0
 
@@ -51,12 +56,24 @@ class DashboardSnapshot(BaseModel):
     tasks: list[TaskPassRate]
     tasks_left_out: int
     trace_backlog: int
+    trace_error: str | None = None  # the database could not be read: the live figures are still current
 
 
 def take_snapshot(runtime: EpisodeRuntime) -> DashboardSnapshot:
     live = runtime.live_stats
     p50, p95, steps = live.latency(LATENCY_WINDOW_S)
-    tasks, left_out = task_pass_rates(runtime.traces)
+    try:
+        rewards, recent = reward_summary(runtime.traces), recent_episodes(runtime.traces)
+        (tasks, left_out), trace_error = task_pass_rates(runtime.traces), None
+    except sqlite3.Error as error:
+        log.warning("the dashboard could not read the trace database: %s", error)
+        rewards, recent, tasks, left_out = (
+            RewardSummary(counts=[0] * len(REWARD_BINS), graded=0, tampered=0, by_status={}),
+            [],
+            [],
+            0,
+        )
+        trace_error = f"the trace database could not be read ({error}); the figures from it are missing"
     return DashboardSnapshot(
         taken_at=datetime.now(UTC),
         server_id=runtime.server_id,
@@ -70,11 +87,12 @@ def take_snapshot(runtime: EpisodeRuntime) -> DashboardSnapshot:
         latency_p95_s=p95,
         latency_steps=steps,
         minutes=live.minutes(30),
-        rewards=reward_summary(runtime.traces),
-        recent=recent_episodes(runtime.traces),
+        rewards=rewards,
+        recent=recent,
         tasks=tasks,
         tasks_left_out=left_out,
         trace_backlog=runtime.traces.backlog_records(),
+        trace_error=trace_error,
     )
 
 

@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from openenv.core.generic_client import GenericEnvClient
 from selenium import webdriver
 from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
@@ -16,13 +15,12 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import IN_CI
-from tests.env_server.conftest import make_settings
+from tests.env_server.dashboard_support import FORGED_INIT, play, served_with_token, write
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS, WRONG_OPS
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "dashboard-browser-token"
-FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
 WAIT_S = 60  # generous: the machine may be running the rest of the suite beside this
@@ -32,35 +30,11 @@ ARTIFACTS = Path(
 WIDTH, HEIGHT = 1400, 1000
 
 
-def write(path: str, content: str) -> dict:
-    return {"tool": "write_file", "args": {"path": path, "content": content}}
-
-
-def play(url: str, steps: list[dict]) -> str:
-    """One episode of the demo task: the steps, then submit. Returns its episode id."""
-    with GenericEnvClient(base_url=url).sync() as env:
-        episode_id = env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"]
-        for step in steps:
-            env.step(step)
-        env.step({"tool": "submit", "args": {}})
-    return episode_id
-
-
 @pytest.fixture(scope="module")
 def served(docker_backend, demo_task_store, tmp_path_factory):
     """A server with a token; its dashboard sends a snapshot every 0.3 s."""
-    from env_server.server import start_in_background
-
-    settings = make_settings(
-        demo_task_store,
-        tmp_path_factory.mktemp("dash-browser"),
-        host="127.0.0.1",
-        port=0,
-        grpc_port=0,
-        api_token=TOKEN,
-        dashboard_refresh_s=0.3,
-    )
-    with start_in_background(settings, docker_backend) as running:
+    folder = tmp_path_factory.mktemp("dash-browser")
+    with served_with_token(docker_backend, demo_task_store, folder, TOKEN, refresh_s=0.3) as running:
         yield running
 
 

@@ -232,3 +232,26 @@ def test_a_database_from_before_the_tampered_column_gets_it_filled(tmp_path):
         assert {e.episode_id: e.flags for e in recent_episodes(store)}["old-forged"] == ["tampered: static_scan"]
     finally:
         store.close()
+
+
+def test_a_snapshot_keeps_the_live_figures_when_the_trace_database_cannot_be_read(tmp_path):
+    from types import SimpleNamespace
+
+    from env_server.dashboard.snapshot import take_snapshot
+    from proto.health import ServerHealth
+
+    traces = TraceStore(tmp_path / "traces.sqlite")
+    traces.close()  # every read now raises sqlite3.ProgrammingError
+    live = LiveStats()
+    live.record_step(0.25)
+    runtime = SimpleNamespace(
+        live_stats=live,
+        traces=traces,
+        server_id="s1",
+        health=lambda: ServerHealth(status="healthy", free_slots=3, max_episodes=4, active_episodes=1),
+        sandboxes=SimpleNamespace(pools={}),
+    )
+    snapshot = take_snapshot(runtime)
+    assert snapshot.trace_error and "could not be read" in snapshot.trace_error
+    assert snapshot.latency_p50_s == 0.25 and snapshot.health.active_episodes == 1
+    assert snapshot.recent == [] and snapshot.rewards.graded == 0

@@ -7,48 +7,24 @@ import time
 
 import httpx
 import pytest
-from openenv.core.generic_client import GenericEnvClient
 
 from env_server.dashboard.access import COOKIE
 from tests.env_server.conftest import make_settings
+from tests.env_server.dashboard_support import FORGED_INIT, play, served_with_token, write
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
 pytestmark = pytest.mark.docker
 
 TOKEN = "dashboard-test-token"
-FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
 HOSTILE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
 
 
 @pytest.fixture(scope="module")
 def guarded(docker_backend, demo_task_store, tmp_path_factory):
     """A server with a token; its dashboard refreshes five times a second."""
-    from env_server.server import start_in_background
-
-    settings = make_settings(
-        demo_task_store,
-        tmp_path_factory.mktemp("dash"),
-        host="127.0.0.1",
-        port=0,
-        grpc_port=0,
-        api_token=TOKEN,
-        dashboard_refresh_s=0.2,
-    )
-    with start_in_background(settings, docker_backend) as running:
+    folder = tmp_path_factory.mktemp("dash")
+    with served_with_token(docker_backend, demo_task_store, folder, TOKEN, refresh_s=0.2) as running:
         yield running
-
-
-def write(path: str, content: str) -> dict:
-    return {"tool": "write_file", "args": {"path": path, "content": content}}
-
-
-def play(url: str, steps: list[dict]) -> str:
-    with GenericEnvClient(base_url=url).sync() as env:
-        episode_id = env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"]
-        for step in steps:
-            env.step(step)
-        env.step({"tool": "submit", "args": {}})
-    return episode_id
 
 
 @pytest.fixture(scope="module")

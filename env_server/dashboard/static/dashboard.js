@@ -154,6 +154,10 @@
     tasks.replaceChildren(...(s.tasks.length ? s.tasks.map(taskRow) : [emptyRow(6, "no task played yet")]));
     document.getElementById("tasks-left-out").textContent = s.tasks_left_out ? `and ${s.tasks_left_out} more task(s) not listed` : "";
 
+    const traceError = document.getElementById("trace-error");
+    traceError.textContent = s.trace_error || "";
+    traceError.hidden = !s.trace_error;
+
     updates += 1;
     root.dataset.updates = String(updates);
   }
