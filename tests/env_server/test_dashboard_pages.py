@@ -90,17 +90,22 @@ def test_the_dashboard_shows_rates_rewards_flags_and_pass_rates(browser, played)
 
 
 def test_the_event_stream_sends_snapshots_that_follow_new_episodes(guarded, browser, played):
-    seen = []
+    def recorded(snapshot: dict) -> int:
+        return sum(snapshot["rewards"]["by_status"].values())
+
+    seen: list[dict] = []
     with browser.stream("GET", "/dashboard/events") as events:
         assert events.headers["content-type"].startswith("text/event-stream")
         for line in events.iter_lines():
             if line.startswith("data: "):
                 seen.append(json.loads(line[len("data: ") :]))
                 if len(seen) == 1:
-                    play(guarded.http_url, [])
-                elif sum(seen[-1]["rewards"]["by_status"].values()) > sum(seen[0]["rewards"]["by_status"].values()):
+                    played_now = play(guarded.http_url, [])
+                elif recorded(seen[-1]) > recorded(seen[0]):
                     break
-                assert len(seen) < 600, "no snapshot showed the new episode"
+    # The stream ends by itself after 120 s: reaching here without the new episode is the failure.
+    assert recorded(seen[-1]) > recorded(seen[0]), f"{len(seen)} snapshots and none showed the new episode"
+    assert played_now in {row["episode_id"] for row in seen[-1]["recent"]}
     assert seen[-1]["taken_at"] > seen[0]["taken_at"]
 
 
