@@ -11,14 +11,13 @@ import tarfile
 import threading
 import time
 import uuid
-from concurrent.futures import Future
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
 from env_server.dashboard.live_stats import LiveStats
 from env_server.engine_watch import EngineWatch, server_health
+from env_server.episode import Episode, has_invalid_text, is_terminal
 from env_server.episode_errors import (
     CapacityReached,
     EngineUnreachable,
@@ -39,7 +38,7 @@ from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
-from sandbox import DockerBackend, Reaper, Sandbox, SandboxError, SandboxGone
+from sandbox import DockerBackend, Reaper, SandboxError, SandboxGone
 
 log = logging.getLogger(__name__)
 
@@ -50,49 +49,8 @@ def _joined(*hints: str | None) -> str | None:
     return "; ".join(h for h in hints if h) or None
 
 
-def _invalid_text(action: ToolCall) -> bool:
-    try:
-        json.dumps(action.args, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError:
-        return True
-    return False
-
-
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class Episode:
-    """One task being played in one sandbox."""
-
-    id: str
-    task: Task
-    sandbox: Sandbox
-    trace: EpisodeTrace
-    addressable: bool
-    deadline: float
-    steps_left: int
-    last_activity: float = field(default_factory=time.monotonic)
-    steps_taken: int = 0
-    done: bool = False
-    details: RewardDetails | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    # The task's own files still being written into a pooled sandbox; every use of the sandbox waits for it.
-    seeding: Future | None = None
-    # The engine epoch the sandbox was started in; a later one means the engine restarted under the episode.
-    engine_epoch: int = 0
-
-    def sandbox_ready(self) -> Sandbox:
-        """The sandbox once the task's files are in it; SandboxGone when writing them failed."""
-        if self.seeding is not None:
-            try:
-                self.seeding.result()
-            except SandboxGone:
-                raise
-            except Exception as error:
-                raise SandboxGone(f"the task's files could not be written into the sandbox: {error}") from error
-        return self.sandbox
 
 
 class EpisodeRuntime:
@@ -314,7 +272,7 @@ class EpisodeRuntime:
                 result = self._run_tool(episode, action)
                 episode.steps_taken += 1
                 episode.steps_left -= 1
-                if _terminal(action):
+                if is_terminal(action):
                     observation = self._finish(episode, "submitted", result)
                 elif episode.steps_left <= 0 and not episode.done:
                     result.feedback = _joined(result.feedback, "step budget used up; graded as is")
@@ -322,7 +280,7 @@ class EpisodeRuntime:
                 else:
                     observation = self._observation(episode, result)
             duration = time.monotonic() - started
-            if _invalid_text(action):  # recorded with the bad characters replaced, so the trace stays valid JSON
+            if has_invalid_text(action):  # recorded with the bad characters replaced, so the trace stays valid JSON
                 action = ToolCall(
                     tool=action.tool,
                     args=json.loads(json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()),
@@ -363,7 +321,7 @@ class EpisodeRuntime:
             return ToolResult(
                 feedback=f"arguments don't fit {action.tool}: {problems}; schema: {schema}", error="VALIDATION_ERROR"
             )
-        if _invalid_text(action):
+        if has_invalid_text(action):
             return ToolResult(
                 feedback="arguments are not valid UTF-8 text (they hold a lone surrogate); send valid text",
                 error="VALIDATION_ERROR",
@@ -491,8 +449,3 @@ class EpisodeRuntime:
             for episode in self.live_episodes():
                 if episode.last_activity < cutoff and not episode.lock.locked():
                     self.abort(episode, f"idle for more than {self.settings.idle_timeout_s:g}s")
-
-
-def _terminal(action: ToolCall) -> bool:
-    args_model = TOOL_ARGS.get(action.tool)
-    return args_model is not None and args_model.terminal
