@@ -80,11 +80,15 @@ def train(ctx: typer.Context, **options: Any) -> None:
     from rich.text import Text
 
     from trainer_client.env.client import EnvError
-    from trainer_client.train.run import curves_dir, run_training
+    from trainer_client.rollout.vllm_sampler import check_vllm_answers
 
     given = _given_flags(ctx, options)
     try:
         settings = TrainSettings(**given)
+        if settings.vllm_server:  # a missing server is said in a second, not after torch has loaded
+            check_vllm_answers(settings.vllm_server, settings.vllm_timeout_s)
+        from trainer_client.train.run import curves_dir, run_training
+
         if settings.logger == "tensorboard":
             console.print(f"training curves: tensorboard --logdir {curves_dir(settings.output_dir)}")
         with Live(Text("starting: loading the policy and reaching the env"), console=console) as live:

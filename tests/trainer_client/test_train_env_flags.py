@@ -46,3 +46,21 @@ def test_a_malformed_env_url_fails_at_once_before_torch_is_imported():
     status, output = done.stdout.split("\n", 1)
     assert status == "1 False"
     assert "'localhost:8000' is not a server address" in output and "http://host:port" in output
+
+
+def test_a_vllm_server_that_does_not_answer_fails_before_torch_is_imported():
+    script = (
+        "import sys\n"
+        "from typer.testing import CliRunner\n"
+        "from regrow.cli import app\n"
+        "argv = ['train', '--env', 'http://127.0.0.1:9', '--vllm-server', 'http://127.0.0.1:9']\n"
+        "result = CliRunner().invoke(app, argv)\n"
+        "print(result.exit_code, 'torch' in sys.modules)\n"
+        "print(result.output)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
+    )
+    status, output = done.stdout.split("\n", 1)
+    assert status == "1 False", output
+    assert "no vLLM server answers at http://127.0.0.1:9" in " ".join(output.split())

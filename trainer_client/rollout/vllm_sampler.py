@@ -35,6 +35,22 @@ class VLLMServerError(RuntimeError):
 
 def check_vllm_ready(url: str, device: str, timeout_s: float) -> None:
     """Fail fast, with the remedy, unless a vLLM server answers at `url` and this process can push weights to it."""
+    check_vllm_answers(url, timeout_s)
+    if device != "cuda":
+        raise VLLMServerError(
+            f"--vllm-server needs a CUDA device in the trainer, which pushes its weights to the server over NCCL; "
+            f"the device here is {device!r}. Train on a GPU machine, or drop --vllm-server to generate with the HF "
+            "model"
+        )
+    if importlib.util.find_spec("vllm") is None:
+        raise VLLMServerError(
+            "--vllm-server needs vllm installed next to the trainer too (TRL pushes the weights through vLLM's NCCL "
+            "weight transfer): pip install vllm"
+        )
+
+
+def check_vllm_answers(url: str, timeout_s: float) -> None:
+    """Fail unless a ready vLLM server answers at `url`; needs no torch, so `regrow train` asks it first."""
     try:
         health = httpx.get(f"{url}/health", timeout=timeout_s)
         models = httpx.get(f"{url}/v1/models", timeout=timeout_s) if health.status_code == 200 else None
@@ -50,17 +66,6 @@ def check_vllm_ready(url: str, device: str, timeout_s: float) -> None:
             else f"GET /v1/models answered {models.status_code}"
         )
         raise VLLMServerError(f"{url} is not a ready vLLM server ({answer}): {START_SERVER}")
-    if device != "cuda":
-        raise VLLMServerError(
-            f"--vllm-server needs a CUDA device in the trainer, which pushes its weights to the server over NCCL; "
-            f"the device here is {device!r}. Train on a GPU machine, or drop --vllm-server to generate with the HF "
-            "model"
-        )
-    if importlib.util.find_spec("vllm") is None:
-        raise VLLMServerError(
-            "--vllm-server needs vllm installed next to the trainer too (TRL pushes the weights through vLLM's NCCL "
-            "weight transfer): pip install vllm"
-        )
 
 
 def server_mode_config(url: str, timeout_s: float) -> dict[str, Any]:
