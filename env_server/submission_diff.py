@@ -12,6 +12,8 @@ from env_server.change_set import ChangeSet, Tree
 
 NOT_KEPT = "@@ the task's version of this file is not kept; its new text follows @@\n"
 NO_NEWLINE = "\\ No newline at end of file\n"
+# difflib is quadratic on large files with many repeated lines (150 000 lines: 10 s); a grading must not wait on it.
+MAX_DIFF_LINES = 40_000
 
 
 def submission_diff(pristine: Tree, changes: ChangeSet, cap_chars: int = 256 * 1024) -> str:
@@ -48,7 +50,10 @@ def _file_diff(pristine: Tree, changes: ChangeSet, path: str) -> str:
     if old == new:  # same bytes yet written: only the executable bit changed, which a text diff cannot show
         state = "set" if path in changes.executable else "cleared"
         return f"{headers}@@ the text is unchanged; the executable bit is {state} @@\n"
-    hunks = list(difflib.unified_diff(_lines(old or b""), _lines(new or b""), before, after, lineterm="\n"))[2:]
+    old_lines, new_lines = _lines(old or b""), _lines(new or b"")
+    if old_lines and new_lines and len(old_lines) + len(new_lines) > MAX_DIFF_LINES:
+        return f"{headers}@@ {len(old_lines)} lines became {len(new_lines)}: too many to diff here @@\n"
+    hunks = list(difflib.unified_diff(old_lines, new_lines, before, after, lineterm="\n"))[2:]
     if not hunks and old and new:  # bytes that differ only where they are not UTF-8 decode alike
         return f"{headers}@@ the bytes differ only where they are not valid UTF-8 @@\n"
     return headers + "".join(_marked(line) for line in hunks)
