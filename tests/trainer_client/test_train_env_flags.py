@@ -31,12 +31,13 @@ def test_the_fault_settings_have_variables_too(monkeypatch):
     assert (settings.env_outage_s, settings.episode_retries, settings.env_backoff_max_s) == (12.0, 0, 30.0)
 
 
-def test_a_malformed_env_url_fails_at_once_before_torch_is_imported():
+def train_in_a_fresh_process(argv: list[str]) -> tuple[str, str]:
+    """`regrow train ARGV` in a new interpreter: "exit_code torch_was_imported", and what it printed."""
     script = (
         "import sys\n"
         "from typer.testing import CliRunner\n"
         "from regrow.cli import app\n"
-        "result = CliRunner().invoke(app, ['train', '--env', 'http://127.0.0.1:9', '--env', 'localhost:8000'])\n"
+        f"result = CliRunner().invoke(app, {['train', *argv]!r})\n"
         "print(result.exit_code, 'torch' in sys.modules)\n"
         "print(result.output)\n"
     )
@@ -44,23 +45,16 @@ def test_a_malformed_env_url_fails_at_once_before_torch_is_imported():
         [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
     )
     status, output = done.stdout.split("\n", 1)
+    return status, output
+
+
+def test_a_malformed_env_url_fails_at_once_before_torch_is_imported():
+    status, output = train_in_a_fresh_process(["--env", "http://127.0.0.1:9", "--env", "localhost:8000"])
     assert status == "1 False"
     assert "'localhost:8000' is not a server address" in output and "http://host:port" in output
 
 
 def test_a_vllm_server_that_does_not_answer_fails_before_torch_is_imported():
-    script = (
-        "import sys\n"
-        "from typer.testing import CliRunner\n"
-        "from regrow.cli import app\n"
-        "argv = ['train', '--env', 'http://127.0.0.1:9', '--vllm-server', 'http://127.0.0.1:9']\n"
-        "result = CliRunner().invoke(app, argv)\n"
-        "print(result.exit_code, 'torch' in sys.modules)\n"
-        "print(result.output)\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300, check=True
-    )
-    status, output = done.stdout.split("\n", 1)
+    status, output = train_in_a_fresh_process(["--env", "http://127.0.0.1:9", "--vllm-server", "http://127.0.0.1:9"])
     assert status == "1 False", output
     assert "no vLLM server answers at http://127.0.0.1:9" in " ".join(output.split())
