@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,19 +41,27 @@ class ExportSummary:
 def export_traces(
     db: Path, out: Path, fmt: DatasetFormat, force: bool = False, tokens: Sequence[Path] = ()
 ) -> ExportSummary:
-    """Write every episode in the trace database `db` to `out`, with the token records of the files `tokens`."""
+    """Write every episode in the trace database `db` to `out`, with the token records of the files `tokens`.
+
+    Episodes are read and written one batch at a time: the export's memory does not grow with the database.
+    """
     check_output(out, force)
-    traces = read_traces(db)
-    if not traces:
-        raise TraceExportError(f"{db} holds no episodes yet: play some against `regrow serve` first")
     by_episode = read_episode_tokens(tokens)
-    rows = [_row(trace, by_episode.get(trace.episode_id), fmt) for trace in traces]
-    stored = {trace.episode_id for trace in traces}
-    count = ExportSummary(
-        write_dataset(rows, EPISODE_SCHEMA, out, fmt, force),
-        with_tokens=len(stored & by_episode.keys()),
-        unmatched_tokens=len(by_episode.keys() - stored),
-    )
+    stored: set[str] = set()
+    with open_traces(db) as store:
+
+        def rows() -> Iterator[dict[str, Any]]:
+            for trace in store.iter_episodes():
+                stored.add(trace.episode_id)
+                yield _row(trace, by_episode.get(trace.episode_id), fmt)
+
+        if not store.read("SELECT 1 FROM episodes LIMIT 1"):
+            raise TraceExportError(f"{db} holds no episodes yet: play some against `regrow serve` first")
+        count = ExportSummary(
+            write_dataset(rows(), EPISODE_SCHEMA, out, fmt, force),
+            with_tokens=len(stored & by_episode.keys()),
+            unmatched_tokens=len(by_episode.keys() - stored),
+        )
     log.info("exported %d episodes from %s to %s (%s)", count.episodes, db, out, fmt.value)
     if count.unmatched_tokens:
         log.warning("%d token records matched no episode in %s", count.unmatched_tokens, db)
@@ -82,8 +91,9 @@ def read_episode_tokens(paths: Sequence[Path]) -> dict[str, EpisodeTokens]:
     return by_episode
 
 
-def read_traces(db: Path) -> list[EpisodeTrace]:
-    """Every episode in `db`, oldest first; never creates a database that is not there."""
+@contextmanager
+def open_traces(db: Path) -> Iterator[TraceStore]:
+    """The trace database at `db`, closed on exit; never creates a database that is not there."""
     if not db.is_file():
         raise TraceExportError(f"no trace database at {db}: pass the server's file (REGROW_SERVER_TRACE_DB)")
     try:
@@ -91,7 +101,7 @@ def read_traces(db: Path) -> list[EpisodeTrace]:
     except sqlite3.DatabaseError as error:
         raise TraceExportError(f"{db} is not a readable trace database ({error}): pass the server's file") from error
     try:
-        return list(store.iter_episodes())
+        yield store
     finally:
         store.close()
 

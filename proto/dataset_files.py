@@ -9,9 +9,11 @@ An existing OUT is never replaced unless asked (`force`), and a failed write lea
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from datetime import datetime
 from enum import Enum
 from pathlib import Path
@@ -22,6 +24,8 @@ import pyarrow.parquet as pq
 
 # `datasets` reads the JSON Lines export's mixed-type fields (tool arguments) as Json only from this version on.
 DATASETS_REQUIREMENT = "datasets>=5.2"
+# Rows per Parquet row group: one trace row can hold a hundred steps of 64 KiB output, so batches stay small.
+BATCH_ROWS = 32
 
 
 class DatasetFormat(str, Enum):
@@ -36,8 +40,9 @@ def check_output(out: Path, force: bool) -> None:
         raise FileExistsError(f"{out} already exists: choose another --out, or pass --force to replace it")
 
 
-def write_dataset(rows: list[dict[str, Any]], schema: pa.Schema, out: Path, fmt: DatasetFormat, force: bool) -> int:
-    """Write `rows` to `out` in `fmt`; returns the number of rows.
+def write_dataset(rows: Iterable[dict[str, Any]], schema: pa.Schema, out: Path, fmt: DatasetFormat, force: bool) -> int:
+    """Write `rows` to `out` in `fmt`, a batch at a time (a large trace database never sits in memory whole);
+    returns the number of rows.
 
     The Arrow formats keep the columns of `schema`; the JSON Lines keep every key of a row, so a row may carry
     more (a trace's own fields, for readers of EpisodeTrace) than the table has.
@@ -47,19 +52,49 @@ def write_dataset(rows: list[dict[str, Any]], schema: pa.Schema, out: Path, fmt:
     _remove(partial)
     try:
         if fmt is DatasetFormat.jsonl:
+            count = 0
             with partial.open("w", encoding="utf-8") as sink:
                 for row in rows:
                     sink.write(json.dumps(row, default=_json_value, ensure_ascii=False) + "\n")
+                    count += 1
+        elif fmt is DatasetFormat.parquet:
+            count = _write_parquet(rows, schema, partial)
         else:
-            table = pa.Table.from_pylist(rows, schema=schema)
-            if fmt is DatasetFormat.parquet:
-                pq.write_table(table, partial)
-            else:
-                _dataset_class()(table).save_to_disk(str(partial))
+            count = _write_hf(rows, schema, partial)
         _replace(partial, out)
     finally:
         _remove(partial)
-    return len(rows)
+    return count
+
+
+def _write_parquet(rows: Iterable[dict[str, Any]], schema: pa.Schema, out: Path) -> int:
+    count = 0
+    with pq.ParquetWriter(out, schema) as writer:
+        remaining = iter(rows)
+        while batch := list(itertools.islice(remaining, BATCH_ROWS)):  # itertools.batched is 3.12+
+            writer.write_table(pa.Table.from_pylist(batch, schema=schema))
+            count += len(batch)
+        if count == 0:
+            writer.write_table(schema.empty_table())
+    return count
+
+
+def _write_hf(rows: Iterable[dict[str, Any]], schema: pa.Schema, out: Path) -> int:
+    """A save_to_disk folder, built from a Parquet file beside it that `datasets` memory-maps, not from a table."""
+    dataset_class = _dataset_class()
+    staging = out.with_name(f"{out.name}.staging")
+    _remove(staging)
+    staging.mkdir()
+    try:
+        count = _write_parquet(rows, schema, staging / "rows.parquet")
+        if count:
+            dataset = dataset_class.from_parquet(str(staging / "rows.parquet"), cache_dir=str(staging / "cache"))
+        else:  # `datasets` cannot build from a file with no rows
+            dataset = dataset_class(schema.empty_table())
+        dataset.save_to_disk(str(out))
+    finally:
+        _remove(staging)
+    return count
 
 
 def _dataset_class() -> Any:
