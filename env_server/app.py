@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
@@ -13,6 +12,7 @@ from fastapi.responses import JSONResponse, Response
 from openenv.core.env_server.http_server import create_app
 from openenv.core.env_server.types import ConcurrencyConfig
 
+from env_server.dashboard.access import PageAccess
 from env_server.dashboard.pages import add_dashboard
 from env_server.disconnect_watch import AbortOnDisconnect
 from env_server.environment import PER_REQUEST, CodingEnvironment
@@ -28,15 +28,10 @@ ENV_NAME = "regrow_coding"
 
 def token_check(runtime: EpisodeRuntime):
     """A dependency that demands `Authorization: Bearer <REGROW_SERVER_API_TOKEN>` when a token is set."""
-    token = runtime.settings.api_token
+    access = PageAccess(runtime.settings.api_token)
 
     def check(request: Request) -> None:
-        if token is None:
-            return
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not secrets.compare_digest(
-            given.strip().encode(), token.get_secret_value().encode()
-        ):
+        if not access.bearer_allowed(request):
             raise HTTPException(
                 401,
                 "this route needs `Authorization: Bearer <token>` with the server's REGROW_SERVER_API_TOKEN",

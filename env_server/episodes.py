@@ -15,7 +15,6 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from env_server.dashboard.live_stats import LiveStats
 from env_server.engine_watch import EngineWatch, server_health
 from env_server.episode import Episode, has_invalid_text, is_terminal
 from env_server.episode_errors import (
@@ -27,6 +26,7 @@ from env_server.episode_errors import (
     TaskNotFound,
 )
 from env_server.event_log import log_event
+from env_server.live_stats import LiveStats
 from env_server.metrics import ServerMetrics
 from env_server.provisioning import SandboxSupply
 from env_server.reward import PristineCache, failing_summary, grade

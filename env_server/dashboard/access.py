@@ -1,4 +1,5 @@
-"""Who may open the pages: with REGROW_SERVER_API_TOKEN set, a bearer header or a cookie that proves the token.
+"""Who may use the API and open the pages: with REGROW_SERVER_API_TOKEN set, the API takes a bearer header; the
+pages also take a cookie that proves the token.
 
 A browser cannot send a header with a page load or an EventSource, so `?token=` once sets an HttpOnly cookie
 (an HMAC of the token, never the token itself) and redirects to the same page without it in the address.
@@ -32,10 +33,6 @@ class PageAccess:
     def __init__(self, token: SecretStr | None):
         self._token = token.get_secret_value().encode() if token else None
 
-    @property
-    def required(self) -> bool:
-        return self._token is not None
-
     def cookie_value(self) -> str:
         assert self._token is not None
         return hmac.new(self._token, b"regrow dashboard session", hashlib.sha256).hexdigest()
@@ -43,11 +40,16 @@ class PageAccess:
     def token_matches(self, given: str) -> bool:
         return self._token is not None and secrets.compare_digest(given.strip().encode(), self._token)
 
-    def allowed(self, request: Request) -> bool:
+    def bearer_allowed(self, request: Request) -> bool:
+        """No token is set, or the request sends `Authorization: Bearer <token>` (what the JSON API takes)."""
         if self._token is None:
             return True
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and self.token_matches(given):
+        return scheme.lower() == "bearer" and self.token_matches(given)
+
+    def allowed(self, request: Request) -> bool:
+        """What the pages take: the bearer header, or the cookie that signing in set."""
+        if self.bearer_allowed(request):
             return True
         cookie = request.cookies.get(COOKIE, "")
         return secrets.compare_digest(cookie.encode(), self.cookie_value().encode())

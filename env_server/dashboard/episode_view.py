@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from proto.observations import TestOutcome
 from proto.traces import EpisodeTrace
 
 FOLD_CHARS = 1500
@@ -38,22 +39,25 @@ class StepView:
 
 
 @dataclass
-class TestRow:
-    nodeid: str
-    group: str
-    outcome: str
-
-
-@dataclass
 class EpisodeView:
     trace: EpisodeTrace
     steps: list[StepView]
     diff: list[DiffLine]
-    tests: list[TestRow]
-    hidden_passed: int = 0
-    hidden_total: int = 0
+    tests: list[TestOutcome]  # without the hidden checks unless the operator shows solutions
     solution: list[DiffLine] = field(default_factory=list)
-    duration_s: float | None = None
+
+    @property
+    def hidden_passed(self) -> int:
+        return self.trace.reward_details.hidden_passed if self.trace.reward_details else 0
+
+    @property
+    def hidden_total(self) -> int:
+        return self.trace.reward_details.hidden_total if self.trace.reward_details else 0
+
+    @property
+    def duration_s(self) -> float | None:
+        ended = self.trace.ended_at
+        return (ended - self.trace.started_at).total_seconds() if ended else None
 
 
 def diff_lines(text: str) -> list[DiffLine]:
@@ -92,7 +96,7 @@ class Redactor:
 def _summary(tool: str, args: dict) -> tuple[str, str]:
     if tool == "run":
         return str(args.get("command", "")), ""
-    if tool in ("write_file",):
+    if tool == "write_file":
         return str(args.get("path", "")), str(args.get("content", ""))
     if tool in ("read_file", "list_dir"):
         return str(args.get("path", "")), ""
@@ -125,14 +129,10 @@ def episode_view(trace: EpisodeTrace, solution_patch: str | None, show_solutions
             )
         )
     outcomes = details.tests if details else []
-    tests = [TestRow(t.nodeid, t.group, t.outcome) for t in outcomes if show_solutions or t.group != "HIDDEN"]
     return EpisodeView(
         trace=trace,
         steps=steps,
         diff=diff_lines(details.diff) if details else [],
-        tests=tests,
-        hidden_passed=details.hidden_passed if details else 0,
-        hidden_total=details.hidden_total if details else 0,
+        tests=[t for t in outcomes if show_solutions or t.group != "HIDDEN"],
         solution=diff_lines(solution_patch) if show_solutions and solution_patch else [],
-        duration_s=(trace.ended_at - trace.started_at).total_seconds() if trace.ended_at else None,
     )

@@ -17,7 +17,6 @@ from starlette.concurrency import run_in_threadpool
 from env_server.dashboard.access import SECURITY_HEADERS, PageAccess
 from env_server.dashboard.episode_view import episode_view
 from env_server.dashboard.snapshot import SnapshotCache
-from env_server.dashboard.trace_summaries import REWARD_BINS
 from env_server.episodes import EpisodeRuntime
 
 HERE = Path(__file__).parent
@@ -51,7 +50,6 @@ def add_dashboard(app: FastAPI, runtime: EpisodeRuntime) -> None:
     snapshots = SnapshotCache(runtime, settings.dashboard_refresh_s)
     templates = Jinja2Templates(directory=HERE / "templates")
     templates.env.filters.update(seconds=_seconds, reward=_reward, when=_when)
-    templates.env.globals.update(reward_bins=REWARD_BINS)
     app.mount("/dashboard/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")
 
     def page(request: Request, template: str, status: int = 200, **context: object) -> HTMLResponse:
@@ -77,7 +75,7 @@ def add_dashboard(app: FastAPI, runtime: EpisodeRuntime) -> None:
         if (refused := gate(request)) is not None:
             return refused
         snapshot, _ = await run_in_threadpool(snapshots.get)
-        return page(request, "dashboard.html", snapshot=snapshot, refresh_s=settings.dashboard_refresh_s)
+        return page(request, "dashboard.html", snapshot=snapshot)
 
     @app.get("/dashboard/snapshot", tags=["Dashboard"], summary="What the dashboard shows now, as JSON")
     async def snapshot_json(request: Request) -> Response:

@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from env_server.dashboard.live_stats import MinuteFigures
 from env_server.dashboard.trace_summaries import (
-    REWARD_BINS,
     RecentEpisode,
     RewardSummary,
     TaskPassRate,
@@ -21,6 +19,7 @@ from env_server.dashboard.trace_summaries import (
     reward_summary,
     task_pass_rates,
 )
+from env_server.live_stats import MinuteFigures
 from proto.health import ServerHealth
 
 if TYPE_CHECKING:
@@ -67,12 +66,7 @@ def take_snapshot(runtime: EpisodeRuntime) -> DashboardSnapshot:
         (tasks, left_out), trace_error = task_pass_rates(runtime.traces), None
     except sqlite3.Error as error:
         log.warning("the dashboard could not read the trace database: %s", error)
-        rewards, recent, tasks, left_out = (
-            RewardSummary(counts=[0] * len(REWARD_BINS), graded=0, tampered=0, by_status={}),
-            [],
-            [],
-            0,
-        )
+        rewards, recent, tasks, left_out = RewardSummary(), [], [], 0
         trace_error = f"the trace database could not be read ({error}); the figures from it are missing"
     return DashboardSnapshot(
         taken_at=datetime.now(UTC),

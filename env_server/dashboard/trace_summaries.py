@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from env_server.trace_store import TraceStore
 
@@ -44,10 +44,10 @@ class TaskPassRate(BaseModel):
 
 class RewardSummary(BaseModel):
     bins: list[str] = REWARD_BINS
-    counts: list[int]
-    graded: int
-    tampered: int
-    by_status: dict[str, int]
+    counts: list[int] = Field(default_factory=lambda: [0] * len(REWARD_BINS))
+    graded: int = 0
+    tampered: int = 0
+    by_status: dict[str, int] = Field(default_factory=dict)
 
 
 def reward_bin(reward: float) -> int:

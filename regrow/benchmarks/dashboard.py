@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import random
 import sqlite3
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from env_server.dashboard.live_stats import MAX_STEPS, LiveStats
 from env_server.dashboard.trace_summaries import recent_episodes, reward_summary, task_pass_rates
+from env_server.live_stats import MAX_STEPS, LiveStats
 from env_server.trace_store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
+from regrow.benchmarks.load_stats import latency_ms
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -49,17 +49,13 @@ def _fill(path: Path, episodes: int, tasks: int, steps: int, seed: int) -> None:
             )
 
 
-def _timed(call: Callable[[], object], repetitions: int) -> dict[str, float]:
+def _timed(call: Callable[[], object], repetitions: int) -> dict[str, float | int]:
     samples = []
     for _ in range(repetitions):
         started = time.perf_counter()
         call()
-        samples.append((time.perf_counter() - started) * 1000)
-    samples.sort()
-    return {
-        "p50_ms": round(statistics.median(samples), 2),
-        "p95_ms": round(samples[int(0.95 * (len(samples) - 1))], 2),
-    }
+        samples.append(time.perf_counter() - started)
+    return latency_ms(samples)
 
 
 def run_dashboard_bench(episodes: int, tasks: int, steps: int, repetitions: int, seed: int = 0) -> dict:

@@ -221,8 +221,6 @@ class RolloutStream:
             if trajectory is None or group.dropped:
                 continue
             group.episodes.append(trajectory)
-            if self._token_log is not None:
-                self._token_log.record(trajectory)
             self.stats.episodes += 1
             self.stats.policy_tokens += sum(trajectory.env_mask)
             self.stats.turns += len(trajectory.turns)
@@ -230,6 +228,8 @@ class RolloutStream:
             if len(group.episodes) == group.size:
                 self.stats.groups_queued += 1
                 self._ready.put(group)
+            if self._token_log is not None:  # last, after the group's bookkeeping: file I/O off the workers' loop
+                await asyncio.to_thread(self._token_log.record, trajectory)
 
     async def _play_with_retries(self, env: EnvPool, options: dict[str, Any]) -> Trajectory | None:
         """The episode played to its end, or None when the env lost it more than `episode_retries` times."""

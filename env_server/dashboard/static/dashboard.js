@@ -6,8 +6,6 @@
   const root = document.getElementById("dashboard");
   if (!root) return;
   const SVG = "http://www.w3.org/2000/svg";
-  const REWARD_BINS = ["0", "0-0.1", "0.1-0.2", "0.2-0.3", "0.3-0.4", "0.4-0.5", "0.5-0.6", "0.6-0.7", "0.7-0.8",
-    "0.8-0.9", "0.9-1", "1"];
   let seen = new Set(Array.from(document.querySelectorAll("#recent tr[data-episode]"), (row) => row.dataset.episode));
   let updates = 0;
 
@@ -142,7 +140,7 @@
     const minuteLabels = s.minutes.map((m) => `${m.minute} min ago`);
     bars("chart-episodes", s.minutes.map((m) => m.episodes), minuteLabels, " ended");
     bars("chart-latency", s.minutes.map((m) => m.p95_s), minuteLabels, " s", seconds);
-    bars("chart-rewards", s.rewards.counts, REWARD_BINS, " episodes");
+    bars("chart-rewards", s.rewards.counts, s.rewards.bins, " episodes");
 
     const statuses = document.getElementById("statuses");
     statuses.replaceChildren(...Object.keys(s.rewards.by_status).sort().flatMap((k) => [el("span", `${k} ${s.rewards.by_status[k]}`, "chip"), " "]));
