@@ -10,7 +10,6 @@ from pydantic import SecretStr
 
 from env_server.dashboard.access import COOKIE, PageAccess
 from env_server.dashboard.episode_view import HIDDEN, Redactor, diff_lines, episode_view
-from env_server.dashboard.live_stats import LiveStats, percentile
 from env_server.dashboard.trace_summaries import (
     REWARD_BINS,
     recent_episodes,
@@ -18,6 +17,7 @@ from env_server.dashboard.trace_summaries import (
     reward_summary,
     task_pass_rates,
 )
+from env_server.live_stats import LiveStats, percentile
 from env_server.trace_store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
