@@ -47,6 +47,16 @@ class EpisodeView:
     solution: list[DiffLine] = field(default_factory=list)
 
     @property
+    def tests_shown(self) -> list[TestOutcome]:
+        """The rows a reader looks for: FAIL_TO_PASS, hidden, and every test that did not pass."""
+        return [t for t in self.tests if not _kept(t)]
+
+    @property
+    def tests_kept(self) -> list[TestOutcome]:
+        """PASS_TO_PASS tests that still pass: a real suite has hundreds, so the page folds them."""
+        return [t for t in self.tests if _kept(t)]
+
+    @property
     def hidden_passed(self) -> int:
         return self.trace.reward_details.hidden_passed if self.trace.reward_details else 0
 
@@ -58,6 +68,10 @@ class EpisodeView:
     def duration_s(self) -> float | None:
         ended = self.trace.ended_at
         return (ended - self.trace.started_at).total_seconds() if ended else None
+
+
+def _kept(outcome: TestOutcome) -> bool:
+    return outcome.group == "PASS_TO_PASS" and outcome.outcome == "passed"
 
 
 def diff_lines(text: str) -> list[DiffLine]:

@@ -163,3 +163,11 @@ def test_a_server_stops_while_a_dashboard_holds_its_event_stream_open(docker_bac
     # The stop closes the stream instead of waiting on it (uvicorn's graceful timeout, then the runtime's flag).
     watcher.join(timeout=30)
     assert not running._thread.is_alive() and not watcher.is_alive()
+
+
+def test_the_viewer_folds_the_pass_to_pass_tests_that_still_pass(browser, played):
+    """A real suite has hundreds of them (six: 181); the tests a reader looks for stay in the open table."""
+    text = browser.get(f"/episodes/{played[0]}/view").text
+    open_table, _, folded = text.partition('<details id="tests-kept">')
+    assert "3 PASS_TO_PASS test(s) still pass" in folded and folded.count("<td>PASS_TO_PASS</td>") == 3
+    assert "<td>PASS_TO_PASS</td>" not in open_table and open_table.count("<td>FAIL_TO_PASS</td>") == 3
