@@ -24,11 +24,13 @@ def default_max_episodes() -> int:
 
 @dataclass(frozen=True)
 class GradeLimits:
-    """How a grading runs: the reward mode, the test timeout, strictness and the size limits of a submission."""
+    """How a grading runs: the reward mode, the test timeouts and the size limits of a submission."""
 
     mode: RewardMode = "fraction"
-    timeout_s: float = 300.0
-    strict_tamper: bool = True
+    timeout_s: float = 300.0  # the cap; a task with a measured baseline gets factor x baseline + slack below it
+    timeout_factor: float = 3.0
+    timeout_slack_s: float = 30.0
+    min_timeout_s: float = 30.0
     file_cap_bytes: int = 5 * 1024 * 1024
     tree_cap_bytes: int = 256 * 1024 * 1024
 
@@ -62,9 +64,10 @@ class ServerSettings(BaseSettings):
         default=5.0, gt=0, description="Seconds between two pings of the Docker engine (GET /health reads the last)"
     )
     reward_mode: RewardMode = "fraction"
-    strict_tamper: bool = Field(
-        default=True, description="A static tamper flag zeroes the reward (else it is reported)"
+    grade_timeout_factor: float = Field(
+        default=3.0, gt=0, description="A graded run gets this many times the suite's time at synthesis, plus slack"
     )
+    grade_timeout_slack_s: float = Field(default=30.0, ge=0, description="Added to the multiple of the baseline")
     submission_file_cap_bytes: int = Field(
         default=5 * 1024 * 1024, ge=1, description="Largest file a submission may change"
     )
@@ -87,7 +90,8 @@ class ServerSettings(BaseSettings):
         return GradeLimits(
             mode=self.reward_mode,
             timeout_s=self.grade_timeout_s,
-            strict_tamper=self.strict_tamper,
+            timeout_factor=self.grade_timeout_factor,
+            timeout_slack_s=self.grade_timeout_slack_s,
             file_cap_bytes=self.submission_file_cap_bytes,
             tree_cap_bytes=self.submission_cap_bytes,
         )

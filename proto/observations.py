@@ -58,16 +58,23 @@ class RewardDetails(BaseModel):
     refused: list[RefusedPath] = Field(default_factory=list, description="The edits left out, each with its reason.")
     hidden_passed: int = Field(default=0, description="Hidden checks of the deleted unit that passed.")
     hidden_total: int = Field(default=0, description="Hidden checks of the deleted unit the agent never saw.")
+    basis: Literal["checks", "visible_tests"] = Field(
+        default="checks",
+        description="What the reward stands on: `checks`, out-of-process replays of the unit on inputs the agent "
+        "never saw, judged by the server; `visible_tests`, the task has none, so the visible tests' own report "
+        "(which the code under test could forge) decides.",
+    )
+    timeout_s: float | None = Field(default=None, description="The time each graded run was given.")
     tampered: bool = Field(
         default=False,
-        description="The test run was forged: a tripwire fired or the scan found "
-        "code reaching into the test machinery (strict mode). The reward is 0.",
+        description="The test run was shown to be forged: its visible FAIL_TO_PASS tests passed with the deleted "
+        "unit put back as the task's stub. The reward is 0.",
     )
-    tamper_reasons: list[str] = Field(
+    tamper_reasons: list[str] = Field(default_factory=list, description="Which tripwires fired: counterfactual_passed.")
+    tamper_flags: list[str] = Field(
         default_factory=list,
-        description="Which tripwires fired: sentinel_passed, control_failed, counterfactual_passed, static_scan.",
+        description="What the static scan of the change set found: evidence for a person to read; it costs no reward.",
     )
-    tamper_flags: list[str] = Field(default_factory=list, description="What the static scan of the change set found.")
     diff: str = Field(
         default="",
         description="The graded change set as a unified diff against the task's workspace "

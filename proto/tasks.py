@@ -22,13 +22,15 @@ class DeletedUnit(BaseModel):
 
 
 class IoCheck(BaseModel):
-    """One recorded call of a deleted function; the grader replays it as a hidden test the agent never saw.
+    """One recorded call of a deleted function or method; the grader replays it in a fresh interpreter and compares
+    its outcome, outside the container, with `result`, `raises` and `state`, which never enter a container.
 
-    Every value is Python literal text (`ast.literal_eval` reads it back), so a check holds no code.
+    Every value is Python literal text (`ast.literal_eval` reads it back), so a check holds no code; a method's
+    receiver is a pickle, unpickled only inside the grading container.
     """
 
     module: str = Field(description="Import path of the module that defines the function, e.g. `calc.ops`.")
-    qualname: str = Field(description="The function's name in that module (a plain function, not a method).")
+    qualname: str = Field(description="The function's name in that module, or `Class.method` for a method.")
     args: str = Field(description="Positional arguments as a tuple literal, e.g. `(-5, 0, 10)`.")
     kwargs: str = Field(default="{}", description="Keyword arguments as a dict literal.")
     result: str | None = Field(default=None, description="The return value as a literal; None when the call raised.")
@@ -37,6 +39,16 @@ class IoCheck(BaseModel):
         default=None,
         description="The FAIL_TO_PASS node id that made the call; None for a call "
         "no visible test makes. A visible test is credited only if the replays of its calls pass.",
+    )
+    receiver: str | None = Field(
+        default=None,
+        description="For a method: the receiver as it was before the call, a base64 pickle the check unpickles "
+        "into a fresh object (qualname is then `Class.method`). None for a plain function.",
+    )
+    state: str | None = Field(
+        default=None,
+        description="For a method: the receiver's literal attributes after the call, as a dict literal; the "
+        "replay must leave its object so too. Held by the server, like `result`.",
     )
 
 
@@ -48,6 +60,11 @@ class TaskStats(BaseModel):
     complexity: int = Field(description="Cyclomatic complexity of the deleted unit.")
     fail_to_pass: int = Field(default=0, description="How many FAIL_TO_PASS tests the task has.")
     statement_chars: int = Field(default=0, description="Length of the problem statement in characters.")
+    baseline_s: float | None = Field(
+        default=None,
+        description="Seconds the FAIL_TO_PASS and PASS_TO_PASS tests took with the solution at synthesis; the "
+        "grader's time limit follows it. None for older tasks: the server's cap applies.",
+    )
 
 
 class TaskRecord(BaseModel):

@@ -7,9 +7,10 @@ import statistics
 import time
 from pathlib import Path
 
-from env_server.reward import WORKSPACE, PristineCache, grade
+from env_server.grading import PristineCache, grade
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
+from env_server.tools import WORKSPACE
 from sandbox import DockerBackend, Sandbox
 from sandbox.settings import SandboxSettings
 

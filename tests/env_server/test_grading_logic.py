@@ -1,25 +1,13 @@
-"""The grader's pure logic, without an engine: path policy, change sets, hidden suites and the hardened pytest run."""
+"""The grader's pure logic, without an engine: path policy, change sets and the pytest command of a graded run."""
 
-import ast
 import io
-import json
-import random
 import tarfile
 
 import pytest
 
-from env_server.change_set import ChangeSet, SubmissionTooLarge, archive_of, compare, differs_from, read_tree
-from env_server.grading_run import (
-    UnsupportedTestCommand,
-    launcher_source,
-    parse_report,
-    pytest_arguments,
-    pytest_config,
-    pytest_options,
-)
-from env_server.hidden_checks import build_hidden_suite
-from env_server.path_policy import PathPolicy
-from proto.tasks import IoCheck
+from env_server.grading.change_set import ChangeSet, SubmissionTooLarge, archive_of, compare, differs_from, read_tree
+from env_server.grading.path_policy import PathPolicy
+from env_server.grading.pytest_command import UnsupportedTestCommand, pytest_arguments, pytest_config, pytest_options
 
 PRISTINE = {
     "pyproject.toml": b"[project]\n",
@@ -163,77 +151,17 @@ def test_the_archive_of_a_change_set_is_owned_by_the_agent_and_keeps_executables
     assert {member.uid for member in members.values()} == {1000}
 
 
-CHECKS = [
-    IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0"),
-    IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError"),
-    IoCheck(module="calc.ops", qualname="clamp", args="(0.5, 0.0, 1.0)", result="0.5"),
-]
-
-
-def run_suite(suite, namespace_extra):
-    """Execute the suite's source with a stand-in `calc.ops`; returns the outcome of each test by role."""
-    import sys
-    import types
-
-    package, module = types.ModuleType("calc"), types.ModuleType("calc.ops")
-    module.clamp = namespace_extra
-    package.ops = module
-    sys.modules.update({"calc": package, "calc.ops": module})
-    try:
-        namespace: dict = {}
-        exec(compile(suite.source, suite.path, "exec"), namespace)
-        results = {}
-        for test in suite.tests:
-            try:
-                namespace[test.name]()
-                results[test.name] = True
-            except (Exception, pytest.fail.Exception):  # pytest.raises fails with a BaseException
-                results[test.name] = False
-        return results
-    finally:
-        del sys.modules["calc"], sys.modules["calc.ops"]
-
-
-def clamp(value, low, high):
-    if low > high:
-        raise ValueError("low > high")
-    return max(low, min(value, high))
-
-
-def test_hidden_checks_pass_with_the_right_unit_and_sentinels_fail_in_every_honest_run():
-    suite = build_hidden_suite(CHECKS, "tests", random.Random(7))
-    for implementation in (clamp, lambda value, low, high: value, lambda *args: None):
-        results = run_suite(suite, implementation)
-        assert not any(results[t.name] for t in suite.of_role("sentinel"))
-        assert all(results[t.name] for t in suite.of_role("control"))
-    right = run_suite(suite, clamp)
-    assert all(right[t.name] for t in suite.of_role("check"))
-    wrong = run_suite(suite, lambda value, low, high: value)
-    assert not all(wrong[t.name] for t in suite.of_role("check"))
-
-
-def test_an_always_equal_result_trips_a_sentinel():
-    class AlwaysEqual:
-        def __eq__(self, other):
-            return True
-
-    suite = build_hidden_suite(CHECKS, "tests", random.Random(3))
-    results = run_suite(suite, lambda *args: AlwaysEqual())
-    assert any(results[t.name] for t in suite.of_role("sentinel") if "calc.ops" in t.label)
-
-
-def test_hidden_tests_look_alike_and_get_fresh_names_each_time():
-    first, second = build_hidden_suite(CHECKS, "tests"), build_hidden_suite(CHECKS, "tests")
-    assert first.path.startswith("tests/test_") and first.path != second.path
-    assert {t.name for t in first.tests}.isdisjoint({t.name for t in second.tests})
-    assert {len(t.name) for t in first.tests} == {17}
-    assert "sentinel" not in first.source and "control" not in first.source
-    ast.parse(first.source)
-
-
-def test_a_task_without_checks_still_gets_controls_and_sentinels():
-    suite = build_hidden_suite([], "tests", random.Random(1))
-    assert len(suite.of_role("control")) == 2 and len(suite.of_role("sentinel")) == 2 and not suite.of_role("check")
+def test_the_grader_owns_the_pristine_tests_and_seals_their_folders():
+    files = {"tests/test_ops.py": b"def test(): ...\n", "calc/ops.py": b"x = 1\n", "opt/.g/launcher.py": b""}
+    archive = archive_of(
+        files, (), ("opt",), root_owned={"tests/test_ops.py", "opt/.g", "opt/.g/launcher.py"}, sealed_folders={"tests"}
+    )
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = {member.name: member for member in tar}
+    assert (members["tests"].uid, members["tests"].mode) == (0, 0o1777)  # new files yes, replacing root's no
+    assert (members["tests/test_ops.py"].uid, members["tests/test_ops.py"].mode) == (0, 0o644)
+    assert (members["opt/.g"].uid, members["opt/.g"].mode) == (0, 0o755)
+    assert members["opt/.g/launcher.py"].uid == 0 and members["calc/ops.py"].uid == 1000
 
 
 def test_pytest_options_keep_the_tasks_options_and_drop_what_steers_results():
@@ -255,17 +183,11 @@ def test_the_pristine_config_is_chosen_in_pytests_order():
     assert pytest_config({"pyproject.toml": b"[project]\n"}) is None
 
 
-def test_node_ids_and_the_report_path_stay_out_of_argv():
+def test_node_ids_stay_out_of_argv_and_the_images_plugins_are_named():
     arguments = pytest_arguments("python -m pytest", "pyproject.toml", ["xdist.plugin"], ["tests/test_ops.py"])
     assert arguments[-1] == "tests/test_ops.py" and ["-p", "xdist.plugin"] == arguments[-3:-1]
     assert "--continue-on-collection-errors" in arguments
-    source = launcher_source(arguments, ["tests/test_ops.py::test_a"], "/home/agent/.x/report.json")
-    compile(source, "run.py", "exec")
-    assert "tests/test_ops.py::test_a" in source and "/home/agent/.x/report.json" in source
-    assert parse_report(json.dumps({"exit_code": 1, "outcomes": {"a": "passed", "b": "bogus"}}).encode()) == (
-        1,
-        {"a": "passed"},
-    )
+    assert not any("::" in argument for argument in arguments)
 
 
 def token_app(token: str | None):

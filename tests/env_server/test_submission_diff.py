@@ -2,8 +2,8 @@
 
 import subprocess
 
-from env_server.change_set import ChangeSet, Entry, Tree
-from env_server.submission_diff import submission_diff
+from env_server.grading.change_set import ChangeSet, Entry, Tree
+from env_server.grading.diff import submission_diff
 
 
 def tree(kept: dict[str, bytes], not_kept: dict[str, int] | None = None) -> Tree:

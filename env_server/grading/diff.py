@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 
-from env_server.change_set import ChangeSet, Tree
+from env_server.grading.change_set import ChangeSet, Tree
 
 NOT_KEPT = "@@ the task's version of this file is not kept; its new text follows @@\n"
 NO_NEWLINE = "\\ No newline at end of file\n"

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from env_server.path_policy import PathPolicy
+from env_server.grading.path_policy import PathPolicy
 from sandbox.layout import AGENT_UID, CACHE_NAMES
 
 # Never graded and never compared: version control and the caches tools leave behind.
@@ -193,18 +193,35 @@ def _shape_refusal(path: str, entry: Entry, before: Entry | None, pristine: Tree
     return None
 
 
-def archive_of(files: dict[str, bytes], executable: Collection[str] = (), existing: Collection[str] = ()) -> bytes:
-    """A tar of `files` and their new folders (not the `existing` ones), owned by the agent user."""
+def archive_of(
+    files: dict[str, bytes],
+    executable: Collection[str] = (),
+    existing: Collection[str] = (),
+    root_owned: Collection[str] = (),
+    sealed_folders: Collection[str] = (),
+) -> bytes:
+    """A tar of `files` and their new folders (not the `existing` ones), owned by the agent user.
+
+    Files and new folders in `root_owned` belong to root instead, read-only to the agent. Each of `sealed_folders`
+    (new or not) belongs to root with the sticky bit, world-writable: the agent may add files there but not remove or
+    rename root's.
+    """
     buffer, now = io.BytesIO(), int(time.time())
-    folders = {folder for path in files for folder in _parents(path)} - set(existing)
+    folders = {folder for path in files for folder in _parents(path)} - set(existing) - set(sealed_folders)
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for folder in sorted(folders):
+        for folder in sorted([*folders, *sealed_folders]):
             info = tarfile.TarInfo(folder)
-            info.type, info.mode, info.mtime, info.uid, info.gid = tarfile.DIRTYPE, 0o755, now, AGENT_UID, AGENT_UID
+            info.type, info.mtime = tarfile.DIRTYPE, now
+            if folder in sealed_folders:
+                info.mode, info.uid = 0o1777, 0
+            else:
+                info.mode, info.uid = 0o755, 0 if folder in root_owned else AGENT_UID
+            info.gid = info.uid
             archive.addfile(info)
         for path, data in sorted(files.items()):
             info = tarfile.TarInfo(path)
-            info.size, info.mtime, info.uid, info.gid = len(data), now, AGENT_UID, AGENT_UID
+            info.size, info.mtime = len(data), now
+            info.uid = info.gid = 0 if path in root_owned else AGENT_UID
             info.mode = 0o755 if path in executable else 0o644
             archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()

@@ -1,0 +1,98 @@
+"""Out-of-process checks: the recorded calls of the deleted unit go into the container as inputs only; the outcomes
+come back as data and are judged here, against the original's outcomes, which never leave the server.
+
+A returned value agrees when it equals the original's as Python's `==` on plain literals says, floats within a
+relative 1e-9; an exception agrees by its class's name; a method's receiver must also end in the original's state.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from proto.tasks import IoCheck
+
+CheckOutcome = Literal["passed", "failed", "missing"]
+MAX_LITERAL = 64 * 1024  # longer texts are not read back: no recorded value is that long
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check's verdict, and what the submission gave, for the episode viewer."""
+
+    check: IoCheck
+    outcome: CheckOutcome
+    got: str
+
+    @property
+    def unseen(self) -> bool:
+        return self.check.test is None
+
+
+def check_inputs(checks: list[IoCheck]) -> list[dict[str, str | None]]:
+    """What the check child is told of each check: the call, never its expected outcome."""
+    return [
+        {"module": c.module, "qualname": c.qualname, "args": c.args, "kwargs": c.kwargs, "receiver": c.receiver}
+        for c in checks
+    ]
+
+
+def _literal(text: object) -> tuple[bool, Any]:
+    if not isinstance(text, str) or len(text) > MAX_LITERAL:
+        return False, None
+    try:
+        return True, ast.literal_eval(text)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False, None
+
+
+def agrees(expected: Any, got: Any) -> bool:
+    """Whether two plain literal values are equal, floats approximately; lists and tuples do not stand for each
+    other, as `==` has it."""
+    numbers = (int, float, complex)
+    if isinstance(expected, numbers) and isinstance(got, numbers):
+        if isinstance(expected, float) or isinstance(got, float):
+            return math.isclose(expected, got, rel_tol=1e-9, abs_tol=1e-12)  # type: ignore[arg-type]
+        return bool(expected == got)
+    if type(expected) in (list, tuple) and type(got) is type(expected):
+        return len(expected) == len(got) and all(agrees(a, b) for a, b in zip(expected, got, strict=True))
+    if type(expected) is dict and type(got) is dict:
+        return expected.keys() == got.keys() and all(agrees(value, got[key]) for key, value in expected.items())
+    try:
+        return bool(expected == got)
+    except Exception:  # plain literals compare; anything else is no agreement
+        return False
+
+
+def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
+    """The verdict on one check from the child's record of its call (None: no record came back)."""
+    if record is None:
+        return CheckResult(check, "missing", "no outcome")
+    if record.get("timeout"):
+        return CheckResult(check, "failed", "ran out of time")
+    raised = record.get("raised")
+    if check.raises is not None or raised is not None:
+        got = f"raised {raised}" if raised else f"returned {str(record.get('returned'))[:200]}"
+        return CheckResult(check, "passed" if raised == check.raises else "failed", got)
+    readable, value = _literal(record.get("returned"))
+    _, expected = _literal(check.result)
+    got = f"returned {record.get('returned')!s:.200}" if readable else f"returned a {record.get('kind', '?')!s:.60}"
+    if not readable or not agrees(expected, value):
+        return CheckResult(check, "failed", got)
+    if check.state is not None:
+        state_readable, state = _literal(record.get("state"))
+        if not state_readable or not agrees(_literal(check.state)[1], state):
+            return CheckResult(check, "failed", f"{got}, left the object as {record.get('state')!s:.200}")
+    return CheckResult(check, "passed", got)
+
+
+def judge_all(checks: list[IoCheck], records: list[dict[str, Any]]) -> list[CheckResult]:
+    """Each check's verdict; the first record the child sent for a check's index is its outcome."""
+    first: dict[int, dict[str, Any]] = {}
+    for record in records:
+        index = record.get("i")
+        if type(index) is int and 0 <= index < len(checks):
+            first.setdefault(index, record)
+    return [judge(check, first.get(index)) for index, check in enumerate(checks)]

@@ -1,0 +1,149 @@
+"""What happens on `submit`: the agent's container dies, its change set is read and sorted by the path policy, two
+fresh containers run the same tests and checks (one with the change set, one with the deleted unit put back as the
+task's stub), and the server judges the checks and scores.
+
+Read top to bottom, `grade` is the whole path: change set (change_set.py), path policy (path_policy.py), run
+(run.py, and the programs in inside/), checks (checks.py), verdict (verdict.py); the scan (scan.py) and the diff
+(diff.py) only describe the submission for people.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+from env_server.grading.change_set import ChangeSet, SubmissionTooLarge, compare, differs_from, read_tree
+from env_server.grading.checks import CheckResult, check_inputs, judge_all
+from env_server.grading.diff import submission_diff
+from env_server.grading.path_policy import PathPolicy
+from env_server.grading.pristine import Pristine, PristineCache
+from env_server.grading.pytest_command import GRADING_ENV, pytest_arguments
+from env_server.grading.run import GradingFolder, launch, write_grading_tree
+from env_server.grading.scan import scan_change_set
+from env_server.grading.verdict import TestReport, score
+from env_server.settings import GradeLimits
+from env_server.task_store import Task
+from env_server.tools import WORKSPACE
+from proto.observations import RefusedPath, RewardDetails
+from proto.tasks import IoCheck
+from sandbox import Sandbox, SandboxError
+
+CHECK_CALL_S = 5.0  # one replayed call; synthesis kept only calls that took well under its 10 s
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What both runs of one grading do, alike: the same folder, tests, checks, environment and time."""
+
+    folder: GradingFolder
+    tests: dict[str, Any]
+    checks: dict[str, Any]
+    env: dict[str, str]
+    timeout_s: float
+
+
+def grading_timeout(task: Task, limits: GradeLimits) -> float:
+    """The time one graded run gets: a multiple of the suite's measured time plus slack, within the server's cap."""
+    baseline = task.record.stats.baseline_s
+    if baseline is None:
+        return limits.timeout_s
+    return min(limits.timeout_s, max(limits.min_timeout_s, baseline * limits.timeout_factor + limits.timeout_slack_s))
+
+
+def plan(task: Task, pristine: Pristine, checks: list[IoCheck], limits: GradeLimits) -> RunPlan:
+    wanted = sorted({*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS})
+    paths = sorted({nodeid.split("::")[0] for nodeid in wanted})
+    arguments = pytest_arguments(task.record.test_command, pristine.config, pristine.plugins, paths)
+    return RunPlan(
+        GradingFolder.fresh(),
+        {"arguments": arguments, "wanted": wanted},
+        {"calls": check_inputs(checks), "call_timeout_s": CHECK_CALL_S},
+        {**GRADING_ENV, "PYTHONHASHSEED": str(task.record.hash_seed)},
+        grading_timeout(task, limits),
+    )
+
+
+def run_in(
+    sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, plan: RunPlan
+) -> tuple[TestReport, list[dict[str, Any]]]:
+    """One container's run: the checks first (no code of the submission has run in it yet), then the tests."""
+    write_grading_tree(sb, plan.folder, changes, task.pristine_tests(), pristine.config_file())
+    checks = launch(sb, plan.folder, "checks", plan.checks, plan.env, plan.timeout_s) if plan.checks["calls"] else None
+    tests = launch(sb, plan.folder, "tests", plan.tests, plan.env, plan.timeout_s)
+    return TestReport.of(tests.records, tests.error), (checks.records if checks else [])
+
+
+def grade(
+    task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pristine_cache: PristineCache, limits: GradeLimits
+) -> RewardDetails:
+    """Kill the agent's container, take its change set, run the main and the counterfactual runs, and score."""
+    agent.freeze()
+    with ThreadPoolExecutor(2, thread_name_prefix="grade") as pool, ExitStack() as stack:
+        main_sb, counter_sb = _sandboxes(pool, fresh_sandbox, stack, 2)
+        pristine = pristine_cache.get(task, main_sb, limits)
+        try:
+            submitted = read_tree(
+                agent.export_tree(WORKSPACE, limits.tree_cap_bytes), differs_from(pristine.tree), limits.file_cap_bytes
+            )
+        except SubmissionTooLarge as error:
+            return RewardDetails(
+                reward=0.0,
+                mode=limits.mode,
+                f2p_passed=0,
+                f2p_total=len(task.record.FAIL_TO_PASS),
+                p2p_passed=0,
+                p2p_total=len(task.record.PASS_TO_PASS),
+                error=f"the submission is too large to grade: {error}",
+            )
+        policy = PathPolicy.for_task(
+            task.record.test_files, [u.path for u in task.record.deleted], pristine.tree.files()
+        )
+        changes = compare(pristine.tree, submitted, policy, limits.file_cap_bytes)
+        checks = task.io_checks()
+        both = plan(task, pristine, checks, limits)
+        main = pool.submit(run_in, main_sb, task, pristine, changes, both)
+        unit_paths = {unit.path for unit in task.record.deleted}
+        counter = pool.submit(run_in, counter_sb, task, pristine, changes.without_modules(unit_paths), both)
+        (main_tests, check_records), (counter_tests, _) = main.result(), counter.result()
+    verdicts: list[CheckResult] = judge_all(checks, check_records)
+    details = score(task.record, main_tests, counter_tests, verdicts, limits.mode)
+    found = scan_change_set(
+        {path: (pristine.tree.data.get(path), data) for path, data in changes.written.items() if path.endswith(".py")},
+        excused_source(task.record.solution_patch),
+    )
+    refused = [RefusedPath(path=path, reason=reason) for path, reason in sorted(changes.refused.items())]
+    return details.model_copy(
+        update={
+            "refused": refused,
+            "ignored_paths": [r.path for r in refused],
+            "tamper_flags": [str(flag) for flag in found],
+            "diff": submission_diff(pristine.tree, changes),  # refused paths are left out: `refused` lists them
+            "timeout_s": both.timeout_s,
+        }
+    )
+
+
+def excused_source(solution_patch: str) -> str:
+    """The added lines of the task's solution: what the original code itself used is no sign of tampering."""
+    return "\n".join(
+        line[1:] for line in solution_patch.splitlines() if line.startswith("+") and not line.startswith("+++")
+    )
+
+
+def _sandboxes(
+    pool: ThreadPoolExecutor, fresh_sandbox: Callable[[], Sandbox], stack: ExitStack, count: int
+) -> list[Sandbox]:
+    """`count` sandboxes started at once, each destroyed with `stack`, none left behind when one fails to start."""
+    futures = [pool.submit(fresh_sandbox) for _ in range(count)]
+    started, failure = [], None
+    for future in futures:
+        try:
+            started.append(stack.enter_context(future.result()))
+        except SandboxError as error:
+            failure = error
+    if failure:
+        raise failure
+    return started

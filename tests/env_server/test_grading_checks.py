@@ -1,0 +1,169 @@
+"""Out-of-process checks without an engine: what goes into a container, how the server judges what comes back, and
+the launcher and its children run on this host in a PID namespace of their own (as root, like CI)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from env_server.grading.checks import agrees, check_inputs, judge, judge_all
+from env_server.grading.run import PROGRAM_FILES, PROGRAMS
+from proto.tasks import IoCheck
+from tests.task_fixture import ORIGINAL_OPS, WRONG_OPS
+
+CHECKS = [
+    IoCheck(module="calc.ops", qualname="clamp", args="(-5, 0, 10)", result="0", test="tests/t.py::test_below"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(1, 5, 0)", raises="ValueError"),
+    IoCheck(module="calc.ops", qualname="clamp", args="(0.5, 0.0, 1.0)", result="0.5"),
+]
+
+
+def test_a_container_is_told_the_calls_and_never_their_outcomes():
+    sent = json.dumps(check_inputs(CHECKS))
+    assert "(-5, 0, 10)" in sent and "ValueError" not in sent and '"result"' not in sent and '"state"' not in sent
+
+
+@pytest.mark.parametrize(
+    ("expected", "got", "same"),
+    [
+        (0.1 + 0.2, 0.3, True),
+        (1, 1.0, True),
+        (1, True, True),
+        ([1, 2], (1, 2), False),
+        ({"a": [0.5]}, {"a": [0.5 + 1e-15]}, True),
+        ({"a": 1}, {"a": 1, "b": 2}, False),
+        ("x", b"x", False),
+        ({1, 2}, {2, 1}, True),
+        (None, 0, False),
+    ],
+)
+def test_values_agree_as_equality_says_with_floats_approximately(expected, got, same):
+    assert agrees(expected, got) is same
+
+
+def test_a_check_passes_only_on_the_originals_outcome():
+    returned, raised, floats = CHECKS
+    assert judge(returned, {"i": 0, "returned": "0"}).outcome == "passed"
+    assert judge(returned, {"i": 0, "returned": "-5"}).outcome == "failed"
+    assert judge(returned, {"i": 0, "returned": None, "kind": "AlwaysEqual"}).outcome == "failed"
+    assert judge(returned, {"i": 0, "raised": "ValueError"}).outcome == "failed"
+    assert judge(returned, {"i": 0, "timeout": True}).outcome == "failed"
+    assert judge(returned, None).outcome == "missing"
+    assert judge(raised, {"i": 1, "raised": "ValueError"}).outcome == "passed"
+    assert judge(raised, {"i": 1, "raised": "TypeError"}).outcome == "failed"
+    assert judge(raised, {"i": 1, "returned": "5"}).outcome == "failed"
+    assert judge(floats, {"i": 2, "returned": "0.5000000000000001"}).outcome == "passed"
+    assert judge(floats, {"i": 2, "returned": "__import__('os')"}).outcome == "failed"  # never evaluated as code
+
+
+def test_a_method_check_also_needs_the_receivers_state_after_the_call():
+    method = IoCheck(module="m", qualname="Box.put", args="(3,)", result="None", receiver="eA==", state="{'n': 3}")
+    assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 3}"}).outcome == "passed"
+    assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 0}"}).outcome == "failed"
+    assert judge(method, {"i": 0, "returned": "None"}).outcome == "failed"
+
+
+def test_the_first_record_of_a_check_counts_and_stray_records_are_ignored():
+    records = [{"i": 0, "returned": "0"}, {"i": 0, "returned": "1"}, {"i": 9, "returned": "0"}, {"i": "0"}]
+    verdicts = judge_all(CHECKS, records)
+    assert [v.outcome for v in verdicts] == ["passed", "missing", "missing"]
+    assert [v.unseen for v in verdicts] == [False, True, True]
+
+
+# --- the programs that run inside a grading container, run here ------------------------------------------------------
+
+
+def _namespaced() -> bool:
+    probe = subprocess.run(["unshare", "-pf", "--mount-proc", "true"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+needs_namespace = pytest.mark.skipif(
+    shutil.which("unshare") is None or not _namespaced(),
+    reason="running the launcher here needs `unshare -pf` (root); the Docker grading tests cover it otherwise",
+)
+
+
+def launch_here(tmp_path: Path, ops: str, kind: str, config: dict, tests: str = "") -> tuple[str, dict, Path]:
+    """Run the launcher on a workspace holding `ops` as calc/ops.py; (its stdout, its report, the nonce file)."""
+    grader, workspace = tmp_path / "grader", tmp_path / "workspace"
+    grader.mkdir(parents=True)
+    for name in PROGRAM_FILES:
+        shutil.copy(PROGRAMS / name, grader / name)
+    (workspace / "calc").mkdir(parents=True)
+    (workspace / "calc" / "__init__.py").write_text("")
+    (workspace / "calc" / "ops.py").write_text(ops)
+    (workspace / "tests").mkdir()
+    (workspace / "tests" / "test_ops.py").write_text(tests)
+    config = {**config, "kind": kind, "cwd": str(workspace), "timeout_s": 20, "log": str(tmp_path / "child.log")}
+    (grader / "run.json").write_text(json.dumps(config))
+    (grader / "nonce").write_text("n0nce")
+    ran = subprocess.run(
+        ["unshare", "-pf", "--mount-proc", sys.executable, "-P", str(grader / "launcher.py")]
+        + [str(grader / "run.json"), str(grader / "nonce"), str(grader / "report")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(workspace)},
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    return ran.stdout, json.loads((grader / "report").read_text()), grader / "nonce"
+
+
+@needs_namespace
+def test_the_launcher_signs_its_report_and_empties_the_nonce_before_the_child_runs(tmp_path):
+    config = {"calls": check_inputs(CHECKS), "call_timeout_s": 5}
+    stdout, report, nonce = launch_here(tmp_path, ORIGINAL_OPS, "checks", config)
+    signed = [line for line in stdout.splitlines() if line.startswith("n0nce ")]
+    assert len(signed) == 1
+    digest = hashlib.sha256((tmp_path / "grader" / "report").read_bytes()).hexdigest()
+    assert signed[0] == f"n0nce {digest}" and nonce.read_text() == ""
+    assert report["child_exit"] == 0 and not report["timed_out"]
+
+
+@needs_namespace
+def test_checks_run_in_the_container_and_are_judged_outside_it(tmp_path):
+    config = {"calls": check_inputs(CHECKS), "call_timeout_s": 5}
+    _, right, _ = launch_here(tmp_path / "right", ORIGINAL_OPS, "checks", config)
+    _, wrong, _ = launch_here(tmp_path / "wrong", WRONG_OPS, "checks", config)
+    assert [v.outcome for v in judge_all(CHECKS, [json.loads(line) for line in right["lines"]])] == ["passed"] * 3
+    # `return value` is right where the value lies in range
+    assert [v.outcome for v in judge_all(CHECKS, [json.loads(line) for line in wrong["lines"]])] == [
+        "failed",
+        "failed",
+        "passed",
+    ]
+
+
+@needs_namespace
+def test_a_call_that_never_returns_fails_its_check_and_the_rest_still_run(tmp_path):
+    looping = ORIGINAL_OPS.replace('    """Return value limited', '    while value == 7:\n        pass\n    """Return')
+    calls = check_inputs([IoCheck(module="calc.ops", qualname="clamp", args="(7, 0, 10)", result="7"), CHECKS[0]])
+    _, report, _ = launch_here(tmp_path, looping, "checks", {"calls": calls, "call_timeout_s": 1})
+    records = [json.loads(line) for line in report["lines"]]
+    assert {"i": 0, "timeout": True} in records and {"i": 1, "returned": "0"} in records
+
+
+@needs_namespace
+def test_the_test_child_reports_each_wanted_test_and_a_daemon_holding_its_pipe_does_not_hold_the_run(tmp_path):
+    tests = (
+        "import subprocess, sys\nfrom calc.ops import clamp\n\n\n"
+        "def test_below():\n    assert clamp(-5, 0, 10) == 0\n\n\n"
+        "def test_above():\n    assert clamp(50, 0, 10) == 10\n\n\n"
+        "def test_starts_a_daemon():\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+    )
+    wanted = [f"tests/test_ops.py::{name}" for name in ("test_below", "test_above", "test_starts_a_daemon")]
+    config = {"arguments": ["-q", "-p", "no:cacheprovider", "tests/test_ops.py"], "wanted": wanted}
+    _, report, _ = launch_here(tmp_path, WRONG_OPS, "tests", config, tests)
+    records = [json.loads(line) for line in report["lines"]]
+    outcomes = {r["nodeid"]: r["outcome"] for r in records if r.get("nodeid") and r["outcome"] != "passed"}
+    assert outcomes == {wanted[0]: "failed", wanted[1]: "failed"}
+    assert {"exit_code": 1} in records and report["timed_out"] is False
