@@ -24,6 +24,8 @@ CONFIG_FILES = frozenset(
 STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
 METADATA_SUFFIXES = (".dist-info", ".egg-info", ".egg-link", ".egg")
 COMPILED_SUFFIXES = (".so", ".pyd", ".pyc", ".pyo", ".dll", ".dylib")
+# zipimport loads modules from these once one is on sys.path or a package's __path__.
+ARCHIVE_SUFFIXES = (".zip", ".whl", ".pyz", ".pyzw", ".jar")
 MODULE_SUFFIXES = (".py", ".pyw", *COMPILED_SUFFIXES)
 # Where a new top-level module would sit beside the package on sys.path (pytest may put the root there itself).
 DEFAULT_IMPORT_ROOTS = frozenset({"", "src", "lib"})
@@ -76,6 +78,8 @@ class PathPolicy:
             return "package metadata can declare pytest plugins and entry points"
         if name.endswith(COMPILED_SUFFIXES):
             return "compiled code is not graded; submit source"
+        if name.lower().endswith(ARCHIVE_SUFFIXES):
+            return "an archive can carry modules onto the import path; submit source"
         shadow = self._new_top_level_module(parts) if is_new else None
         if shadow:
             return (

@@ -465,8 +465,10 @@ def test_excused_fragment_that_does_not_parse_still_excuses():
     assert scan(source, excused=fragment) == []
 
 
-def test_submission_that_does_not_parse_is_not_flagged():
-    assert scan("import os\nos._exit(0)\ndef broken(:\n") == []
+def test_a_submission_the_scan_cannot_read_is_a_flag_not_clean():
+    assert [flag.rule for flag in scan("import os\nos._exit(0)\ndef broken(:\n")] == ["unreadable"]
+    too_deep = "x = " + "(" * 300 + "1" + ")" * 300 + "\n"  # valid Python past the parser's nesting limit
+    assert [flag.rule for flag in scan(too_deep)] == ["unreadable"]
 
 
 @pytest.mark.parametrize("path", ["pkg/notes.txt", "pkg/impl.pyi", "setup.cfg", "pkg/script"])
