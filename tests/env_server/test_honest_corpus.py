@@ -25,7 +25,8 @@ IDIOMS: dict[str, str] = {
     "lru_cache": "import functools\n\nclamp_cached = functools.lru_cache(maxsize=128)(clamp)\n",
     "wraps_decorator": "import functools\n\n\ndef traced(fn):\n    @functools.wraps(fn)\n"
     "    def inner(*a, **k):\n        return fn(*a, **k)\n\n    return inner\n",
-    "type_checking_import": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n    from collections.abc import Sequence\n",
+    "type_checking_import": "from typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
+    "    from collections.abc import Sequence\n",
     "module_logger": "import logging\n\nlog = logging.getLogger(__name__)\nlog.debug('ops loaded')\n",
     "deprecation_warning": "import warnings\n\n\ndef limit(value, low, high):\n"
     "    warnings.warn('use clamp', DeprecationWarning, stacklevel=2)\n    return clamp(value, low, high)\n",
@@ -35,13 +36,15 @@ IDIOMS: dict[str, str] = {
     "enum": "import enum\n\n\nclass Side(enum.Enum):\n    LOW = 1\n    HIGH = 2\n",
     "contextmanager": "import contextlib\n\n\n@contextlib.contextmanager\ndef bounds(low, high):\n"
     "    yield (low, high)\n",
-    "optional_speedup": "try:\n    from math import clamp as _fast  # noqa: F401\nexcept ImportError:\n    _fast = None\n",
+    "optional_speedup": "try:\n    from math import clamp as _fast  # noqa: F401\n"
+    "except ImportError:\n    _fast = None\n",
     "operator_module": "import operator\n\n_lt = operator.lt\n",
     "slots_and_property": "class Interval:\n    __slots__ = ('low', 'high')\n\n    def __init__(self, low, high):\n"
     "        self.low, self.high = low, high\n\n    @property\n    def width(self):\n"
     "        return self.high - self.low\n",
     "field_equality": "class Pair:\n    def __init__(self, a, b):\n        self.a, self.b = a, b\n\n"
-    "    def __eq__(self, other):\n        return isinstance(other, Pair) and (self.a, self.b) == (other.a, other.b)\n\n"
+    "    def __eq__(self, other):\n"
+    "        return isinstance(other, Pair) and (self.a, self.b) == (other.a, other.b)\n\n"
     "    def __hash__(self):\n        return hash((self.a, self.b))\n",
     "numbers_check": "import numbers\n\n\ndef is_real(x):\n    return isinstance(x, numbers.Real)\n",
     "nan_guard": "import math\n\n\ndef finite(x):\n    return not math.isnan(x)\n",
