@@ -12,6 +12,7 @@ import itertools
 import logging
 import re
 import tempfile
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,6 +69,7 @@ class OracleRun:
     io_checks: list[IoCheck] = field(default_factory=list)
     pytest_plugins: list[str] | None = None
     detail: str = ""
+    baseline_s: float | None = None  # how long F2P + P2P took with the solution: the grader's time limit follows it
 
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
@@ -140,8 +142,10 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
             return OracleRun(
                 "oracle_failed", 0, detail=f"the solution patch does not apply: {applied.stderr.strip()[-200:]}"
             )
+        started = time.monotonic()
         with clock.stage("task: oracle tests"):
             run = run_tests(sb, context.settings.test_command, tests, context.settings.test_timeout_s)
+        baseline_s = round(time.monotonic() - started, 3)
         if run.timed_out:
             return OracleRun(
                 "timeout", run.executions, detail=f"the tests ran past {context.settings.test_timeout_s:g}s"
@@ -155,7 +159,9 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
         with clock.stage("task: I/O recording"):
             recording = record_io_checks(sb, deletion, context.layout, verdict.fail_to_pass, context.settings)
             plugins = pytest_plugin_modules(sb)
-        return OracleRun(None, run.executions + recording.test_executions, recording.checks, plugins)
+        return OracleRun(
+            None, run.executions + recording.test_executions, recording.checks, plugins, baseline_s=baseline_s
+        )
 
 
 def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> BuiltTask:
@@ -219,6 +225,7 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
             complexity=unit.complexity,
             fail_to_pass=len(verdict.fail_to_pass),
             statement_chars=len(statement),
+            baseline_s=oracle.baseline_s,
         ),
         created_at=datetime.now(UTC),
         synth_version=regrow_version(),

@@ -23,7 +23,7 @@ from env_server.grading.pristine import Pristine, PristineCache
 from env_server.grading.pytest_command import GRADING_ENV, pytest_arguments
 from env_server.grading.run import GradingFolder, launch, write_grading_tree
 from env_server.grading.scan import scan_change_set
-from env_server.grading.verdict import TestReport, score
+from env_server.grading.verdict import RunReport, score
 from env_server.settings import GradeLimits
 from env_server.task_store import Task
 from env_server.tools import WORKSPACE
@@ -68,12 +68,12 @@ def plan(task: Task, pristine: Pristine, checks: list[IoCheck], limits: GradeLim
 
 def run_in(
     sb: Sandbox, task: Task, pristine: Pristine, changes: ChangeSet, plan: RunPlan
-) -> tuple[TestReport, list[dict[str, Any]]]:
+) -> tuple[RunReport, list[dict[str, Any]]]:
     """One container's run: the checks first (no code of the submission has run in it yet), then the tests."""
     write_grading_tree(sb, plan.folder, changes, task.pristine_tests(), pristine.config_file())
     checks = launch(sb, plan.folder, "checks", plan.checks, plan.env, plan.timeout_s) if plan.checks["calls"] else None
     tests = launch(sb, plan.folder, "tests", plan.tests, plan.env, plan.timeout_s)
-    return TestReport.of(tests.records, tests.error), (checks.records if checks else [])
+    return RunReport.of(tests.records, tests.error), (checks.records if checks else [])
 
 
 def grade(

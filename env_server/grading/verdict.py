@@ -18,14 +18,14 @@ from proto.tasks import TaskRecord
 
 
 @dataclass
-class TestReport:
+class RunReport:
     """Outcomes of one run's visible tests, or why there are none."""
 
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     error: str | None = None
 
     @classmethod
-    def of(cls, records: list[dict[str, Any]], error: str | None) -> TestReport:
+    def of(cls, records: list[dict[str, Any]], error: str | None) -> RunReport:
         """From the test child's records: a test's outcome is its first phase that did not pass."""
         outcomes: dict[str, Outcome] = {}
         for record in records:
@@ -40,7 +40,7 @@ class TestReport:
 
 
 def score(
-    record: TaskRecord, main: TestReport, counter: TestReport, checks: list[CheckResult], mode: RewardMode
+    record: TaskRecord, main: RunReport, counter: RunReport, checks: list[CheckResult], mode: RewardMode
 ) -> RewardDetails:
     """The reward and its details."""
     tests = [TestOutcome(nodeid=n, outcome=main.outcome(n), group="FAIL_TO_PASS") for n in record.FAIL_TO_PASS]
@@ -95,7 +95,10 @@ def score(
 def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
     """The end-of-episode hint: forgery found, which tests still fail, or what stopped the grading."""
     if details.tampered:
-        return f"reward 0: the visible tests passed without the unit: {', '.join(details.tamper_reasons)}"
+        return (
+            "reward 0: the test run was forged: the visible tests passed with the unit put back as the stub "
+            f"({', '.join(details.tamper_reasons)})"
+        )
     if details.error:
         return f"grading failed: {details.error}"
     failing = [t for t in details.tests if t.outcome != "passed"]

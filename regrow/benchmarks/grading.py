@@ -94,9 +94,10 @@ def run_grade_bench(tasks_dir: Path, repetitions: int, max_tasks: int) -> dict:
             "path policy",
             "safe path",
             "no plugin autoload",
-            "hidden checks",
-            "sentinels and controls",
+            "root-owned tests and grader files",
+            "signed launcher report",
+            "out-of-process checks",
             "counterfactual run",
-            "static scan",
+            "static scan (flags)",
         ],
     }

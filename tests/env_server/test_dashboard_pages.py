@@ -121,7 +121,7 @@ def test_the_viewer_shows_the_steps_the_diff_and_the_tests_and_escapes_what_the_
     assert HOSTILE not in text and "&lt;script&gt;" in text
     assert f'href="/dashboard#task-{DEMO_TASK_ID}"' in text
     flagged = browser.get(f"/episodes/{forged}/view").text
-    assert 'id="tampered"' in flagged and "static_scan" in flagged
+    assert 'id="tampered"' in flagged and "counterfactual_passed" in flagged
 
 
 def test_the_viewer_hides_hidden_checks_and_the_solution(guarded, browser, played):

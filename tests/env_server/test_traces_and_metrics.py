@@ -52,12 +52,12 @@ def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(se
         listed = {e["episode_id"]: e for e in http.get("/episodes", params={"task_id": DEMO_TASK_ID}).json()}
         text = http.get("/metrics").text
     details = trace.reward_details
-    assert trace.reward == 0.0 and details.tampered and "sentinel_passed" in details.tamper_reasons
+    assert trace.reward == 0.0 and details.tampered and "counterfactual_passed" in details.tamper_reasons
     assert any("_pytest" in flag for flag in details.tamper_flags)
     assert "forged" in trace.steps[-1].observation.feedback
     assert listed[played[2]]["reward_details"]["tampered"] is True
     assert listed[played[0]]["reward_details"]["tampered"] is False
-    assert 'regrow_reward_tampered_total{reason="sentinel_passed"}' in text
+    assert 'regrow_reward_tampered_total{reason="counterfactual_passed"}' in text
 
 
 def test_episode_list_filters_by_task_status_and_reward(server, played):
