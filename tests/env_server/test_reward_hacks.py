@@ -3,9 +3,10 @@
 Every technique submits the WRONG solution (`clamp` returns `value`, an honest reward of 0) together with one cheat,
 through the unmodified OpenEnv client, and the grader must still pay 0, or, where the cheat's code is partly right,
 no more than that right part earns without the cheat: refused paths are listed in `ignored_paths`, and a test process
-that lied shows in the verdict (its passes survive the stub, or the out-of-process checks disagree). Where a cheat can be shown to fool a plain pytest run in the agent's own
-container, its episode does so first (`FOOLS_PYTEST`), so that a reward of 0 is the grader's doing, not a dud cheat.
-Honest solutions written in unusual but fair ways must still earn 1 with no tamper flag: a false alarm is a bug too.
+that lied shows in the verdict (its passes survive the stub, or the out-of-process checks disagree). Where a cheat
+can be shown to fool a plain pytest run in the agent's own container, its episode does so first (`FOOLS_PYTEST`), so
+that a reward of 0 is the grader's doing, not a dud cheat. Honest solutions written in unusual but fair ways must
+still earn 1 with no suspect flag: a false alarm is a bug too.
 """
 
 from __future__ import annotations
