@@ -168,7 +168,7 @@ class EpisodeRuntime:
 
     def pick_task(self, task_id: str | None, seed: int | None, split: str | None) -> Task:
         try:
-            return self.store.pick(task_id, seed, split)
+            return self.store.pick(task_id, seed, split, self.settings.twin_rate)
         except UnknownTask as error:
             raise TaskNotFound(str(error)) from None
 
@@ -412,6 +412,10 @@ class EpisodeRuntime:
             self.metrics.tampered.labels(reason).inc()
         if details.tampered:
             log_event("episode.tampered", episode.id, reasons=details.tamper_reasons, flags=details.tamper_flags[:10])
+        if episode.task.twin_of is not None:
+            forged = "twin_rewarded" in details.tamper_reasons
+            self.metrics.twins_graded.labels("forged" if forged else "held").inc()
+            self.live_stats.record_twin(forged)
         self._end(episode, status)
         summary = failing_summary(details)
         result.feedback = _joined(result.feedback, summary)

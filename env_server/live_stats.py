@@ -36,6 +36,7 @@ class LiveStats:
         self._clock, self._window_s = clock, window_s
         self._steps: deque[tuple[float, float]] = deque(maxlen=MAX_STEPS)
         self._ends: deque[float] = deque()
+        self._twins: deque[tuple[float, bool]] = deque()
         self._lock = threading.Lock()
 
     def record_step(self, duration_s: float) -> None:
@@ -46,6 +47,18 @@ class LiveStats:
         with self._lock:
             self._ends.append(self._clock())
             self._forget(self._clock())
+
+    def record_twin(self, forged: bool) -> None:
+        """An impossible twin was graded; `forged`: it earned a reward."""
+        with self._lock:
+            self._twins.append((self._clock(), forged))
+            self._forget(self._clock())
+
+    def twin_forgeries(self) -> tuple[int, int]:
+        """(twins graded, of them forged) over the window."""
+        with self._lock:
+            self._forget(self._clock())
+            return len(self._twins), sum(forged for _, forged in self._twins)
 
     def episodes_per_minute(self, over_s: float = 300.0) -> float:
         """Episodes ended per minute over the last `over_s` seconds (or since the first record, if sooner)."""
@@ -87,3 +100,5 @@ class LiveStats:
             self._ends.popleft()
         while self._steps and self._steps[0][0] < now - self._window_s:
             self._steps.popleft()
+        while self._twins and self._twins[0][0] < now - self._window_s:
+            self._twins.popleft()

@@ -50,6 +50,13 @@ class ServerMetrics:
             registry=self.registry,
         )
 
+        self.twins_graded = Counter(
+            "regrow_twins_graded_total",
+            "Impossible twins graded: `forged` earned a reward (the grader was beaten), `held` did not.",
+            ["outcome"],
+            registry=self.registry,
+        )
+
         self.trace_write_failures = Counter(
             "regrow_trace_write_failures_total",
             "Times trace writes began to fail (locked or full database); their records then wait in the backlog.",

@@ -64,6 +64,13 @@ class ServerSettings(BaseSettings):
         default=5.0, gt=0, description="Seconds between two pings of the Docker engine (GET /health reads the last)"
     )
     reward_mode: RewardMode = "fraction"
+    twin_rate: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Share of sampled resets that get an impossible twin (`regrow synth --twins`): any reward on one "
+        "is a forgery, shown as a live rate",
+    )
     grade_timeout_factor: float = Field(
         default=3.0, gt=0, description="A graded run gets this many times the suite's time at synthesis, plus slack"
     )

@@ -7,7 +7,16 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from proto.task_files import IO_CHECKS, PRISTINE_TESTS, RECORDS, hidden_dir, install_archive, read_records
+from proto.task_files import (
+    IO_CHECKS,
+    PRISTINE_TESTS,
+    RECORDS,
+    TWIN_OF,
+    TWINS,
+    hidden_dir,
+    install_archive,
+    read_records,
+)
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import Sandbox
 
@@ -79,6 +88,12 @@ class Task:
             files[path] = source.read_bytes()
         return files
 
+    @property
+    def twin_of(self) -> str | None:
+        """For an impossible twin, the id of the task it copies (kept in its hidden folder); None for a task."""
+        marker = self.hidden_dir / TWIN_OF
+        return marker.read_text().strip() if marker.is_file() else None
+
     def io_checks(self) -> list[IoCheck]:
         """Recorded calls of the deleted unit that the grader replays as hidden tests; none for older stores."""
         source = self.hidden_dir / IO_CHECKS
@@ -101,7 +116,13 @@ class TaskStore:
         }
         if not self.tasks:
             raise ValueError(f"{jsonl} holds no tasks")
-        for task in self.tasks.values():
+        # Twins are served like tasks but never sampled as one: only a reset's twin draw picks them.
+        self.twins: dict[str, Task] = {
+            record.instance_id: Task(record, hidden_dir(self.root, record.instance_id), self.root)
+            for record in read_records(self.root, TWINS)
+            if record.instance_id not in self.tasks
+        }
+        for task in [*self.tasks.values(), *self.twins.values()]:
             if task.as_files:
                 for relative in (task.record.workspace_archive or "", install_archive(task.record.repo_dir or "")):
                     if not (self.root / relative).is_file():
@@ -120,7 +141,7 @@ class TaskStore:
     def pool_keys(self) -> dict[str, list[Task]]:
         """The tasks of each pool key, in id order; the first one's `prepare` readies containers for all of them."""
         keys: dict[str, list[Task]] = {}
-        for task in sorted(self.tasks.values(), key=lambda t: t.id):
+        for task in sorted([*self.tasks.values(), *self.twins.values()], key=lambda t: t.id):
             keys.setdefault(task.pool_key, []).append(task)
         return dict(sorted(keys.items()))
 
@@ -129,17 +150,22 @@ class TaskStore:
 
     def get(self, task_id: str) -> Task:
         try:
-            return self.tasks[task_id]
+            return self.tasks.get(task_id) or self.twins[task_id]
         except KeyError:
             known = ", ".join(sorted(self.tasks)[:5])
             raise UnknownTask(f"unknown task {task_id!r}; known tasks include: {known}") from None
 
-    def pick(self, task_id: str | None, seed: int | None, split: str | None) -> Task:
-        """The named task, else one sampled from `split` (default train) with `seed`."""
+    def pick(self, task_id: str | None, seed: int | None, split: str | None, twin_rate: float = 0.0) -> Task:
+        """The named task, else one sampled from `split` (default train) with `seed`: a twin with probability
+        `twin_rate`, where the split has twins."""
         if task_id is not None:
             return self.get(task_id)
         split = split or "train"
         ids = sorted(t.id for t in self.tasks.values() if t.record.split == split)
         if not ids:
             raise UnknownTask(f"no tasks in split {split!r}; splits: {', '.join(self.splits())}")
-        return self.tasks[random.Random(seed).choice(ids)]
+        rng = random.Random(seed)
+        twins = sorted(t.id for t in self.twins.values() if t.record.split == split)
+        if twins and rng.random() < twin_rate:
+            return self.twins[rng.choice(twins)]
+        return self.tasks[rng.choice(ids)]

@@ -82,6 +82,8 @@ REWARD_DETAILS = pa.struct(
         ("refused", pa.list_(pa.struct([("path", pa.string()), ("reason", pa.string())]))),
         ("hidden_passed", pa.int32()),
         ("hidden_total", pa.int32()),
+        ("basis", pa.string()),
+        ("timeout_s", pa.float64()),
         ("tampered", pa.bool_()),
         ("tamper_reasons", pa.list_(pa.string())),
         ("tamper_flags", pa.list_(pa.string())),

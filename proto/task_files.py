@@ -3,6 +3,7 @@
 tasks.jsonl  tasks.parquet      one TaskRecord per line; the Parquet copy is for `datasets`
 workspaces/<id>.tar.gz          what a reset writes into /workspace
 hidden/<id>/                    tests/ (pristine), solution.patch, io_checks.json: the grader's, never the agent's
+twins.jsonl                     impossible twins (the server mixes them into resets); hidden/<twin id>/twin_of
 repos/<repo>-<commit>/          install.tar.gz (the editable install's files) and wheels/ (rebuilds the image)
 """
 
@@ -19,6 +20,8 @@ WHEELS = "wheels"
 SOLUTION_PATCH = "solution.patch"
 IO_CHECKS = "io_checks.json"
 PRISTINE_TESTS = "tests"
+TWINS = "twins.jsonl"
+TWIN_OF = "twin_of"
 
 
 def workspace_archive(instance_id: str) -> str:
@@ -40,9 +43,9 @@ def hidden_dir(store: Path, instance_id: str) -> Path:
     return store / "hidden" / instance_id
 
 
-def read_records(store: Path) -> list[TaskRecord]:
-    """The store's records in file order; none when it has no tasks.jsonl yet."""
-    path = store / RECORDS
+def read_records(store: Path, name: str = RECORDS) -> list[TaskRecord]:
+    """The store's records (or its twins', with `name=TWINS`) in file order; none when it has no such file yet."""
+    path = store / name
     if not path.exists():
         return []
     return [TaskRecord.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]

@@ -60,6 +60,18 @@ class TaskStats(BaseModel):
     complexity: int = Field(description="Cyclomatic complexity of the deleted unit.")
     fail_to_pass: int = Field(default=0, description="How many FAIL_TO_PASS tests the task has.")
     statement_chars: int = Field(default=0, description="Length of the problem statement in characters.")
+    hidden_checks: int = Field(
+        default=0, description="Out-of-process checks the grader runs; 0: the visible tests decide."
+    )
+    mutants: int = Field(default=0, description="Mutants of the deleted unit made to measure the checks.")
+    mutants_equivalent: int = Field(
+        default=0, description="Mutants no recorded or probed call told apart from the original."
+    )
+    mutant_kill_rate: float | None = Field(
+        default=None,
+        description="Share of the other mutants the task's checks kill; None when none could be judged.",
+    )
+    mutation_s: float = Field(default=0.0, description="Seconds the mutation stage took for this task.")
     baseline_s: float | None = Field(
         default=None,
         description="Seconds the FAIL_TO_PASS and PASS_TO_PASS tests took with the solution at synthesis; the "

@@ -75,6 +75,11 @@ def _print_difficulty(console, records) -> None:
     console.print(table)
 
 
+def _lowest_kill_rate(records) -> str:
+    rates = [r.stats.mutant_kill_rate for r in records if r.stats.mutant_kill_rate is not None]
+    return f"{min(rates):.0%}" if rates else "none measured"
+
+
 def _report_rows(report, out: Path) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [("candidates", report.candidates), ("valid tasks", report.valid)]
     rows += [(f"rejected: {reason.replace('_', ' ')}", count) for reason, count in report.rejections.items()]
@@ -83,6 +88,9 @@ def _report_rows(report, out: Path) -> list[tuple[str, object]]:
         ("test executions", report.test_executions),
         ("test executions per task", f"{report.test_executions_per_task:.1f}"),
         ("tasks per hour", f"{report.tasks_per_hour:.1f}"),
+        ("tasks with out-of-process checks", sum(r.stats.hidden_checks > 0 for r in report.records)),
+        ("mutant kill rate (min)", _lowest_kill_rate(report.records)),
+        ("impossible twins", len(report.twins)),
         ("wall time", f"{report.wall_s:.0f} s"),
         ("task store", str(out)),
     ]
@@ -117,6 +125,11 @@ def synth(
     rewrite_model: str = typer.Option(
         None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."
     ),
+    twins: bool = typer.Option(
+        None,
+        "--twins/--no-twins",
+        help="Also write each task's impossible twin (twins.jsonl) for the server's live forgery rate.",
+    ),
 ) -> None:
     """Turn test-heavy Python repositories into validated feature-deletion tasks."""
     from sandbox import SandboxError
@@ -138,6 +151,7 @@ def synth(
             test_fraction=test_fraction,
             rewrite_base_url=rewrite_url,
             rewrite_model=rewrite_model,
+            twins=twins,
         )
     except ValueError as error:
         fail(

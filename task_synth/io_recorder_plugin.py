@@ -1,10 +1,12 @@
 """pytest plugin for a synthesis sandbox: records literal calls of the deleted functions while the F2P tests run.
 
 Loaded there as `-p regrow_io_recorder`. REGROW_IO_CONFIG names a JSON file
-`{"functions": {module: [name, ...]}, "library_files": [path, ...]}`; the calls go to REGROW_IO_OUT as a JSON list
+`{"functions": {module: [name or Class.method, ...]}, "library_files": [path, ...]}`; the calls go to REGROW_IO_OUT as
+a JSON list
 when pytest ends, each with the node id of the test that made it (None outside a test: at collection, say). A call is
 recorded only when test code made it (its caller is no library file, which leaves out recursion and the library's own
-calls), its arguments, keyword arguments and result are short literals, and it left its arguments as they were.
+calls), its arguments, keyword arguments and result are short literals, and it left its arguments as they were. A
+method's call also keeps its receiver as it was before the call (a pickle, base64) and its literal attributes after.
 Stdlib only: it runs in the repository's interpreter.
 
 Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
@@ -14,6 +16,7 @@ every check must pass.
 """
 
 import ast
+import base64
 import functools
 import importlib
 import importlib.machinery
@@ -22,12 +25,14 @@ import io
 import json
 import math
 import os
+import pickle
 import signal
 import sys
 import time
 
 MAX_TEXT = 300
 MAX_RECORDS = 500
+MAX_RECEIVER = 16 * 1024  # bytes of a method's pickled receiver
 _functions: dict = {}
 _library_files: set = set()
 _records: list = []
@@ -75,29 +80,58 @@ def literal_text(value):
         return None
 
 
-def _record(module, name, args_text, kwargs_text, result_text, raises):
-    record = (module, name, args_text, kwargs_text, result_text, raises, _current_test[0])
+def _record(module, name, args_text, kwargs_text, result_text, raises, receiver=None, state=None):
+    record = (module, name, args_text, kwargs_text, result_text, raises, _current_test[0], receiver, state)
     if record in _seen or len(_records) >= MAX_RECORDS:
         return
     _seen.add(record)
-    _records.append(dict(zip(("module", "qualname", "args", "kwargs", "result", "raises", "test"), record)))
+    fields = ("module", "qualname", "args", "kwargs", "result", "raises", "test", "receiver", "state")
+    _records.append(dict(zip(fields, record)))
+
+
+def receiver_text(receiver):
+    """The receiver as a base64 pickle a fresh interpreter can load, or None when it does not pickle small."""
+    try:
+        data = pickle.dumps(receiver, protocol=4)
+        if len(data) > MAX_RECEIVER or type(pickle.loads(data)) is not type(receiver):
+            return None
+    except Exception:  # locks, lambdas, open files: no check of this call
+        return None
+    return base64.b64encode(data).decode()
+
+
+def state_text(receiver):
+    """The receiver's instance attributes that hold literals, as dict literal text; None without a `__dict__`."""
+    attributes = getattr(receiver, "__dict__", None)
+    if type(attributes) is not dict:
+        return None
+    return literal_text({k: v for k, v in attributes.items() if type(k) is str and literal_text(v) is not None})
 
 
 def _recording(function, module, name):
+    method = "." in name
+
     @functools.wraps(function)
     def recorded(*args, **kwargs):
         if sys._getframe(1).f_code.co_filename in _library_files:
             return function(*args, **kwargs)
-        args_text, kwargs_text = literal_text(args), literal_text(kwargs)
+        receiver, plain = (args[0], args[1:]) if method and args else (None, args)
+        args_text, kwargs_text = literal_text(plain), literal_text(kwargs)
+        pickled = receiver_text(receiver) if method and None not in (args_text, kwargs_text) else None
+        if method and pickled is None:
+            return function(*args, **kwargs)
         try:
             result = function(*args, **kwargs)
         except Exception as error:
-            if args_text is not None and kwargs_text is not None and _unchanged(args, kwargs, args_text, kwargs_text):
-                _record(module, name, args_text, kwargs_text, None, type(error).__name__)
+            if args_text is not None and kwargs_text is not None and _unchanged(plain, kwargs, args_text, kwargs_text):
+                state = state_text(receiver) if method else None
+                _record(module, name, args_text, kwargs_text, None, type(error).__name__, pickled, state)
             raise
         result_text = literal_text(result)
-        if None not in (args_text, kwargs_text, result_text) and _unchanged(args, kwargs, args_text, kwargs_text):
-            _record(module, name, args_text, kwargs_text, result_text, None)
+        if None not in (args_text, kwargs_text, result_text) and _unchanged(plain, kwargs, args_text, kwargs_text):
+            state = state_text(receiver) if method else None
+            if not method or state is not None:
+                _record(module, name, args_text, kwargs_text, result_text, None, pickled, state)
         return result
 
     recorded.__regrow_recorded__ = True
@@ -112,7 +146,10 @@ def _wrap(module):
     """Put recording wrappers in place of the module's target functions; returns {id(original): (original, wrapper)}."""
     swapped = {}
     for name in _functions.get(module.__name__, ()):
-        function = module.__dict__.get(name)
+        owner_name, _, attribute = name.rpartition(".")
+        owner = module.__dict__.get(owner_name) if owner_name else None
+        namespace = owner.__dict__ if inspect.isclass(owner) else module.__dict__ if not owner_name else {}
+        function = namespace.get(attribute)
         if not inspect.isfunction(function) or getattr(function, "__regrow_recorded__", False):
             continue
         if (
@@ -121,8 +158,12 @@ def _wrap(module):
             or inspect.isasyncgenfunction(function)
         ):
             continue
-        module.__dict__[name] = _recording(function, module.__name__, name)
-        swapped[id(function)] = (function, module.__dict__[name])
+        wrapper = _recording(function, module.__name__, name)
+        if owner_name:  # a method is looked up on its class at each call: no other reference to point at it
+            setattr(owner, attribute, wrapper)
+        else:
+            module.__dict__[name] = wrapper
+            swapped[id(function)] = (function, wrapper)
     return swapped
 
 
@@ -208,10 +249,16 @@ def _overtime(signum, frame):
     raise Overtime
 
 
-def call_outcome(module, qualname, args_text, kwargs_text, limit):
-    """(result, raises) of one call run under a time limit; None unless it returned a literal or raised an Exception
-    and left its arguments as they were."""
-    function = getattr(importlib.import_module(module), qualname)
+def call_outcome(module, qualname, args_text, kwargs_text, limit, receiver=None):
+    """(result, raises, state) of one call run under a time limit; None unless it returned a literal or raised an
+    Exception and left its arguments as they were. A method's call runs on its receiver unpickled anew."""
+    if receiver:
+        target = pickle.loads(base64.b64decode(receiver))
+        function = getattr(target, qualname.rpartition(".")[2])
+    else:
+        target, function = None, importlib.import_module(module)
+        for part in qualname.split("."):
+            function = getattr(function, part)
     args, kwargs = ast.literal_eval(args_text), ast.literal_eval(kwargs_text)
     before, result, raises = (literal_text(args), literal_text(kwargs)), None, None
     signal.setitimer(signal.ITIMER_REAL, limit)
@@ -221,13 +268,17 @@ def call_outcome(module, qualname, args_text, kwargs_text, limit):
         raises = type(error).__name__
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    state = state_text(target) if receiver else None
     unchanged = (literal_text(args), literal_text(kwargs)) == before
-    return (result, raises) if unchanged and (result, raises) != (None, None) else None
+    if not unchanged or (result, raises) == (None, None) or (receiver and state is None):
+        return None
+    return result, raises, state
 
 
 def print_call_outcomes(calls, limit, budget):
-    """Run `calls` ([module, qualname, args, kwargs] lists) in turn, each under `limit` seconds, while `budget` seconds
-    last; print a JSON line [index, result, raises] per call with an outcome, as soon as it has one."""
+    """Run `calls` ([module, qualname, args, kwargs, receiver] lists) in turn, each under `limit` seconds, while
+    `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome, as soon as it
+    has one."""
     signal.signal(signal.SIGALRM, _overtime)
     stdout, deadline = sys.stdout, time.monotonic() + budget
     for index, call in enumerate(calls):
@@ -235,7 +286,7 @@ def print_call_outcomes(calls, limit, budget):
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
         try:
-            found = call_outcome(*call, limit)
+            found = call_outcome(*call[:4], limit, *call[4:5])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:

@@ -29,10 +29,12 @@ from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.deletion import Deletion
 from task_synth.io_recorder_plugin import MAX_RECORDS, MAX_TEXT, literal_text
+from task_synth.mutants import mutants_of
 from task_synth.python_ast import literal_value, parse_python
 from task_synth.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
 from task_synth.suite_runs import PLUGIN_DIR, SCRATCH
+from task_synth.task_strength import Strength, measured_strength, strongest_unseen
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
@@ -41,11 +43,12 @@ IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
 MAX_CHECKS = 8  # checks linked to the visible test that made their call
-MAX_UNSEEN = 4  # checks of calls no visible test makes
+MAX_UNSEEN = 6  # checks of calls no visible test makes
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
 MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
 REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
+MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
 # What a call raises once the unit is deleted (a stub, a removed name, a missing module): a check expecting one of
 # these would pass without the solution.
 DELETION_EXCEPTIONS = {"NotImplementedError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError"}
@@ -66,23 +69,26 @@ class Call:
     hash-order-free texts to compare calls by."""
 
     check: IoCheck
-    key: tuple[str, str, str, str]
-    outcome: tuple[str | None, str | None]
+    key: tuple[str, str, str, str]  # module, qualname, args, kwargs (with a method's receiver)
+    outcome: tuple[str | None, str | None, str | None]  # result, raises, receiver's state after
 
 
 @dataclass
 class Recording:
-    """The checks one task keeps, and how many test cases recording them executed."""
+    """The checks one task keeps, how many test cases recording them executed, and how strong they are."""
 
     checks: list[IoCheck]
     test_executions: int
+    strength: Strength | None = None
 
 
 def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[str]]:
-    """The deleted module-level functions whose calls become checks, as {module: [name, ...]}; none for classes and
-    methods."""
+    """The deleted functions and methods whose calls become checks, as {module: [name or Class.method, ...]}; a
+    method of a nested class and a whole class get none."""
     unit = deletion.unit
     if unit.kind in ("function", "feature") and "." not in unit.qualname:
+        return {module_name: [unit.qualname]}
+    if unit.kind == "method" and unit.qualname.count(".") == 1:
         return {module_name: [unit.qualname]}
     if unit.kind == "module":
         tree = parse_python(deletion.original[unit.path])
@@ -109,7 +115,7 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
     if not isinstance(raw, dict) or not (raw.get("test") is None or isinstance(raw.get("test"), str)):
         return None
     try:
-        check = IoCheck.model_validate({name: raw[name] for name in IoCheck.model_fields})
+        check = IoCheck.model_validate({name: raw[name] for name in IoCheck.model_fields if name in raw})
         if check.qualname not in functions.get(check.module, ()) or (check.result is None) == (check.raises is None):
             return None
         if any(len(text) > MAX_TEXT for text in (check.args, check.kwargs, check.result or "")):
@@ -122,8 +128,20 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         return None
     if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
         return None
-    key = (check.module, check.qualname, canonical(args), canonical(kwargs))
-    return Call(check, key, (None if check.raises else canonical(result), check.raises))
+    method = "." in check.qualname
+    if method != (check.receiver is not None) or (method and check.state is None):
+        return None
+    try:
+        state = canonical(literal_value(check.state)) if check.state is not None else None
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    return Call(check, check_key(check), (None if check.raises else canonical(result), check.raises, state))
+
+
+def check_key(check: IoCheck) -> tuple[str, str, str, str]:
+    """What tells calls apart, free of hash order: the function, the arguments and a method's receiver."""
+    args, kwargs = canonical(literal_value(check.args)), canonical(literal_value(check.kwargs))
+    return (check.module, check.qualname, args, f"{kwargs}|{check.receiver or ''}")
 
 
 def unique_calls(calls: list[Call]) -> list[Call]:
@@ -246,17 +264,19 @@ def perturbed_calls(
         ]
         mine += [(args, {**kwargs, name: new}) for name, value in kwargs.items() for new in perturbed_values(value)]
         rng.shuffle(mine)
-        variants.append([(call.key[:2], arguments) for arguments in mine])
+        variants.append([(call.key[:2], call.check.receiver, arguments) for arguments in mine])
     chosen: dict[tuple[str, str, str, str], IoCheck] = {}
-    for (module, qualname), (args, kwargs) in (
+    for (module, qualname), receiver, (args, kwargs) in (
         item for turn in itertools.zip_longest(*variants) for item in turn if item
     ):
-        key = (module, qualname, canonical(args), canonical(kwargs))
+        key = (module, qualname, canonical(args), f"{canonical(kwargs)}|{receiver or ''}")
         if len(chosen) >= limit or key in chosen or (args, kwargs) in recorded.get((module, qualname), ()):
             continue
         args_text, kwargs_text = literal_text(args), literal_text(kwargs)
         if args_text is not None and kwargs_text is not None:
-            chosen[key] = IoCheck(module=module, qualname=qualname, args=args_text, kwargs=kwargs_text)
+            chosen[key] = IoCheck(
+                module=module, qualname=qualname, args=args_text, kwargs=kwargs_text, receiver=receiver
+            )
     return list(chosen.values())
 
 
@@ -301,7 +321,15 @@ def record_io_checks(
     probed = _probed(sb, probes)
     reproduced = _reproduced(sb, agreed + probed)
     linked = [call for call in reproduced if call.check.test is not None]
-    checks = selected_checks(linked) + unseen_checks([call for call in reproduced if call.check.test is None], linked)
+    chosen_linked = selected_checks(linked)
+    unseen = [call for call in reproduced if call.check.test is None]
+    mutation_started = time.monotonic()
+    kills = _mutant_kills(sb, deletion, reproduced, settings)
+    by_key = {check_key(check): check for check in unseen_checks(unseen, linked, len(unseen))}
+    linked_keys = [check_key(check) for check in chosen_linked]
+    chosen_unseen = [by_key[key] for key in strongest_unseen(list(by_key), linked_keys, kills, MAX_UNSEEN)]
+    checks = chosen_linked + chosen_unseen
+    strength = measured_strength(kills, [check_key(check) for check in checks], time.monotonic() - mutation_started)
     log.info(
         "%s: %d distinct calls recorded, %d agree under two hash seeds, %d reproduce alone; %d perturbed calls run, "
         "%d give an outcome, %d reproduce; %d checks kept, %d of them unseen (%.1fs)",
@@ -316,7 +344,34 @@ def record_io_checks(
         sum(check.test is None for check in checks),
         time.monotonic() - started,
     )
-    return Recording(checks, executions + more)
+    return Recording(checks, executions + more, strength)
+
+
+def _mutant_kills(
+    sb: Sandbox, deletion: Deletion, calls: list[Call], settings: SynthSettings
+) -> list[set[tuple[str, str, str, str]]] | None:
+    """For each mutant of the unit, the keys of the calls whose outcome it changes; None when the unit gets no
+    mutants (a module, a nested function) or there are no calls to run."""
+    unit = deletion.unit
+    original = deletion.original.get(unit.path)
+    if not calls or original is None or unit.kind not in ("function", "feature", "method"):
+        return None
+    rng = random.Random(f"{settings.seed}:mutants:{unit.key}")
+    mutants = mutants_of(original, unit.qualname, rng)
+    if not mutants:
+        return None
+    target = f"{WORKSPACE}/{unit.path}"
+    kills = []
+    try:
+        for mutant in mutants:
+            sb.write_file(target, mutant.source)
+            found = _call_outcomes(sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S)
+            kills.append(
+                {call.key for call, again in zip(calls, found) if again is None or again.outcome != call.outcome}
+            )
+    finally:
+        sb.write_file(target, original)
+    return kills
 
 
 def _recorder_output(sb: Sandbox, seed: str, tests: list[str], settings: SynthSettings) -> tuple[list[object], int]:
@@ -345,7 +400,8 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
     no literal outcome, changed its arguments, or did not run before the budget was spent."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    sb.write_file(calls, json.dumps([[check.module, check.qualname, check.args, check.kwargs] for check in checks]))
+    rows = [[check.module, check.qualname, check.args, check.kwargs, check.receiver] for check in checks]
+    sb.write_file(calls, json.dumps(rows))
     result = sb.exec(
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
         timeout=budget_s + 30,
@@ -355,11 +411,11 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     found: list[Call | None] = [None] * len(checks)
     for line in result.stdout.splitlines():
         try:
-            index, text, raises = json.loads(line)
+            index, text, raises, state = json.loads(line)
         except (ValueError, TypeError):  # a line the functions wrote to the real stdout
             continue
         if type(index) is int and 0 <= index < len(checks):
-            raw = {**checks[index].model_dump(), "result": text, "raises": raises}
+            raw = {**checks[index].model_dump(), "result": text, "raises": raises, "state": state}
             found[index] = parsed_call(raw, {checks[index].module: [checks[index].qualname]})
     if checks and not any(found):
         log.info("running %d calls gave no outcome (exit %d): %s", len(checks), result.exit_code, result.stderr[-500:])

@@ -4,6 +4,7 @@ repository image."""
 from __future__ import annotations
 
 import logging
+import random
 import tempfile
 import time
 from collections import Counter
@@ -22,6 +23,7 @@ from task_synth.settings import SynthSettings
 from task_synth.source import require_source
 from task_synth.store_writer import RepoFiles, write_store
 from task_synth.task_builder import BuiltTask, build_task, repo_dir
+from task_synth.twins import twin_of
 from task_synth.validation import REJECTIONS, validate
 
 log = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ class SynthReport:
     candidates: int = 0
     records: list[TaskRecord] = field(default_factory=list)
     io_checks: dict[str, list[IoCheck]] = field(default_factory=dict)
+    twins: list[tuple[TaskRecord, str, list[IoCheck]]] = field(default_factory=list)
     workspaces: dict[str, bytes] = field(default_factory=dict)
     rejections: Counter = field(default_factory=lambda: Counter({reason: 0 for reason in REJECTIONS}))
     baseline_tests: int = 0
@@ -190,6 +193,8 @@ def synthesize(
             _run_candidates(context, candidates, settings, report, progress)
             if report.records:
                 repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)
+                if settings.twins:
+                    report.twins = made_twins(report, settings.seed)
                 write_store(
                     out_dir,
                     report.records,
@@ -198,6 +203,7 @@ def synthesize(
                     report.workspaces,
                     repo,
                     mixed_splits=settings.split_by == "file",
+                    twins=report.twins,
                 )
     except BaseException:
         for image in created_images:
@@ -206,6 +212,17 @@ def synthesize(
     report.wall_s = time.monotonic() - started
     report.stages = context.clock.report()
     return report
+
+
+def made_twins(report: SynthReport, seed: int) -> list[tuple[TaskRecord, str, list[IoCheck]]]:
+    """Each kept task's impossible twin (record, the original's id, checks), where one can be made."""
+    twins = []
+    for record in report.records:
+        rng = random.Random(f"{seed}:twin:{record.instance_id}")
+        made = twin_of(record, report.io_checks.get(record.instance_id, []), rng)
+        if made is not None:
+            twins.append((made[0], record.instance_id, made[1]))
+    return twins
 
 
 def _run_candidates(context, candidates, settings: SynthSettings, report: SynthReport, progress: Progress) -> None:

@@ -30,6 +30,18 @@ class SynthSettings(BaseSettings):
     sample_others: int = Field(2, ge=0, description="Tests outside the coverage prediction run as a check.")
     baseline_runs: int = Field(3, ge=1)
     flaky_reruns: int = Field(2, ge=0)
+    twins: bool = Field(
+        False,
+        description="Also write each task's impossible twin (twins.jsonl), which the server mixes into resets at "
+        "REGROW_SERVER_TWIN_RATE to measure forgery live.",
+    )
+    min_kill_rate: float = Field(
+        0.9,
+        ge=0,
+        le=1,
+        description="A task is kept only if its out-of-process checks kill this share of the unit's mutants that "
+        "some recorded or probed call tells apart from the original.",
+    )
     max_baseline_failure_fraction: float = Field(0.2, ge=0, le=1)
     test_timeout_s: float = Field(600, gt=0)
     find_links: list[Path] = Field(default_factory=list, description="Local wheel directories searched first.")

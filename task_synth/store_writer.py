@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,8 @@ from proto.task_files import (
     PRISTINE_TESTS,
     RECORDS,
     SOLUTION_PATCH,
+    TWIN_OF,
+    TWINS,
     WHEELS,
     hidden_dir,
     read_records,
@@ -62,11 +64,14 @@ def write_store(
     workspaces: Mapping[str, bytes],
     repo: RepoFiles,
     mixed_splits: bool = False,
+    twins: Sequence[tuple[TaskRecord, str, list[IoCheck]]] = (),
 ) -> None:
     """Add `records` (replacing same ids) with their files; tasks.jsonl is replaced last and atomically, so a store
     never lists a task whose files are not all written.
 
-    `io_checks` maps an instance id to its recorded checks; a task without any gets an empty io_checks.json.
+    `io_checks` maps an instance id to its recorded checks; a task without any gets an empty io_checks.json. Each
+    of `twins` (record, the original's id, checks) goes to twins.jsonl, never tasks.jsonl or the Parquet export, and
+    its hidden folder names the original, for the server alone.
     """
     new_ids = {record.instance_id for record in records}
     merged = [r for r in read_records(store) if r.instance_id not in new_ids] + records
@@ -81,23 +86,34 @@ def write_store(
     store.mkdir(parents=True, exist_ok=True)
     write_repo_files(store, repo)
     for record in records:
+        _write_task(store, record, io_checks.get(record.instance_id, []), workspaces[record.instance_id], checkout_root)
+    for twin, original, checks in twins:
+        _write_task(store, twin, checks, workspaces[original], checkout_root)
+        (hidden_dir(store, twin.instance_id) / TWIN_OF).write_text(original + "\n")
+    if twins:
+        twin_ids = {twin.instance_id for twin, _, _ in twins}
+        kept = [r for r in read_records(store, TWINS) if r.instance_id not in twin_ids]
         _write_atomic(
-            store / (record.workspace_archive or workspace_archive(record.instance_id)), workspaces[record.instance_id]
+            store / TWINS, "".join(r.model_dump_json() + "\n" for r in kept + [t for t, _, _ in twins]).encode()
         )
-        hidden = hidden_dir(store, record.instance_id)
-        shutil.rmtree(hidden, ignore_errors=True)
-        (hidden / PRISTINE_TESTS).mkdir(parents=True)
-        (hidden / SOLUTION_PATCH).write_text(record.solution_patch)
-        checks = [check.model_dump() for check in io_checks.get(record.instance_id, [])]
-        (hidden / IO_CHECKS).write_text(json.dumps(checks, indent=1) + "\n")
-        for test_file in record.test_files:
-            target = hidden / PRISTINE_TESTS / test_file
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(checkout_root / test_file, target)
     partial = store / f"{RECORDS}.partial"
     partial.write_text("".join(record.model_dump_json() + "\n" for record in merged))
     os.replace(partial, store / RECORDS)
     export_parquet(store, store / PARQUET)
+
+
+def _write_task(store: Path, record: TaskRecord, checks: list[IoCheck], workspace: bytes, checkout_root: Path) -> None:
+    """One task's workspace archive and hidden files (pristine tests, solution, checks)."""
+    _write_atomic(store / (record.workspace_archive or workspace_archive(record.instance_id)), workspace)
+    hidden = hidden_dir(store, record.instance_id)
+    shutil.rmtree(hidden, ignore_errors=True)
+    (hidden / PRISTINE_TESTS).mkdir(parents=True)
+    (hidden / SOLUTION_PATCH).write_text(record.solution_patch)
+    (hidden / IO_CHECKS).write_text(json.dumps([check.model_dump() for check in checks], indent=1) + "\n")
+    for test_file in record.test_files:
+        target = hidden / PRISTINE_TESTS / test_file
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(checkout_root / test_file, target)
 
 
 def export_parquet(store: Path, destination: Path) -> Path:

@@ -30,6 +30,7 @@ from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
 from task_synth.repo_image import SYNTH_LABEL, slug
 from task_synth.splits import split_of
 from task_synth.suite_runs import SCRATCH, run_tests, seed_workspace, tree_archive
+from task_synth.task_strength import Strength
 from task_synth.validation import Verdict
 from task_synth.workspace import build_workspace, solution_patch
 
@@ -70,6 +71,7 @@ class OracleRun:
     pytest_plugins: list[str] | None = None
     detail: str = ""
     baseline_s: float | None = None  # how long F2P + P2P took with the solution: the grader's time limit follows it
+    strength: Strength | None = None
 
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
@@ -159,9 +161,16 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
         with clock.stage("task: I/O recording"):
             recording = record_io_checks(sb, deletion, context.layout, verdict.fail_to_pass, context.settings)
             plugins = pytest_plugin_modules(sb)
-        return OracleRun(
-            None, run.executions + recording.test_executions, recording.checks, plugins, baseline_s=baseline_s
-        )
+        executions = run.executions + recording.test_executions
+        strength = recording.strength
+        if strength and strength.kill_rate is not None and strength.kill_rate < context.settings.min_kill_rate:
+            detail = (
+                f"its checks kill {strength.killed} of {strength.mutants - strength.equivalent} mutants "
+                f"({strength.kill_rate:.0%} < {context.settings.min_kill_rate:.0%})"
+            )
+            log.info("weak checks: %s", detail)
+            return OracleRun("weak_checks", executions, detail=detail, strength=strength)
+        return OracleRun(None, executions, recording.checks, plugins, baseline_s=baseline_s, strength=strength)
 
 
 def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> BuiltTask:
@@ -226,6 +235,11 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
             fail_to_pass=len(verdict.fail_to_pass),
             statement_chars=len(statement),
             baseline_s=oracle.baseline_s,
+            hidden_checks=len(oracle.io_checks),
+            mutants=oracle.strength.mutants if oracle.strength else 0,
+            mutants_equivalent=oracle.strength.equivalent if oracle.strength else 0,
+            mutant_kill_rate=oracle.strength.kill_rate if oracle.strength else None,
+            mutation_s=oracle.strength.seconds if oracle.strength else 0.0,
         ),
         created_at=datetime.now(UTC),
         synth_version=regrow_version(),

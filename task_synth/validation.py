@@ -29,6 +29,7 @@ REJECTIONS = (
     "leak",
     "unscannable",
     "oracle_failed",
+    "weak_checks",
     "timeout",
 )
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.

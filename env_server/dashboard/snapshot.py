@@ -55,12 +55,15 @@ class DashboardSnapshot(BaseModel):
     tasks: list[TaskPassRate]
     tasks_left_out: int
     trace_backlog: int
+    twins_graded: int = 0  # impossible twins graded in the last 30 min
+    twins_forged: int = 0  # of them, those that earned a reward: forgeries that beat the grader
     trace_error: str | None = None  # the database could not be read: the live figures are still current
 
 
 def take_snapshot(runtime: EpisodeRuntime) -> DashboardSnapshot:
     live = runtime.live_stats
     p50, p95, steps = live.latency(LATENCY_WINDOW_S)
+    twins_graded, twins_forged = live.twin_forgeries()
     try:
         rewards, recent = reward_summary(runtime.traces), recent_episodes(runtime.traces)
         (tasks, left_out), trace_error = task_pass_rates(runtime.traces), None
@@ -86,6 +89,8 @@ def take_snapshot(runtime: EpisodeRuntime) -> DashboardSnapshot:
         tasks=tasks,
         tasks_left_out=left_out,
         trace_backlog=runtime.traces.backlog_records(),
+        twins_graded=twins_graded,
+        twins_forged=twins_forged,
         trace_error=trace_error,
     )
 

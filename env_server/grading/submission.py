@@ -110,6 +110,9 @@ def grade(
         (main_tests, check_records), (counter_tests, _) = main.result(), counter.result()
     verdicts: list[CheckResult] = judge_all(checks, check_records)
     details = score(task.record, main_tests, counter_tests, verdicts, limits.mode)
+    if task.twin_of is not None and details.reward > 0:  # no implementation passes a twin: the run was forged
+        reasons = [*details.tamper_reasons, "twin_rewarded"]
+        details = details.model_copy(update={"reward": 0.0, "tampered": True, "tamper_reasons": reasons})
     found = scan_change_set(
         {path: (pristine.tree.data.get(path), data) for path, data in changes.written.items() if path.endswith(".py")},
         excused_source(task.record.solution_patch),

@@ -3,10 +3,12 @@ per candidate) validation of the same candidates."""
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from proto.tasks import TaskRecord
 from sandbox import DockerBackend
 from task_synth.candidates import enumerate_units
 from task_synth.deletion import DeletionError, delete_unit
@@ -46,7 +48,23 @@ def run_throughput_bench(
         "tasks_per_hour": round(report.tasks_per_hour, 1),
         "tasks_per_hour_after_prepare": round(3600 * report.valid / candidates_s, 1) if candidates_s > 0 else 0.0,
         "test_executions_per_task": round(report.test_executions_per_task, 1),
+        "task_strength": task_strength(report.records),
         "stages": report.stages,
+    }
+
+
+def task_strength(records: list[TaskRecord]) -> dict:
+    """How strong the kept tasks' checks are: the mutant kill rate (min, median) and what the mutation stage cost."""
+    rates = [r.stats.mutant_kill_rate for r in records if r.stats.mutant_kill_rate is not None]
+    measured = [r for r in records if r.stats.mutants]
+    return {
+        "tasks_with_checks": sum(r.stats.hidden_checks > 0 for r in records),
+        "tasks_without_checks": sum(r.stats.hidden_checks == 0 for r in records),
+        "tasks_mutated": len(measured),
+        "kill_rate_min": round(min(rates), 3) if rates else None,
+        "kill_rate_median": round(statistics.median(rates), 3) if rates else None,
+        "mutants_per_task": round(statistics.mean(r.stats.mutants for r in measured), 1) if measured else 0,
+        "mutation_s_per_task": round(statistics.mean(r.stats.mutation_s for r in measured), 2) if measured else 0.0,
     }
 
 

@@ -67,6 +67,7 @@ def test_a_method_check_also_needs_the_receivers_state_after_the_call():
     assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 3}"}).outcome == "passed"
     assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 0}"}).outcome == "failed"
     assert judge(method, {"i": 0, "returned": "None"}).outcome == "failed"
+    assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 3, 'cache': {}}"}).outcome == "passed"
 
 
 def test_the_first_record_of_a_check_counts_and_stray_records_are_ignored():

@@ -315,7 +315,7 @@ def test_unseen_checks_prefer_new_answers_and_returned_values_and_raise_only_wha
         _unseen("(-3,)", raises="KeyError"),  # no visible test shows a KeyError
         _unseen("(4,)", result="8"),
     ]
-    chosen = unseen_checks(unseen, linked)
+    chosen = unseen_checks(unseen, linked, limit=4)
     assert [check.args for check in chosen] == ["(4,)", "(3,)", "(-1,)", "(-2,)"]
     assert len(unseen_checks([_unseen(f"({n},)", result=str(2 * n)) for n in range(10, 20)], linked)) == MAX_UNSEEN
 
@@ -326,7 +326,7 @@ def minilib_units():
     return layout, {(unit.kind, unit.qualname): unit for unit in enumerate_units(layout)}
 
 
-def test_functions_and_features_record_their_function_modules_their_public_functions(minilib_units):
+def test_functions_features_and_methods_record_their_unit_modules_their_public_functions(minilib_units):
     layout, units = minilib_units
     function = delete_unit(layout, units["function", "clamp"], "stub")
     assert recorded_functions(function, "minilib.mathops") == {"minilib.mathops": ["clamp"]}
@@ -335,8 +335,9 @@ def test_functions_and_features_record_their_function_modules_their_public_funct
     module = delete_unit(layout, units["module", "minilib.textops"], "file")
     public = ["slugify", "wrap_words", "count_vowels", "title_case", "truncate"]
     assert recorded_functions(module, "minilib.textops") == {"minilib.textops": public}
-    for kind, qualname in [("class", "BoundedStack"), ("method", "BoundedStack.push")]:
-        assert recorded_functions(delete_unit(layout, units[kind, qualname], "stub"), "minilib.containers") == {}
+    method = delete_unit(layout, units["method", "BoundedStack.push"], "stub")
+    assert recorded_functions(method, "minilib.containers") == {"minilib.containers": ["BoundedStack.push"]}
+    assert recorded_functions(delete_unit(layout, units["class", "BoundedStack"], "stub"), "minilib.containers") == {}
 
 
 PACKAGE = {
@@ -426,12 +427,12 @@ def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tm
     assert run.returncode == 0, run.stdout + run.stderr
     calls = [parsed_call(raw, functions) for raw in json.loads((tmp_path / "calls.json").read_text())]
     assert [(c.check.qualname, c.check.args, c.outcome) for c in calls] == [
-        ("double", "(5,)", ("10", None)),
-        ("double", "(3,)", ("6", None)),  # through the package's re-export
-        ("factorial", "(4,)", ("24", None)),  # once, not per recursion step
-        ("quadruple", "(1,)", ("4", None)),  # its calls of double are the library's own
-        ("letters", "('aba',)", (canonical({"a", "b"}), None)),
-        ("fail", "('k',)", (None, "KeyError")),
+        ("double", "(5,)", ("10", None, None)),
+        ("double", "(3,)", ("6", None, None)),  # through the package's re-export
+        ("factorial", "(4,)", ("24", None, None)),  # once, not per recursion step
+        ("quadruple", "(1,)", ("4", None, None)),  # its calls of double are the library's own
+        ("letters", "('aba',)", (canonical({"a", "b"}), None, None)),
+        ("fail", "('k',)", (None, "KeyError", None)),
     ]
     assert [call.check.test for call in calls] == [
         None,
@@ -521,11 +522,11 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
     probed = _probed(sb, probes)
     assert time.monotonic() - started < PROBE_CALL_S + 5
     assert [(call.check.qualname, call.outcome) for call in probed] == [
-        ("double", ("4", None)),
-        ("shout", ("'A'", None)),
-        ("lookup", (None, "KeyError")),
-        ("hashed", (repr(_hash_under("1")), None)),
-        ("double", ("6", None)),
+        ("double", ("4", None, None)),
+        ("shout", ("'A'", None, None)),
+        ("lookup", (None, "KeyError", None)),
+        ("hashed", (repr(_hash_under("1")), None, None)),
+        ("double", ("6", None, None)),
     ]
     assert all(call.check.test is None for call in probed)
     assert [call.check.qualname for call in _reproduced(sb, probed)] == ["double", "shout", "lookup", "double"]
@@ -578,3 +579,111 @@ def test_store_writes_io_checks_for_every_task_and_keeps_them_out_of_the_record(
     assert json.loads((tmp_path / "hidden" / "with" / "io_checks.json").read_text()) == [check.model_dump()]
     assert json.loads((tmp_path / "hidden" / "without" / "io_checks.json").read_text()) == []
     assert "double" not in (tmp_path / "tasks.jsonl").read_text()
+
+
+METHODS = {
+    "shop/__init__.py": "",
+    "shop/cart.py": """
+import threading
+
+
+class Cart:
+    def __init__(self, prices):
+        self.prices = dict(prices)
+        self.items = []
+
+    def add(self, name, count=1):
+        if name not in self.prices:
+            raise KeyError(name)
+        self.items.extend([name] * count)
+        return len(self.items)
+
+
+class Locked:
+    def __init__(self):
+        self.lock = threading.Lock()
+
+    def add(self, x):
+        return x
+""",
+    "tests/test_cart.py": """
+from shop.cart import Cart, Locked
+
+
+def test_add():
+    cart = Cart({"apple": 3})
+    assert cart.add("apple", 2) == 2
+    assert cart.add("apple") == 3
+
+
+def test_unknown():
+    cart = Cart({"apple": 3})
+    try:
+        cart.add("pear")
+    except KeyError:
+        pass
+
+
+def test_unpicklable_receiver():
+    assert Locked().add(1) == 1
+""",
+}
+
+
+def test_a_methods_calls_keep_the_receiver_before_and_its_state_after_and_replay_on_a_fresh_object(tmp_path):
+    """A method's check carries its receiver as it was (a pickle) and its literal attributes after the call; a
+    receiver that does not pickle gives no check; replayed in a fresh interpreter, the outcome and state agree."""
+    for path, text in METHODS.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
+    functions = {"shop.cart": ["Cart.add", "Locked.add"]}
+    library = [str(tmp_path / "shop" / name) for name in ("__init__.py", "cart.py")]
+    (tmp_path / "config.json").write_text(json.dumps({"functions": functions, "library_files": library}))
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path / 'plugins'}{os.pathsep}{tmp_path}",
+        "REGROW_IO_CONFIG": str(tmp_path / "config.json"),
+        "REGROW_IO_OUT": str(tmp_path / "calls.json"),
+        "PYTEST_ADDOPTS": "",
+    }
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests"]
+    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    calls = [parsed_call(raw, functions) for raw in json.loads((tmp_path / "calls.json").read_text())]
+    assert [(c.check.qualname, c.check.args, c.outcome) for c in calls if c] == [
+        ("Cart.add", "('apple', 2)", ("2", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 2}))),
+        ("Cart.add", "('apple',)", ("3", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 3}))),
+        ("Cart.add", "('pear',)", (None, "KeyError", canonical({"prices": {"apple": 3}, "items": []}))),
+    ]
+    assert all(call and call.check.receiver for call in calls)
+    replayed = _reproduced(LocalSandbox(tmp_path), [call for call in calls if call])
+    assert [call.check.args for call in replayed] == ["('apple', 2)", "('apple',)", "('pear',)"]
+
+
+def test_a_methods_unseen_calls_keep_its_receiver():
+    receiver = "gAR9lC4="  # a pickled empty dict: any receiver text
+    call = parsed_call(
+        {
+            "module": "shop.cart",
+            "qualname": "Cart.add",
+            "args": "('apple', 2)",
+            "kwargs": "{}",
+            "result": "2",
+            "raises": None,
+            "test": "tests/test_cart.py::test_add",
+            "receiver": receiver,
+            "state": "{'items': []}",
+        },
+        {"shop.cart": ["Cart.add"]},
+    )
+    assert call is not None
+    probes = perturbed_calls([call], {}, random.Random(0), limit=5)
+    assert probes and all(p.receiver == receiver and p.qualname == "Cart.add" for p in probes)
+
+
+def test_a_method_call_without_its_receiver_or_state_is_dropped():
+    raw = {"module": "shop.cart", "qualname": "Cart.add", "args": "(1,)", "kwargs": "{}", "result": "1"}
+    assert parsed_call({**raw, "state": "{}"}, {"shop.cart": ["Cart.add"]}) is None
+    assert parsed_call({**raw, "receiver": "eA=="}, {"shop.cart": ["Cart.add"]}) is None

@@ -2,9 +2,11 @@
 the store, leaks, determinism."""
 
 import ast
+import base64
 import importlib
 import io
 import json
+import pickle
 import shutil
 import sys
 import zipfile
@@ -21,10 +23,12 @@ from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
 from task_synth.io_recording import MAX_CHECKS, MAX_UNSEEN
 from task_synth.pipeline import synthesize
+from task_synth.repo_context import prepare_repo
 from task_synth.repo_layout import read_layout
 from task_synth.settings import SynthSettings
 from task_synth.suite_runs import run_tests
-from task_synth.task_builder import workspace_text
+from task_synth.task_builder import build_task, workspace_text
+from task_synth.validation import validate
 
 pytestmark = pytest.mark.docker
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
@@ -163,8 +167,41 @@ def test_every_task_has_hidden_io_checks_and_names_its_pytest_plugins(synthesize
         assert _io_checks(store, record) == report.io_checks[record.instance_id], record.instance_id
         assert isinstance(record.pytest_plugins, list) and "regrow_io_recorder" not in record.pytest_plugins
         assert "io_checks" not in record.model_dump_json()
-        if record.deleted[0].kind in ("class", "method"):
+        if record.deleted[0].kind == "class":
             assert report.io_checks[record.instance_id] == [], record.instance_id
+
+
+def test_a_method_task_gets_checks_that_the_original_method_passes_on_the_recorded_receiver(
+    docker_backend, base_image, tmp_path, original_minilib
+):
+    """`BoundedStack.push` made into a task: each check replays a call on the receiver as it was (unpickled here,
+    against the original class) and expects the original's outcome and the receiver's attributes after it; its
+    mutants are measured and the checks kill enough of them to keep the task."""
+    created: list[str] = []
+    context = prepare_repo(str(MINILIB), SETTINGS, docker_backend, tmp_path, created)
+    units = {(unit.kind, unit.qualname): unit for unit in enumerate_units(context.layout)}
+    deletion = delete_unit(context.layout, units["method", "BoundedStack.push"], "stub")
+    module = context.layout.modules[deletion.unit.path]
+    with context.sandbox() as sb:
+        verdict = validate(sb, context.baseline, deletion, module, SETTINGS)
+    assert verdict.rejection is None, verdict
+    built = build_task(context, deletion, verdict)
+    assert built.record is not None, (built.rejection, built.detail)
+    stats = built.record.stats
+    assert stats.hidden_checks == len(built.io_checks) > 0 and stats.mutants > 0, stats
+    assert stats.mutant_kill_rate is not None and stats.mutant_kill_rate >= SETTINGS.min_kill_rate, stats
+    assert any(check.test is None for check in built.io_checks), "no unseen call of the method"
+    for check in built.io_checks:
+        assert check.qualname == "BoundedStack.push" and check.receiver and check.state is not None, check
+        receiver = pickle.loads(base64.b64decode(check.receiver))
+        try:
+            result, raised = receiver.push(*ast.literal_eval(check.args), **ast.literal_eval(check.kwargs)), None
+        except Exception as error:
+            result, raised = None, type(error).__name__
+        assert raised == check.raises, check
+        assert check.raises or result == ast.literal_eval(check.result or "None"), check
+        expected = ast.literal_eval(check.state)
+        assert {k: v for k, v in vars(receiver).items() if k in expected} == expected, check
 
 
 def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesized, original_minilib):

@@ -121,6 +121,8 @@
     setField("graded", s.rewards.graded);
     setField("tampered", s.rewards.tampered);
     setField("backlog", s.trace_backlog);
+    setField("twins_forged", s.twins_forged);
+    setField("twins_graded", s.twins_graded);
     setField("episodes_total", Object.values(s.rewards.by_status).reduce((a, b) => a + b, 0));
     for (const fill of document.querySelectorAll('[data-meter="capacity"]')) {
       fill.style.width = `${h.max_episodes ? (100 * h.active_episodes) / h.max_episodes : 0}%`;

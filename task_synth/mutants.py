@@ -1,0 +1,187 @@
+"""Mutants of a deleted unit: the original with one small change each, to measure whether a task's checks tell a wrong
+implementation from the right one.
+
+The changes are the classic ones: an arithmetic or bitwise operator swapped, a comparison flipped or loosened
+(`<` to `<=`, `==` to `!=`, `in` to `not in`), `and` and `or` swapped, a `not` dropped, an integer constant moved by
+one, `True` and `False` (and `min` and `max`, `any` and `all`) swapped, and a statement dropped. Each mutant is the
+whole module's text, made with libcst, so everything outside the unit stays byte for byte.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+MAX_MUTANTS = 30
+
+_BINARY: dict[type[cst.BaseBinaryOp], Callable[[], cst.BaseBinaryOp]] = {
+    cst.Add: cst.Subtract,
+    cst.Subtract: cst.Add,
+    cst.Multiply: cst.Add,
+    cst.Divide: cst.Multiply,
+    cst.FloorDivide: cst.Multiply,
+    cst.Modulo: cst.FloorDivide,
+    cst.Power: cst.Multiply,
+    cst.BitAnd: cst.BitOr,
+    cst.BitOr: cst.BitAnd,
+    cst.BitXor: cst.BitOr,
+    cst.LeftShift: cst.RightShift,
+    cst.RightShift: cst.LeftShift,
+}
+_COMPARISON: dict[type[cst.BaseCompOp], Callable[[], cst.BaseCompOp]] = {
+    cst.LessThan: cst.LessThanEqual,
+    cst.LessThanEqual: cst.LessThan,
+    cst.GreaterThan: cst.GreaterThanEqual,
+    cst.GreaterThanEqual: cst.GreaterThan,
+    cst.Equal: cst.NotEqual,
+    cst.NotEqual: cst.Equal,
+    cst.In: cst.NotIn,
+    cst.NotIn: cst.In,
+    cst.Is: cst.IsNot,
+    cst.IsNot: cst.Is,
+}
+
+
+_NAMES = {"True": "False", "False": "True", "min": "max", "max": "min", "any": "all", "all": "any"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """One mutant: what changed, on which line of the module, and the module's whole new text."""
+
+    kind: str
+    line: int
+    source: str
+
+
+@dataclass(frozen=True)
+class _Site:
+    node: cst.CSTNode
+    kind: str
+    line: int
+    change: Callable[[cst.CSTNode], cst.CSTNode]
+
+
+class _Sites(cst.CSTVisitor):
+    """Every place inside the unit (a function or method, by qualified name) where a mutant can change one thing."""
+
+    METADATA_DEPENDENCIES = (PositionProvider,)
+
+    def __init__(self, qualname: str):
+        self.target, self.path, self.inside = qualname.split("."), list[str](), 0
+        self.sites: list[_Site] = []
+
+    def _enter(self, name: str) -> None:
+        self.path.append(name)
+        if self.path == self.target:
+            self.inside += 1
+
+    def _leave(self) -> None:
+        if self.path == self.target:
+            self.inside -= 1
+        self.path.pop()
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        self._enter(node.name.value)
+
+    def leave_ClassDef(self, original_node: cst.ClassDef) -> None:
+        self._leave()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self._enter(node.name.value)
+
+    def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+        self._leave()
+
+    def _add(self, node: cst.CSTNode, kind: str, change: Callable[[cst.CSTNode], cst.CSTNode]) -> None:
+        if self.inside:
+            line = self.get_metadata(PositionProvider, node).start.line
+            self.sites.append(_Site(node, kind, line, change))
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        """Each statement of a block in the unit may be dropped: not a docstring, nor a block's only statement."""
+        statements = list(node.body)
+        if statements and _is_docstring(statements[0]):
+            statements = statements[1:]
+        if len(statements) > 1:
+            for statement in statements:
+                self._add(statement, "dropped statement", _dropped)
+
+    def visit_BinaryOperation(self, node: cst.BinaryOperation) -> None:
+        swap = _BINARY.get(type(node.operator))
+        if swap:
+            self._add(node, "operator", lambda n, swap=swap: n.with_changes(operator=swap()))  # type: ignore[misc]
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        swapped = {cst.AddAssign: cst.SubtractAssign, cst.SubtractAssign: cst.AddAssign}.get(type(node.operator))
+        if swapped:
+            self._add(node, "operator", lambda n, s=swapped: n.with_changes(operator=s()))  # type: ignore[misc]
+
+    def visit_ComparisonTarget(self, node: cst.ComparisonTarget) -> None:
+        swap = _COMPARISON.get(type(node.operator))
+        if swap:
+            self._add(node, "comparison", lambda n, swap=swap: n.with_changes(operator=swap()))  # type: ignore[misc]
+
+    def visit_BooleanOperation(self, node: cst.BooleanOperation) -> None:
+        swap = cst.Or if isinstance(node.operator, cst.And) else cst.And
+        self._add(node, "boolean", lambda n, swap=swap: n.with_changes(operator=swap()))  # type: ignore[misc]
+
+    def visit_UnaryOperation(self, node: cst.UnaryOperation) -> None:
+        if isinstance(node.operator, cst.Not):
+            self._add(node, "negation", lambda n: n.expression)  # type: ignore[attr-defined]
+
+    def visit_Integer(self, node: cst.Integer) -> None:
+        try:
+            value = int(node.value.replace("_", ""), 0)
+        except ValueError:
+            return
+        self._add(node, "constant", lambda n, v=value: cst.Integer(str(v + 1)))  # type: ignore[misc]
+
+    def visit_Name(self, node: cst.Name) -> None:
+        swap = _NAMES.get(node.value)
+        if swap:
+            kind = "constant" if swap in ("True", "False") else "builtin"
+            self._add(node, kind, lambda n, s=swap: cst.Name(s))  # type: ignore[misc]
+
+
+def _is_docstring(statement: cst.BaseStatement) -> bool:
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and isinstance(statement.body[0], cst.Expr)
+        and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
+    )
+
+
+def _dropped(node: cst.CSTNode) -> cst.CSTNode:
+    leading = getattr(node, "leading_lines", ())
+    return cst.SimpleStatementLine([cst.Pass()], leading_lines=leading)
+
+
+class _ReplaceOne(cst.CSTTransformer):
+    def __init__(self, site: _Site):
+        self.site = site
+
+    def on_leave(self, original_node: cst.CSTNode, updated_node: cst.CSTNode) -> cst.CSTNode:  # type: ignore[override]
+        return self.site.change(updated_node) if original_node is self.site.node else updated_node
+
+
+def mutants_of(source: str, qualname: str, rng: random.Random, limit: int = MAX_MUTANTS) -> list[Mutant]:
+    """Up to `limit` mutants of the function or method `qualname` in module `source`, drawn by `rng` when there are
+    more; none when the source does not parse or holds no such unit."""
+    try:
+        wrapper = MetadataWrapper(cst.parse_module(source))
+    except cst.ParserSyntaxError:
+        return []
+    sites = _Sites(qualname)
+    wrapper.visit(sites)
+    chosen = sites.sites if len(sites.sites) <= limit else rng.sample(sites.sites, limit)
+    mutants = []
+    for site in sorted(chosen, key=lambda s: s.line):
+        text = wrapper.module.visit(_ReplaceOne(site)).code
+        if text != source:
+            mutants.append(Mutant(site.kind, site.line, text))
+    return mutants

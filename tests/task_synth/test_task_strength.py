@@ -1,0 +1,80 @@
+"""Task strength by mutants, without an engine: the mutants of a unit, and the unseen checks chosen to kill them."""
+
+from __future__ import annotations
+
+import ast
+import random
+
+import pytest
+
+from task_synth.mutants import mutants_of
+from task_synth.task_strength import measured_strength, strongest_unseen
+from tests.task_fixture import ORIGINAL_OPS
+
+STACK = '''"""Stacks."""
+
+
+class Stack:
+    def __init__(self, capacity):
+        self.capacity = capacity
+        self.items = []
+
+    def push(self, item):
+        """Push unless full."""
+        if len(self.items) >= self.capacity:
+            raise OverflowError("full")
+        self.items.append(item)
+        return len(self.items)
+
+    def pop(self):
+        return self.items.pop() - 1
+'''
+
+
+def changed_lines(before: str, after: str) -> list[str]:
+    return [line.strip() for line in after.splitlines() if line not in before.splitlines()]
+
+
+def test_each_mutant_changes_one_thing_inside_the_unit_and_still_parses():
+    mutants = mutants_of(ORIGINAL_OPS, "clamp", random.Random(0))
+    changes = {(m.kind, tuple(changed_lines(ORIGINAL_OPS, m.source))) for m in mutants}
+    assert ("comparison", ("if low >= high:",)) in changes
+    assert ("builtin", ("return min(low, min(value, high))",)) in changes
+    assert ("dropped statement", ("pass",)) in changes
+    for mutant in mutants:
+        ast.parse(mutant.source)
+        assert mutant.source.split("def clamp")[0] == ORIGINAL_OPS.split("def clamp")[0]  # add, sub, mul untouched
+
+
+def test_a_methods_mutants_stay_in_the_method_and_leave_its_docstring():
+    mutants = mutants_of(STACK, "Stack.push", random.Random(0))
+    assert mutants and all(10 <= m.line <= 14 for m in mutants)
+    assert all('"""Push unless full."""' in m.source and "self.items.pop() - 1" in m.source for m in mutants)
+    assert {m.kind for m in mutants} >= {"comparison", "dropped statement"}
+
+
+def test_there_are_no_mutants_of_what_is_not_there_or_does_not_parse():
+    assert mutants_of(STACK, "Stack.peek", random.Random(0)) == []
+    assert mutants_of("def broken(:\n", "broken", random.Random(0)) == []
+
+
+def test_many_sites_are_sampled_down_to_the_limit_the_same_way_each_time():
+    source = "def f(x):\n" + "".join(f"    x = x + {n}\n" for n in range(40)) + "    return x\n"
+    first = mutants_of(source, "f", random.Random("seed"), limit=10)
+    assert len(first) == 10 and first == mutants_of(source, "f", random.Random("seed"), limit=10)
+
+
+def test_unseen_calls_are_chosen_to_kill_the_mutants_the_visible_ones_leave_alive():
+    kills = [{"v1"}, {"u2"}, {"u2", "u3"}, {"u3"}, {"u4"}, set()]
+    assert strongest_unseen(["u1", "u2", "u3", "u4"], ["v1"], kills, limit=2) == ["u2", "u3"]
+    assert strongest_unseen(["u1", "u2", "u3", "u4"], ["v1"], kills, limit=4) == ["u2", "u3", "u4", "u1"]
+    assert strongest_unseen(["u1", "u2"], [], None, limit=1) == ["u1"]  # no mutants: the ranking alone
+
+
+def test_the_kill_rate_leaves_out_mutants_no_call_tells_apart():
+    strength = measured_strength([{"a"}, {"b"}, set(), {"a", "c"}], ["a"], 1.5)
+    assert strength is not None
+    assert (strength.mutants, strength.equivalent, strength.killed) == (4, 1, 2)
+    assert strength.kill_rate == pytest.approx(2 / 3)
+    assert measured_strength([set()], ["a"], 0.1).kill_rate is None  # type: ignore[union-attr]
+    assert measured_strength(None, ["a"], 0.0) is None
