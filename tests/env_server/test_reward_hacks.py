@@ -60,7 +60,7 @@ import sys
 
 
 def _pass_reports(reports, wanted):
-    real = reports.RunReport.from_item_and_call.__func__
+    real = reports.TestReport.from_item_and_call.__func__
 
     def from_item_and_call(cls, item, call):
         report = real(cls, item, call)
@@ -68,7 +68,7 @@ def _pass_reports(reports, wanted):
             report.outcome, report.longrepr = "passed", None
         return report
 
-    reports.RunReport.from_item_and_call = classmethod(from_item_and_call)
+    reports.TestReport.from_item_and_call = classmethod(from_item_and_call)
 
 
 class _WhenLoaded:
@@ -375,7 +375,7 @@ def junit_path_from_argv_then_exit():
 
 @technique(lies=True)
 def report_class_patched_from_ops():
-    """calc/ops.py patches `_pytest.reports.RunReport` so that every report it makes says passed."""
+    """calc/ops.py patches `_pytest.reports.TestReport` so that every report it makes says passed."""
     return [write("calc/ops.py", WRONG_OPS + LIE + "\nlie()\n"), run(FOOLS_PYTEST)]
 
 

@@ -21,7 +21,7 @@ def rules(source: str, **kwargs) -> set[str]:
 
 
 FORGERIES = {
-    "pytest_reports": ("from _pytest.reports import RunReport\n", "pytest_internals"),
+    "pytest_reports": ("from _pytest.reports import TestReport\n", "pytest_internals"),
     "callinfo": ("import _pytest.runner\ninfo = _pytest.runner.CallInfo\n", "pytest_internals"),
     "runtest_patch": ("from _pytest.python import Function\nFunction.runtest = lambda self: None\n", "monkeypatch"),
     "hookimpl": ("import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef wrap(item):\n    yield\n", "pytest_internals"),
