@@ -241,7 +241,7 @@ def demo_record(image: str) -> TaskRecord:
         solution_patch=SOLUTION_PATCH,
         test_files=TEST_FILES,
         split="train",
-        stats=TaskStats(lines_deleted=3, covering_tests=3, complexity=2),
+        stats=TaskStats(lines_deleted=3, covering_tests=3, complexity=2, hidden_checks=len(IO_CHECKS), baseline_s=1.0),
         created_at=datetime(2026, 1, 1, tzinfo=UTC),
         synth_version="hand-made",
     )

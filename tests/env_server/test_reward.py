@@ -102,3 +102,15 @@ def test_a_submission_that_breaks_a_test_files_imports_scores_zero_without_a_fal
     final = play(runtime, ("write_file", {"path": "calc/ops.py", "content": broken}))
     details = final.metadata["reward_details"]
     assert final.reward == 0.0 and details["tampered"] is False, details
+
+
+def test_a_submission_that_loops_is_stopped_at_the_time_its_suite_earns_and_says_so(runtime):
+    looping = ORIGINAL_OPS.replace(
+        '    """Return value limited', '    while True:\n        pass\n    """Return value limited'
+    )
+    final = play(runtime, ("write_file", {"path": "calc/ops.py", "content": looping}))
+    details = final.metadata["reward_details"]
+    # The demo task's suite took 1 s at synthesis: 3 x 1 s + 30 s of slack, not the server's 300 s cap.
+    assert details["timeout_s"] == 33.0, details
+    assert final.reward == 0.0 and "ran past 33s" in (details["error"] or ""), details
+    assert details["hidden_passed"] == 0 and details["tampered"] is False, details
