@@ -207,7 +207,7 @@ def archive_of(
     rename root's.
     """
     buffer, now = io.BytesIO(), int(time.time())
-    folders = {folder for path in files for folder in _parents(path)} - set(existing) - set(sealed_folders)
+    folders = {folder for path in files for folder in folders_above(path)} - set(existing) - set(sealed_folders)
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for folder in sorted([*folders, *sealed_folders]):
             info = tarfile.TarInfo(folder)
@@ -227,6 +227,7 @@ def archive_of(
     return buffer.getvalue()
 
 
-def _parents(path: str) -> Iterator[str]:
+def folders_above(path: str) -> Iterator[str]:
+    """Each folder that holds `path`, innermost first."""
     while path := posixpath.dirname(path):
         yield path

@@ -2,8 +2,8 @@
 its report read back only when it proves to be the launcher's.
 
 The grader's programs, configs and the pristine tests belong to root and are read-only to the agent's uid; the test
-folders are sealed (sticky, root-owned), so code under test can add files there but not replace the tests. Each
-launch gets its own nonce, in a file the launcher empties before its child starts.
+folders and the workspace are sealed (sticky, root-owned), so code under test can add files there but not replace
+the tests. Each launch gets its own nonce, in a file the launcher empties before its child starts.
 """
 
 from __future__ import annotations
@@ -11,13 +11,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import posixpath
 import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from env_server.grading.change_set import ChangeSet, archive_of
+from env_server.grading.change_set import ChangeSet, archive_of, folders_above
 from sandbox import Sandbox, SandboxError
 from sandbox.layout import AGENT_HOME, WORKSPACE
 
@@ -62,7 +61,8 @@ def write_grading_tree(
     workspace = {**changes.written, **pristine_tests, **config}
     files = {f"{WORKSPACE[1:]}/{path}": data for path, data in workspace.items()}
     protected = {f"{WORKSPACE[1:]}/{path}" for path in [*pristine_tests, *config]}
-    sealed = {f"{WORKSPACE[1:]}/{posixpath.dirname(path)}" for path in pristine_tests if "/" in path}
+    # Every folder above a test, the workspace too, so that none can be renamed away and replaced by forged tests.
+    sealed = {WORKSPACE[1:]} | {f"{WORKSPACE[1:]}/{f}" for path in pristine_tests for f in folders_above(path)}
     own = folder.path[1:]
     programs = {f"{own}/{name}": (PROGRAMS / name).read_bytes() for name in PROGRAM_FILES}
     executable = {f"{WORKSPACE[1:]}/{path}" for path in changes.executable}
