@@ -393,15 +393,15 @@ def test_raises():
 }
 
 
-def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tmp_path):
-    """Recursion and the library's own calls are not recorded, nor a call that mutated its argument."""
-    for path, text in PACKAGE.items():
+def recorded_raw_calls(tmp_path: Path, files: dict[str, str], functions: dict[str, list[str]]) -> list:
+    """Write `files` under `tmp_path`, run their tests with the recorder on `functions`, and return what it wrote;
+    the library is every file outside tests/."""
+    for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
-    functions = {"pkg.core": ["double", "factorial", "quadruple", "pop_last", "letters", "fail"]}
-    library = [str(tmp_path / "pkg" / name) for name in ("__init__.py", "core.py")]
+    library = [str(tmp_path / path) for path in files if not path.startswith("tests/")]
     (tmp_path / "config.json").write_text(json.dumps({"functions": functions, "library_files": library}))
     env = {
         **os.environ,
@@ -410,22 +410,19 @@ def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tm
         "REGROW_IO_OUT": str(tmp_path / "calls.json"),
         "PYTEST_ADDOPTS": "",
     }
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-p",
-        "no:cacheprovider",
-        "-p",
-        RECORDER,
-        "tests",
-        "--rootdir",
-        str(tmp_path),
-    ]
-    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests"]
+    run = subprocess.run(
+        [*command, "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert run.returncode == 0, run.stdout + run.stderr
-    calls = [parsed_call(raw, functions) for raw in json.loads((tmp_path / "calls.json").read_text())]
+    return json.loads((tmp_path / "calls.json").read_text())
+
+
+def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tmp_path):
+    """Recursion and the library's own calls are not recorded, nor a call that mutated its argument."""
+    functions = {"pkg.core": ["double", "factorial", "quadruple", "pop_last", "letters", "fail"]}
+    raw_calls = recorded_raw_calls(tmp_path, PACKAGE, functions)
+    calls = [parsed_call(raw, functions) for raw in raw_calls]
     assert [(c.check.qualname, c.check.args, c.outcome) for c in calls] == [
         ("double", "(5,)", ("10", None, None)),
         ("double", "(3,)", ("6", None, None)),  # through the package's re-export
@@ -633,25 +630,9 @@ def test_unpicklable_receiver():
 def test_a_methods_calls_keep_the_receiver_before_and_its_state_after_and_replay_on_a_fresh_object(tmp_path):
     """A method's check carries its receiver as it was (a pickle) and its literal attributes after the call; a
     receiver that does not pickle gives no check; replayed in a fresh interpreter, the outcome and state agree."""
-    for path, text in METHODS.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-    (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
     functions = {"shop.cart": ["Cart.add", "Locked.add"]}
-    library = [str(tmp_path / "shop" / name) for name in ("__init__.py", "cart.py")]
-    (tmp_path / "config.json").write_text(json.dumps({"functions": functions, "library_files": library}))
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{tmp_path / 'plugins'}{os.pathsep}{tmp_path}",
-        "REGROW_IO_CONFIG": str(tmp_path / "config.json"),
-        "REGROW_IO_OUT": str(tmp_path / "calls.json"),
-        "PYTEST_ADDOPTS": "",
-    }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests"]
-    run = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
-    calls = [parsed_call(raw, functions) for raw in json.loads((tmp_path / "calls.json").read_text())]
+    raw_calls = recorded_raw_calls(tmp_path, METHODS, functions)
+    calls = [parsed_call(raw, functions) for raw in raw_calls]
     assert [(c.check.qualname, c.check.args, c.outcome) for c in calls if c] == [
         ("Cart.add", "('apple', 2)", ("2", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 2}))),
         ("Cart.add", "('apple',)", ("3", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 3}))),
