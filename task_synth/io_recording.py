@@ -406,7 +406,8 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
         timeout=budget_s + 30,
         cwd=WORKSPACE,
-        env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR},
+        # No bytecode: a mutant of the same size written within a second of the last would load the last one's.
+        env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     found: list[Call | None] = [None] * len(checks)
     for line in result.stdout.splitlines():

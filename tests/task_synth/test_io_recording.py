@@ -26,6 +26,7 @@ from task_synth.io_recording import (
     PROBE_CALL_S,
     RECORDER,
     RECORDER_SOURCE,
+    _call_outcomes,
     _probed,
     _reproduced,
     calls_in_both,
@@ -668,3 +669,16 @@ def test_a_method_call_without_its_receiver_or_state_is_dropped():
     raw = {"module": "shop.cart", "qualname": "Cart.add", "args": "(1,)", "kwargs": "{}", "result": "1"}
     assert parsed_call({**raw, "state": "{}"}, {"shop.cart": ["Cart.add"]}) is None
     assert parsed_call({**raw, "receiver": "eA=="}, {"shop.cart": ["Cart.add"]}) is None
+
+
+def test_a_mutant_written_within_the_same_second_as_the_last_is_run_not_its_cached_bytecode(tmp_path, monkeypatch):
+    """`<` and `>` give mutants of the same size: a bytecode cache keyed on mtime and size would replay the last."""
+    monkeypatch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)  # the sandbox's interpreter writes bytecode
+    sb = LocalSandbox(tmp_path)
+    check = IoCheck(module="cmp", qualname="below", args="(0,)")
+    outcomes = []
+    for source in ("def below(x):\n    return x < 1\n", "def below(x):\n    return x > 1\n"):
+        (tmp_path / "cmp.py").write_text(source)
+        (found,) = _call_outcomes(sb, [check], "0", 5.0, 30.0)
+        outcomes.append(found.outcome if found else None)
+    assert outcomes == [("True", None, None), ("False", None, None)]
