@@ -53,7 +53,8 @@ def grading_timeout(task: Task, limits: GradeLimits) -> float:
     return min(limits.timeout_s, max(limits.min_timeout_s, baseline * limits.timeout_factor + limits.timeout_slack_s))
 
 
-def plan(task: Task, pristine: Pristine, checks: list[IoCheck], limits: GradeLimits) -> RunPlan:
+def run_plan(task: Task, pristine: Pristine, checks: list[IoCheck], limits: GradeLimits) -> RunPlan:
+    """The plan both runs follow: every visible test selected, every check, the environment and the time limit."""
     wanted = sorted({*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS})
     paths = sorted({nodeid.split("::")[0] for nodeid in wanted})
     arguments = pytest_arguments(task.record.test_command, pristine.config, pristine.plugins, paths)
@@ -103,7 +104,7 @@ def grade(
         )
         changes = compare(pristine.tree, submitted, policy, limits.file_cap_bytes)
         checks = task.io_checks()
-        both = plan(task, pristine, checks, limits)
+        both = run_plan(task, pristine, checks, limits)
         main = pool.submit(run_in, main_sb, task, pristine, changes, both)
         unit_paths = {unit.path for unit in task.record.deleted}
         counter = pool.submit(run_in, counter_sb, task, pristine, changes.without_modules(unit_paths), both)
