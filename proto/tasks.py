@@ -23,32 +23,40 @@ class DeletedUnit(BaseModel):
 
 class IoCheck(BaseModel):
     """One recorded call of a deleted function or method; the grader replays it in a fresh interpreter and compares
-    its outcome, outside the container, with `result`, `raises` and `state`, which never enter a container.
+    its outcome, outside the container, with `result`, `raises`, `state` and `args_after`, which never enter one.
 
-    Every value is Python literal text (`ast.literal_eval` reads it back), so a check holds no code; a method's
-    receiver is a pickle, unpickled only inside the grading container.
+    Every value is Python literal text (`ast.literal_eval` reads it back; objects as proto.call_values describes
+    them), so a check holds no code; `inputs` is a pickle, loaded only inside a grading container.
     """
 
     module: str = Field(description="Import path of the module that defines the function, e.g. `calc.ops`.")
     qualname: str = Field(description="The function's name in that module, or `Class.method` for a method.")
     args: str = Field(description="Positional arguments as a tuple literal, e.g. `(-5, 0, 10)`.")
     kwargs: str = Field(default="{}", description="Keyword arguments as a dict literal.")
-    result: str | None = Field(default=None, description="The return value as a literal; None when the call raised.")
+    result: str | None = Field(
+        default=None, description="The return value, described (a literal is itself); None when the call raised."
+    )
     raises: str | None = Field(default=None, description="The exception's class name when the call raised.")
     test: str | None = Field(
         default=None,
         description="The FAIL_TO_PASS node id that made the call; None for a call "
         "no visible test makes. A visible test is credited only if the replays of its calls pass.",
     )
-    receiver: str | None = Field(
+    inputs: str | None = Field(
         default=None,
-        description="For a method: the receiver as it was before the call, a base64 pickle the check unpickles "
-        "into a fresh object (qualname is then `Class.method`). None for a plain function.",
+        description="A base64 pickle of (receiver, arguments) as they were before the call: the receiver for a "
+        "method (qualname `Class.method`, else None), and (args, kwargs) where they are no literals (then `args` "
+        "and `kwargs` read `()` and `{}`; else None). Loaded only inside a grading container.",
     )
     state: str | None = Field(
         default=None,
-        description="For a method: the receiver's literal attributes after the call, as a dict literal; the "
+        description="For a method: the receiver's attributes after the call, described (proto.call_values); the "
         "replay must leave its object so too. Held by the server, like `result`.",
+    )
+    args_after: str | None = Field(
+        default=None,
+        description="Pickled arguments as the call left them, described: a call that consumes a buffer must "
+        "consume it alike. Held by the server.",
     )
 
 

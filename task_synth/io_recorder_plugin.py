@@ -23,16 +23,19 @@ import importlib.machinery
 import inspect
 import io
 import json
-import math
 import os
 import pickle
 import signal
 import sys
 import time
 
-MAX_TEXT = 300
+try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
+    from regrow_call_values import described_text, literal_text, state_text
+except ImportError:
+    from proto.call_values import described_text, literal_text, state_text
+
 MAX_RECORDS = 500
-MAX_RECEIVER = 16 * 1024  # bytes of a method's pickled receiver
+MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
 _functions: dict = {}
 _library_files: set = set()
 _records: list = []
@@ -41,71 +44,26 @@ _current_test = [None]
 _FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader)
 
 
-def is_plain(value):
-    """Whether `value` holds only exact literal types, in few enough nodes that its repr can stay short."""
-    stack, nodes = [value], 0
-    while stack:
-        item = stack.pop()
-        nodes += 1
-        kind = type(item)
-        if nodes > MAX_TEXT:
-            return False
-        if kind is int:
-            if item.bit_length() > 1000:
-                return False
-        elif kind is float:
-            if not math.isfinite(item):
-                return False
-        elif kind in (str, bytes, tuple, list, set, frozenset, dict):
-            if len(item) > MAX_TEXT:
-                return False
-            if kind is dict:
-                stack.extend(item.keys())
-                stack.extend(item.values())
-            elif kind not in (str, bytes):
-                stack.extend(item)
-        elif item is not None and kind is not bool:
-            return False
-    return True
-
-
-def literal_text(value):
-    """`repr(value)` when it is short and `ast.literal_eval` reads it back equal; else None."""
-    if not is_plain(value):
-        return None
-    text = repr(value)
-    try:
-        return text if len(text) <= MAX_TEXT and ast.literal_eval(text) == value else None
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # frozenset(...) is no literal
-        return None
-
-
-def _record(module, name, args_text, kwargs_text, result_text, raises, receiver=None, state=None):
-    record = (module, name, args_text, kwargs_text, result_text, raises, _current_test[0], receiver, state)
+def _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal):
+    test = _current_test[0]
+    record = (module, name, args_text, kwargs_text, result_text, raises, test, inputs, state, after, internal)
     if record in _seen or len(_records) >= MAX_RECORDS:
         return
     _seen.add(record)
-    fields = ("module", "qualname", "args", "kwargs", "result", "raises", "test", "receiver", "state")
-    _records.append(dict(zip(fields, record)))
+    fields = ("module", "qualname", "args", "kwargs", "result", "raises", "test", "inputs", "state", "args_after")
+    _records.append({**dict(zip(fields, record)), "internal": internal})
 
 
-def receiver_text(receiver):
-    """The receiver as a base64 pickle a fresh interpreter can load, or None when it does not pickle small."""
+def inputs_text(receiver, arguments):
+    """(receiver, arguments) as a base64 pickle a fresh interpreter can load, or None when they do not pickle small.
+    `arguments` is (args, kwargs) where they are no literals, else None (the check's literal text holds them)."""
     try:
-        data = pickle.dumps(receiver, protocol=4)
-        if len(data) > MAX_RECEIVER or type(pickle.loads(data)) is not type(receiver):
+        data = pickle.dumps((receiver, arguments), protocol=4)
+        if len(data) > MAX_INPUTS or type(pickle.loads(data)[0]) is not type(receiver):
             return None
     except Exception:  # locks, lambdas, open files: no check of this call
         return None
     return base64.b64encode(data).decode()
-
-
-def state_text(receiver):
-    """The receiver's instance attributes that hold literals, as dict literal text; None without a `__dict__`."""
-    attributes = getattr(receiver, "__dict__", None)
-    if type(attributes) is not dict:
-        return None
-    return literal_text({k: v for k, v in attributes.items() if type(k) is str and literal_text(v) is not None})
 
 
 def _recording(function, module, name):
@@ -113,29 +71,42 @@ def _recording(function, module, name):
 
     @functools.wraps(function)
     def recorded(*args, **kwargs):
-        if sys._getframe(1).f_code.co_filename in _library_files:
+        if len(_records) >= MAX_RECORDS:
             return function(*args, **kwargs)
+        internal = sys._getframe(1).f_code.co_filename in _library_files
         receiver, plain = (args[0], args[1:]) if method and args else (None, args)
-        args_text, kwargs_text = literal_text(plain), literal_text(kwargs)
-        pickled = receiver_text(receiver) if method and None not in (args_text, kwargs_text) else None
-        if method and pickled is None:
+        texts = literal_text(plain), literal_text(kwargs)
+        literal = None not in texts
+        # A method's receiver, and arguments that are no literals, go into the check as one pickle.
+        inputs = inputs_text(receiver, None if literal else (plain, kwargs)) if method or not literal else None
+        if (method or not literal) and inputs is None:
             return function(*args, **kwargs)
+        texts = texts if literal else ("()", "{}")
         try:
             result = function(*args, **kwargs)
         except Exception as error:
-            if args_text is not None and kwargs_text is not None and _unchanged(plain, kwargs, args_text, kwargs_text):
-                state = state_text(receiver) if method else None
-                _record(module, name, args_text, kwargs_text, None, type(error).__name__, pickled, state)
+            outcome = (None, type(error).__name__)
+            _outcome(module, name, texts, outcome, inputs, receiver, (plain, kwargs), literal, internal)
             raise
-        result_text = literal_text(result)
-        if None not in (args_text, kwargs_text, result_text) and _unchanged(plain, kwargs, args_text, kwargs_text):
-            state = state_text(receiver) if method else None
-            if not method or state is not None:
-                _record(module, name, args_text, kwargs_text, result_text, None, pickled, state)
+        result_text = described_text(result)
+        if result_text is not None:
+            _outcome(module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal)
         return result
 
     recorded.__regrow_recorded__ = True
     return recorded
+
+
+def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal, internal):
+    """Record one finished call: literal arguments must be left as they were; pickled ones are described after."""
+    (args, kwargs), (result_text, raises) = arguments, outcome
+    if literal and not _unchanged(args, kwargs, *texts):
+        return
+    after = None if literal else described_text((args, kwargs))
+    state = state_text(receiver) if receiver is not None else None
+    if (not literal and after is None) or (receiver is not None and state is None):
+        return
+    _record(module, name, *texts, result_text, raises, inputs, state, after, internal)
 
 
 def _unchanged(args, kwargs, args_text, kwargs_text):
@@ -249,30 +220,35 @@ def _overtime(signum, frame):
     raise Overtime
 
 
-def call_outcome(module, qualname, args_text, kwargs_text, limit, receiver=None):
-    """(result, raises, state) of one call run under a time limit; None unless it returned a literal or raised an
-    Exception and left its arguments as they were. A method's call runs on its receiver unpickled anew."""
-    if receiver:
-        target = pickle.loads(base64.b64decode(receiver))
-        function = getattr(target, qualname.rpartition(".")[2])
+def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None):
+    """(result, raises, state, arguments after) of one call run under a time limit; None unless it returned a
+    describable value or raised an Exception (and left literal arguments as they were). A call with `inputs` runs on
+    its receiver and pickled arguments loaded anew."""
+    receiver, arguments = pickle.loads(base64.b64decode(inputs)) if inputs else (None, None)
+    args, kwargs = arguments if arguments is not None else (ast.literal_eval(args_text), ast.literal_eval(kwargs_text))
+    if receiver is not None:
+        function = getattr(receiver, qualname.rpartition(".")[2])
     else:
-        target, function = None, importlib.import_module(module)
+        function = importlib.import_module(module)
         for part in qualname.split("."):
             function = getattr(function, part)
-    args, kwargs = ast.literal_eval(args_text), ast.literal_eval(kwargs_text)
     before, result, raises = (literal_text(args), literal_text(kwargs)), None, None
     signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        result = literal_text(function(*args, **kwargs))
+        result = described_text(function(*args, **kwargs))
     except Exception as error:
         raises = type(error).__name__
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    state = state_text(target) if receiver else None
-    unchanged = (literal_text(args), literal_text(kwargs)) == before
-    if not unchanged or (result, raises) == (None, None) or (receiver and state is None):
+    state = state_text(receiver) if receiver is not None else None
+    after = described_text((args, kwargs)) if arguments is not None else None
+    if (result, raises) == (None, None) or (receiver is not None and state is None):
         return None
-    return result, raises, state
+    if arguments is None and (literal_text(args), literal_text(kwargs)) != before:
+        return None
+    if arguments is not None and after is None:
+        return None
+    return result, raises, state, after
 
 
 def print_call_outcomes(calls, limit, budget):

@@ -24,11 +24,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from proto.call_values import MAX_DESCRIPTION, MAX_TEXT, SHIPPED_NAME, literal_text
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.deletion import Deletion
-from task_synth.io_recorder_plugin import MAX_RECORDS, MAX_TEXT, literal_text
+from task_synth.io_recorder_plugin import MAX_RECORDS
 from task_synth.mutants import mutants_of
 from task_synth.python_ast import literal_value, parse_python
 from task_synth.repo_layout import RepoLayout
@@ -39,6 +40,7 @@ from task_synth.task_strength import Strength, measured_strength, strongest_unse
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
 RECORDER_SOURCE = Path(__file__).with_name("io_recorder_plugin.py")
+VALUES_SOURCE = Path(__file__).parents[1] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
@@ -69,8 +71,9 @@ class Call:
     hash-order-free texts to compare calls by."""
 
     check: IoCheck
-    key: tuple[str, str, str, str]  # module, qualname, args, kwargs (with a method's receiver)
-    outcome: tuple[str | None, str | None, str | None]  # result, raises, receiver's state after
+    key: tuple[str, str, str, str]  # module, qualname, args, kwargs (with the pickled inputs)
+    outcome: tuple[str | None, str | None, str | None, str | None]  # result, raises, state after, arguments after
+    internal: bool = False  # the library made it while a test ran: no test shows it, so it is an unseen call
 
 
 @dataclass
@@ -118,10 +121,15 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         check = IoCheck.model_validate({name: raw[name] for name in IoCheck.model_fields if name in raw})
         if check.qualname not in functions.get(check.module, ()) or (check.result is None) == (check.raises is None):
             return None
-        if any(len(text) > MAX_TEXT for text in (check.args, check.kwargs, check.result or "")):
+        if any(len(text) > MAX_TEXT for text in (check.args, check.kwargs)):
+            return None
+        if any(len(text or "") > MAX_DESCRIPTION for text in (check.result, check.state, check.args_after)):
             return None
         args, kwargs = literal_value(check.args), literal_value(check.kwargs)
-        result = None if check.raises or check.result is None else literal_value(check.result)
+        described = [
+            None if text is None else canonical(literal_value(text))
+            for text in (None if check.raises else check.result, check.state, check.args_after)
+        ]
     except (KeyError, ValidationError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
     if type(args) is not tuple or type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
@@ -129,19 +137,16 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
     if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
         return None
     method = "." in check.qualname
-    if method != (check.receiver is not None) or (method and check.state is None):
+    if (method and (check.inputs is None or check.state is None)) or (check.args_after and check.inputs is None):
         return None
-    try:
-        state = canonical(literal_value(check.state)) if check.state is not None else None
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
-    return Call(check, check_key(check), (None if check.raises else canonical(result), check.raises, state))
+    outcome = (described[0], check.raises, described[1], described[2])
+    return Call(check, check_key(check), outcome, internal=raw.get("internal") is True)
 
 
 def check_key(check: IoCheck) -> tuple[str, str, str, str]:
-    """What tells calls apart, free of hash order: the function, the arguments and a method's receiver."""
+    """What tells calls apart, free of hash order: the function, the arguments and the pickled inputs."""
     args, kwargs = canonical(literal_value(check.args)), canonical(literal_value(check.kwargs))
-    return (check.module, check.qualname, args, f"{kwargs}|{check.receiver or ''}")
+    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}")
 
 
 def unique_calls(calls: list[Call]) -> list[Call]:
@@ -155,20 +160,25 @@ def unique_calls(calls: list[Call]) -> list[Call]:
 
 
 def linked_calls(calls: list[Call], fail_to_pass: list[str]) -> list[Call]:
-    """The unique calls, each linked to the first F2P test (by sorted node id) that made it.
+    """The unique calls, each linked to the first F2P test (by sorted node id) that made it; calls the tests make
+    themselves first, then those only the library made while a test ran (internal: no test shows them).
 
     A call that no F2P test made (one at collection, say) is dropped: it is visible, so it is no unseen call either.
     """
     visible = set(fail_to_pass)
     tests: dict[tuple[str, str, str, str], str] = {}
+    direct = set()
     for call in calls:
         if call.check.test in visible:
             tests[call.key] = min(tests.get(call.key, call.check.test), call.check.test)
-    return [
-        replace(call, check=call.check.model_copy(update={"test": tests[call.key]}))
+            if not call.internal:
+                direct.add(call.key)
+    linked = [
+        replace(call, check=call.check.model_copy(update={"test": tests[call.key]}), internal=call.key not in direct)
         for call in unique_calls(calls)
         if call.key in tests
     ]
+    return sorted(linked, key=lambda call: call.internal)
 
 
 def calls_in_both(first: list[Call], second: list[Call]) -> list[Call]:
@@ -264,19 +274,18 @@ def perturbed_calls(
         ]
         mine += [(args, {**kwargs, name: new}) for name, value in kwargs.items() for new in perturbed_values(value)]
         rng.shuffle(mine)
-        variants.append([(call.key[:2], call.check.receiver, arguments) for arguments in mine])
+        if call.check.args_after is None:  # pickled arguments are not perturbed
+            variants.append([(call.key[:2], call.check.inputs, arguments) for arguments in mine])
     chosen: dict[tuple[str, str, str, str], IoCheck] = {}
-    for (module, qualname), receiver, (args, kwargs) in (
+    for (module, qualname), inputs, (args, kwargs) in (
         item for turn in itertools.zip_longest(*variants) for item in turn if item
     ):
-        key = (module, qualname, canonical(args), f"{canonical(kwargs)}|{receiver or ''}")
+        key = (module, qualname, canonical(args), f"{canonical(kwargs)}|{inputs or ''}")
         if len(chosen) >= limit or key in chosen or (args, kwargs) in recorded.get((module, qualname), ()):
             continue
         args_text, kwargs_text = literal_text(args), literal_text(kwargs)
         if args_text is not None and kwargs_text is not None:
-            chosen[key] = IoCheck(
-                module=module, qualname=qualname, args=args_text, kwargs=kwargs_text, receiver=receiver
-            )
+            chosen[key] = IoCheck(module=module, qualname=qualname, args=args_text, kwargs=kwargs_text, inputs=inputs)
     return list(chosen.values())
 
 
@@ -305,6 +314,7 @@ def record_io_checks(
         return Recording([], 0)
     started = time.monotonic()
     sb.write_file(f"{PLUGIN_DIR}/{RECORDER}.py", RECORDER_SOURCE.read_text())
+    sb.write_file(f"{PLUGIN_DIR}/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
     library_files = sorted(f"/workspace/{path}" for path in layout.modules)
     sb.write_file(IO_CONFIG, json.dumps({"functions": functions, "library_files": library_files}))
     first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings)
@@ -320,9 +330,13 @@ def record_io_checks(
         probes = perturbed_calls(agreed, recorded_arguments(first), rng)
     probed = _probed(sb, probes)
     reproduced = _reproduced(sb, agreed + probed)
-    linked = [call for call in reproduced if call.check.test is not None]
+    linked = [call for call in reproduced if call.check.test is not None and not call.internal]
     chosen_linked = selected_checks(linked)
-    unseen = [call for call in reproduced if call.check.test is None]
+    unseen = [
+        replace(call, check=call.check.model_copy(update={"test": None}))
+        for call in reproduced
+        if call.check.test is None or call.internal
+    ]
     mutation_started = time.monotonic()
     kills = _mutant_kills(sb, deletion, reproduced, settings)
     by_key = {check_key(check): check for check in unseen_checks(unseen, linked, len(unseen))}
@@ -400,7 +414,7 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
     no literal outcome, changed its arguments, or did not run before the budget was spent."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    rows = [[check.module, check.qualname, check.args, check.kwargs, check.receiver] for check in checks]
+    rows = [[check.module, check.qualname, check.args, check.kwargs, check.inputs] for check in checks]
     sb.write_file(calls, json.dumps(rows))
     result = sb.exec(
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
@@ -412,11 +426,11 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     found: list[Call | None] = [None] * len(checks)
     for line in result.stdout.splitlines():
         try:
-            index, text, raises, state = json.loads(line)
+            index, text, raises, state, after = json.loads(line)
         except (ValueError, TypeError):  # a line the functions wrote to the real stdout
             continue
         if type(index) is int and 0 <= index < len(checks):
-            raw = {**checks[index].model_dump(), "result": text, "raises": raises, "state": state}
+            raw = {**checks[index].model_dump(), "result": text, "raises": raises, "state": state, "args_after": after}
             found[index] = parsed_call(raw, {checks[index].module: [checks[index].qualname]})
     if checks and not any(found):
         log.info("running %d calls gave no outcome (exit %d): %s", len(checks), result.exit_code, result.stderr[-500:])

@@ -1,9 +1,10 @@
 """Out-of-process checks: the recorded calls of the deleted unit go into the container as inputs only; the outcomes
 come back as data and are judged here, against the original's outcomes, which never leave the server.
 
-A returned value agrees when it equals the original's as Python's `==` on plain literals says, floats within a
+Values travel described (proto.call_values: literals as themselves, objects as their class and attributes). A
+returned value agrees when its description equals the original's as `==` on plain literals says, floats within a
 relative 1e-9; an exception agrees by its class's name; a method's receiver must also end with the original's
-attributes as they were after the call.
+attributes as they were after the call, and pickled arguments as the original left them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ class CheckResult:
 def check_inputs(checks: list[IoCheck]) -> list[dict[str, str | None]]:
     """What the check child is told of each check: the call, never its expected outcome."""
     return [
-        {"module": c.module, "qualname": c.qualname, "args": c.args, "kwargs": c.kwargs, "receiver": c.receiver}
+        {"module": c.module, "qualname": c.qualname, "args": c.args, "kwargs": c.kwargs, "inputs": c.inputs}
         for c in checks
     ]
 
@@ -84,6 +85,10 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
         return CheckResult(check, "failed", got)
     if check.state is not None and not _state_agrees(check.state, record.get("state")):
         return CheckResult(check, "failed", f"{got}, left the object as {record.get('state')!s:.200}")
+    if check.args_after is not None:
+        after_readable, after = _literal(record.get("args_after"))
+        if not after_readable or not agrees(_literal(check.args_after)[1], after):
+            return CheckResult(check, "failed", f"{got}, left its arguments as {record.get('args_after')!s:.200}")
     return CheckResult(check, "passed", got)
 
 

@@ -17,13 +17,20 @@ from pathlib import Path
 from typing import Any
 
 from env_server.grading.change_set import ChangeSet, archive_of, folders_above
+from proto import call_values
+from proto.call_values import SHIPPED_NAME
 from sandbox import Sandbox, SandboxError
 from sandbox.layout import AGENT_HOME, WORKSPACE
 
 log = logging.getLogger(__name__)
 
-PROGRAMS = Path(__file__).with_name("inside")
-PROGRAM_FILES = ("launcher.py", "pytest_child.py", "check_child.py")
+_INSIDE = Path(__file__).with_name("inside")
+# What goes into the grader's folder, by name there: the launcher, its children and the values module they share
+# with synthesis.
+PROGRAMS = {
+    **{name: _INSIDE / name for name in ("launcher.py", "pytest_child.py", "check_child.py")},
+    f"{SHIPPED_NAME}.py": Path(call_values.__file__),
+}
 _ROOT_FOLDERS = ("workspace", "home", "home/agent", "opt", "tmp")
 _LAUNCH_GRACE_S = 20.0  # the launcher's own start, sweep and report, past its child's deadline
 
@@ -64,7 +71,7 @@ def write_grading_tree(
     # Every folder above a test, the workspace too, so that none can be renamed away and replaced by forged tests.
     sealed = {WORKSPACE[1:]} | {f"{WORKSPACE[1:]}/{f}" for path in pristine_tests for f in folders_above(path)}
     own = folder.path[1:]
-    programs = {f"{own}/{name}": (PROGRAMS / name).read_bytes() for name in PROGRAM_FILES}
+    programs = {f"{own}/{name}": source.read_bytes() for name, source in PROGRAMS.items()}
     executable = {f"{WORKSPACE[1:]}/{path}" for path in changes.executable}
     archive = archive_of(
         {**files, **programs},

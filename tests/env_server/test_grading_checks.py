@@ -3,8 +3,10 @@ the launcher and its children run on this host in a PID namespace of their own (
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import pickle
 import shutil
 import subprocess
 import sys
@@ -13,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from env_server.grading.checks import agrees, check_inputs, judge, judge_all
-from env_server.grading.run import PROGRAM_FILES, PROGRAMS
+from env_server.grading.run import PROGRAMS
 from proto.tasks import IoCheck
 from tests.task_fixture import ORIGINAL_OPS, WRONG_OPS
 
@@ -26,7 +28,8 @@ CHECKS = [
 
 def test_a_container_is_told_the_calls_and_never_their_outcomes():
     sent = json.dumps(check_inputs(CHECKS))
-    assert "(-5, 0, 10)" in sent and "ValueError" not in sent and '"result"' not in sent and '"state"' not in sent
+    assert "(-5, 0, 10)" in sent and "ValueError" not in sent
+    assert not {"result", "raises", "state", "args_after"} & {key for call in check_inputs(CHECKS) for key in call}
 
 
 @pytest.mark.parametrize(
@@ -63,7 +66,7 @@ def test_a_check_passes_only_on_the_originals_outcome():
 
 
 def test_a_method_check_also_needs_the_receivers_state_after_the_call():
-    method = IoCheck(module="m", qualname="Box.put", args="(3,)", result="None", receiver="eA==", state="{'n': 3}")
+    method = IoCheck(module="m", qualname="Box.put", args="(3,)", result="None", inputs="eA==", state="{'n': 3}")
     assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 3}"}).outcome == "passed"
     assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 0}"}).outcome == "failed"
     assert judge(method, {"i": 0, "returned": "None"}).outcome == "failed"
@@ -91,17 +94,22 @@ needs_namespace = pytest.mark.skipif(
 )
 
 
-def launch_here(tmp_path: Path, ops: str, kind: str, config: dict, tests: str = "") -> tuple[str, dict, Path]:
+def launch_here(
+    tmp_path: Path, ops: str, kind: str, config: dict, tests: str = "", extra: dict[str, str] | None = None
+) -> tuple[str, dict, Path]:
     """Run the launcher on a workspace holding `ops` as calc/ops.py; (its stdout, its report, the nonce file)."""
     grader, workspace = tmp_path / "grader", tmp_path / "workspace"
     grader.mkdir(parents=True)
-    for name in PROGRAM_FILES:
-        shutil.copy(PROGRAMS / name, grader / name)
+    for name, source in PROGRAMS.items():
+        shutil.copy(source, grader / name)
     (workspace / "calc").mkdir(parents=True)
     (workspace / "calc" / "__init__.py").write_text("")
     (workspace / "calc" / "ops.py").write_text(ops)
     (workspace / "tests").mkdir()
     (workspace / "tests" / "test_ops.py").write_text(tests)
+    for path, text in (extra or {}).items():
+        (workspace / path).parent.mkdir(parents=True, exist_ok=True)
+        (workspace / path).write_text(text)
     config = {**config, "kind": kind, "cwd": str(workspace), "timeout_s": 20, "log": str(tmp_path / "child.log")}
     (grader / "run.json").write_text(json.dumps(config))
     (grader / "nonce").write_text("n0nce")
@@ -168,3 +176,57 @@ def test_the_test_child_reports_each_wanted_test_and_a_daemon_holding_its_pipe_d
     outcomes = {r["nodeid"]: r["outcome"] for r in records if r.get("nodeid") and r["outcome"] != "passed"}
     assert outcomes == {wanted[0]: "failed", wanted[1]: "failed"}
     assert {"exit_code": 1} in records and report["timed_out"] is False
+
+
+READER = """
+class Buffer:
+    def __init__(self, data):
+        self.data = bytearray(data)
+
+
+class Token:
+    def __init__(self, text):
+        self.text = text
+
+
+def take(buf, n):
+    out = bytes(buf.data[:n])
+    del buf.data[:n]
+    return Token(out)
+"""
+
+
+@needs_namespace
+def test_a_check_on_objects_needs_the_described_result_and_the_arguments_left_as_the_original_left_them(
+    tmp_path, monkeypatch
+):
+    (tmp_path / "pickling" / "wire").mkdir(parents=True)
+    (tmp_path / "pickling" / "wire" / "__init__.py").write_text("")
+    (tmp_path / "pickling" / "wire" / "reader.py").write_text(READER)
+    monkeypatch.syspath_prepend(str(tmp_path / "pickling"))
+    from wire.reader import Buffer  # type: ignore[import-not-found]
+
+    inputs = base64.b64encode(pickle.dumps((None, ((Buffer(b"hello"), 2), {})))).decode()
+    consumed = ((("object", "Buffer", {"data": ("bytearray", b"llo")}), 2), {})
+    check = IoCheck(
+        module="wire.reader",
+        qualname="take",
+        args="()",
+        inputs=inputs,
+        result=repr(("object", "Token", {"text": b"he"})),
+        args_after=repr(consumed),
+    )
+    config = {"calls": check_inputs([check]), "call_timeout_s": 5}
+    files = {"wire/__init__.py": ""}
+    _, right, _ = launch_here(
+        tmp_path / "right", ORIGINAL_OPS, "checks", config, extra={**files, "wire/reader.py": READER}
+    )
+    peeking = READER.replace("    del buf.data[:n]\n", "")  # the right token, but the buffer is not consumed
+    _, wrong, _ = launch_here(
+        tmp_path / "wrong", ORIGINAL_OPS, "checks", config, extra={**files, "wire/reader.py": peeking}
+    )
+    assert [v.outcome for v in judge_all([check], [json.loads(line) for line in right["lines"]])] == ["passed"]
+    verdict = judge_all([check], [json.loads(line) for line in wrong["lines"]])[0]
+    assert verdict.outcome == "failed" and "left its arguments" in verdict.got
+    for name in [name for name in sys.modules if name == "wire" or name.startswith("wire.")]:
+        del sys.modules[name]

@@ -16,16 +16,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from proto.call_values import SHIPPED_NAME, literal_text
 from proto.tasks import IoCheck, TaskRecord, TaskStats
 from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
-from task_synth.io_recorder_plugin import literal_text
 from task_synth.io_recording import (
     MAX_CHECKS,
     MAX_UNSEEN,
     PROBE_CALL_S,
     RECORDER,
     RECORDER_SOURCE,
+    VALUES_SOURCE,
     _call_outcomes,
     _probed,
     _reproduced,
@@ -138,7 +139,7 @@ def _call(qualname="double", args="(1,)", kwargs="{}", result="2", raises=None, 
         {"result": None, "raises": "not a name"},
         {"result": None, "raises": "NotImplementedError"},  # what the stub raises: no check against it
         {"result": None, "raises": "AttributeError"},  # what calling a removed function raises
-        {"result": "'" + "x" * 400 + "'"},
+        {"result": "'" + "x" * 5000 + "'"},  # longer than any description kept
         {"test": 3},
         {"args": None},
     ],
@@ -402,6 +403,7 @@ def recorded_raw_calls(tmp_path: Path, files: dict[str, str], functions: dict[st
         (tmp_path / path).write_text(text)
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
+    (tmp_path / "plugins" / f"{SHIPPED_NAME}.py").write_text(VALUES_SOURCE.read_text())
     library = [str(tmp_path / path) for path in files if not path.startswith("tests/")]
     (tmp_path / "config.json").write_text(json.dumps({"functions": functions, "library_files": library}))
     env = {
@@ -419,24 +421,28 @@ def recorded_raw_calls(tmp_path: Path, files: dict[str, str], functions: dict[st
     return json.loads((tmp_path / "calls.json").read_text())
 
 
-def test_recorder_keeps_direct_literal_calls_that_leave_their_arguments_alone(tmp_path):
-    """Recursion and the library's own calls are not recorded, nor a call that mutated its argument."""
+def test_recorder_keeps_literal_calls_that_leave_their_arguments_alone_and_marks_the_librarys_own(tmp_path):
+    """Calls the tests make are linked to them; recursion and the library's own calls are kept apart as internal; a
+    call that mutated its literal argument, or whose argument no description stands for, is not recorded."""
     functions = {"pkg.core": ["double", "factorial", "quadruple", "pop_last", "letters", "fail"]}
     raw_calls = recorded_raw_calls(tmp_path, PACKAGE, functions)
-    calls = [parsed_call(raw, functions) for raw in raw_calls]
-    assert [(c.check.qualname, c.check.args, c.outcome) for c in calls] == [
-        ("double", "(5,)", ("10", None, None)),
-        ("double", "(3,)", ("6", None, None)),  # through the package's re-export
-        ("factorial", "(4,)", ("24", None, None)),  # once, not per recursion step
-        ("quadruple", "(1,)", ("4", None, None)),  # its calls of double are the library's own
-        ("letters", "('aba',)", (canonical({"a", "b"}), None, None)),
-        ("fail", "('k',)", (None, "KeyError", None)),
+    calls = [call for raw in raw_calls if (call := parsed_call(raw, functions))]
+    direct = [call for call in calls if not call.internal]
+    assert [(c.check.qualname, c.check.args, c.outcome) for c in direct] == [
+        ("double", "(5,)", ("10", None, None, None)),
+        ("double", "(3,)", ("6", None, None, None)),  # through the package's re-export
+        ("factorial", "(4,)", ("24", None, None, None)),
+        ("quadruple", "(1,)", ("4", None, None, None)),
+        ("letters", "('aba',)", (canonical({"a", "b"}), None, None, None)),
+        ("fail", "('k',)", (None, "KeyError", None, None)),
     ]
-    assert [call.check.test for call in calls] == [
+    assert [call.check.test for call in direct] == [
         None,
         *["tests/test_core.py::test_calls"] * 4,
         "tests/test_core.py::test_raises",
     ]
+    internal = {(call.check.qualname, call.check.args) for call in calls if call.internal}
+    assert internal == {("factorial", f"({n},)") for n in (1, 2, 3)} | {("double", "(1,)"), ("double", "(2,)")}
 
 
 PROBED = """
@@ -483,6 +489,7 @@ class LocalSandbox:
     def __init__(self, root: Path):
         self.root = root
         self.write_file(f"/plugins/{RECORDER}.py", RECORDER_SOURCE.read_text())
+        self.write_file(f"/plugins/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
 
     def _here(self, path: str) -> str:
         return str(self.root / "sandbox" / path.lstrip("/")) if path.startswith("/") else path
@@ -520,11 +527,11 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
     probed = _probed(sb, probes)
     assert time.monotonic() - started < PROBE_CALL_S + 5
     assert [(call.check.qualname, call.outcome) for call in probed] == [
-        ("double", ("4", None, None)),
-        ("shout", ("'A'", None, None)),
-        ("lookup", (None, "KeyError", None)),
-        ("hashed", (repr(_hash_under("1")), None, None)),
-        ("double", ("6", None, None)),
+        ("double", ("4", None, None, None)),
+        ("shout", ("'A'", None, None, None)),
+        ("lookup", (None, "KeyError", None, None)),
+        ("hashed", (repr(_hash_under("1")), None, None, None)),
+        ("double", ("6", None, None, None)),
     ]
     assert all(call.check.test is None for call in probed)
     assert [call.check.qualname for call in _reproduced(sb, probed)] == ["double", "shout", "lookup", "double"]
@@ -635,17 +642,17 @@ def test_a_methods_calls_keep_the_receiver_before_and_its_state_after_and_replay
     raw_calls = recorded_raw_calls(tmp_path, METHODS, functions)
     calls = [parsed_call(raw, functions) for raw in raw_calls]
     assert [(c.check.qualname, c.check.args, c.outcome) for c in calls if c] == [
-        ("Cart.add", "('apple', 2)", ("2", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 2}))),
-        ("Cart.add", "('apple',)", ("3", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 3}))),
-        ("Cart.add", "('pear',)", (None, "KeyError", canonical({"prices": {"apple": 3}, "items": []}))),
+        ("Cart.add", "('apple', 2)", ("2", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 2}), None)),
+        ("Cart.add", "('apple',)", ("3", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 3}), None)),
+        ("Cart.add", "('pear',)", (None, "KeyError", canonical({"prices": {"apple": 3}, "items": []}), None)),
     ]
-    assert all(call and call.check.receiver for call in calls)
+    assert all(call and call.check.inputs for call in calls)
     replayed = _reproduced(LocalSandbox(tmp_path), [call for call in calls if call])
     assert [call.check.args for call in replayed] == ["('apple', 2)", "('apple',)", "('pear',)"]
 
 
 def test_a_methods_unseen_calls_keep_its_receiver():
-    receiver = "gAR9lC4="  # a pickled empty dict: any receiver text
+    inputs = "gAR9lC4="  # a pickle: any inputs text
     call = parsed_call(
         {
             "module": "shop.cart",
@@ -655,20 +662,79 @@ def test_a_methods_unseen_calls_keep_its_receiver():
             "result": "2",
             "raises": None,
             "test": "tests/test_cart.py::test_add",
-            "receiver": receiver,
+            "inputs": inputs,
             "state": "{'items': []}",
         },
         {"shop.cart": ["Cart.add"]},
     )
     assert call is not None
     probes = perturbed_calls([call], {}, random.Random(0), limit=5)
-    assert probes and all(p.receiver == receiver and p.qualname == "Cart.add" for p in probes)
+    assert probes and all(p.inputs == inputs and p.qualname == "Cart.add" for p in probes)
 
 
-def test_a_method_call_without_its_receiver_or_state_is_dropped():
+def test_a_method_call_without_its_inputs_or_state_is_dropped():
     raw = {"module": "shop.cart", "qualname": "Cart.add", "args": "(1,)", "kwargs": "{}", "result": "1"}
     assert parsed_call({**raw, "state": "{}"}, {"shop.cart": ["Cart.add"]}) is None
-    assert parsed_call({**raw, "receiver": "eA=="}, {"shop.cart": ["Cart.add"]}) is None
+    assert parsed_call({**raw, "inputs": "eA=="}, {"shop.cart": ["Cart.add"]}) is None
+
+
+OBJECTS = {
+    "wire/__init__.py": "",
+    "wire/reader.py": """
+import enum
+
+
+class Kind(enum.Enum):
+    WORD = 1
+
+
+class Buffer:
+    def __init__(self, data):
+        self.data = bytearray(data)
+
+
+class Token:
+    def __init__(self, text, kind):
+        self.text, self.kind = text, kind
+
+
+class NEED_DATA:
+    pass
+
+
+def take(buf, n):
+    if len(buf.data) < n:
+        return NEED_DATA
+    out = bytes(buf.data[:n])
+    del buf.data[:n]
+    return Token(out, Kind.WORD)
+""",
+    "tests/test_reader.py": """
+from wire.reader import NEED_DATA, Buffer, take
+
+
+def test_take():
+    buf = Buffer(b"hello")
+    assert take(buf, 2).text == b"he"
+    assert take(buf, 9) is NEED_DATA
+""",
+}
+
+
+def test_calls_with_objects_keep_their_arguments_as_a_pickle_and_describe_results_and_what_they_consumed(tmp_path):
+    """Arguments that are no literals travel as a pickle; the object returned, the class returned as a sentinel
+    and the buffer the call consumed are described (class and attributes), and a fresh interpreter agrees."""
+    functions = {"wire.reader": ["take"]}
+    calls = [call for raw in recorded_raw_calls(tmp_path, OBJECTS, functions) if (call := parsed_call(raw, functions))]
+    assert [(call.check.args, call.check.result) for call in calls] == [
+        ("()", repr(("object", "Token", {"kind": ("enum", "Kind", "WORD"), "text": b"he"}))),
+        ("()", repr(("class", "wire.reader.NEED_DATA"))),
+    ]
+    buffer_after = ("object", "Buffer", {"data": ("bytearray", b"llo")})
+    assert calls[0].check.args_after == repr(((buffer_after, 2), {}))
+    assert all(call.check.inputs and call.check.state is None for call in calls)
+    assert perturbed_calls(calls, {}, random.Random(0)) == []  # pickled arguments are not perturbed
+    assert [call.check.result for call in _reproduced(LocalSandbox(tmp_path), calls)] == [c.check.result for c in calls]
 
 
 def test_a_mutant_written_within_the_same_second_as_the_last_is_run_not_its_cached_bytecode(tmp_path, monkeypatch):
@@ -681,4 +747,4 @@ def test_a_mutant_written_within_the_same_second_as_the_last_is_run_not_its_cach
         (tmp_path / "cmp.py").write_text(source)
         (found,) = _call_outcomes(sb, [check], "0", 5.0, 30.0)
         outcomes.append(found.outcome if found else None)
-    assert outcomes == [("True", None, None), ("False", None, None)]
+    assert outcomes == [("True", None, None, None), ("False", None, None, None)]

@@ -1,26 +1,29 @@
 """The check child of a graded run: each recorded call of the deleted unit, in a process forked for it, its outcome
 sent up the launcher's pipe as data.
 
-`python check_child.py CONFIG FD`. The config holds inputs only (module, qualified name, arguments as literal text,
-and for a method the receiver as the pickle recorded at synthesis); what the calls should give never enters this
-container. An outcome is the returned value as literal text (or its type's name when it is no literal), the name of
-the exception's class, and for a method the receiver's state after the call. The grader compares them with the
-original's outcomes; whatever this process sends, only the right values earn anything.
+`python check_child.py CONFIG FD`. The config holds inputs only (module, qualified name, literal arguments, and the
+pickle recorded at synthesis of a method's receiver and of arguments that are no literals); what the calls should
+give never enters this container. An outcome is the returned value described as proto.call_values has it (or its
+type's name where no description stands for it), the name of the exception's class, the receiver's state and the
+pickled arguments after the call. The grader compares them with the original's; whatever this process sends, only
+the right values earn anything.
 """
 
 import ast
 import base64
 import importlib
 import json
-import math
 import os
 import pickle
 import signal
 import sys
 import time
 
-MAX_NODES = 2000
-MAX_TEXT = 64 * 1024
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # for the values module shipped beside this file, and only while it is imported
+from regrow_call_values import described_text, state_text  # noqa: E402
+
+sys.path.remove(HERE)
 
 
 class Overtime(BaseException):
@@ -31,57 +34,29 @@ def _overtime(signum, frame):
     raise Overtime
 
 
-def literal_text(value):
-    """`repr(value)` when `value` is built of exact literal types only (finite floats), in few enough nodes; else
-    None. Exact types: a subclass's `__repr__` or `__eq__` takes no part."""
-    stack, nodes = [value], 0
-    while stack:
-        item = stack.pop()
-        nodes += 1
-        kind = type(item)
-        if nodes > MAX_NODES:
-            return None
-        if kind is float and not math.isfinite(item):
-            return None
-        if kind in (tuple, list, set, frozenset):
-            stack.extend(item)
-        elif kind is dict:
-            stack.extend(item.keys())
-            stack.extend(item.values())
-        elif kind not in (int, float, str, bytes, bool, complex) and item is not None:
-            return None
-    text = repr(value)
-    return text if len(text) <= MAX_TEXT else None
-
-
-def state_of(receiver):
-    """The receiver's instance attributes as literal text (those holding literals), or None without a `__dict__`."""
-    attributes = getattr(receiver, "__dict__", None)
-    if type(attributes) is not dict:
-        return None
-    plain = {name: item for name, item in attributes.items() if type(name) is str and literal_text(item) is not None}
-    return literal_text(plain)
-
-
 def _target(call):
-    if call.get("receiver"):
-        receiver = pickle.loads(base64.b64decode(call["receiver"]))
-        return receiver, getattr(receiver, call["qualname"].rsplit(".", 1)[-1])
+    """The receiver (None for a function), the callable and its arguments, loaded anew."""
+    receiver, arguments = pickle.loads(base64.b64decode(call["inputs"])) if call.get("inputs") else (None, None)
+    if arguments is None:
+        arguments = ast.literal_eval(call["args"]), ast.literal_eval(call["kwargs"])
+    if receiver is not None:
+        return receiver, getattr(receiver, call["qualname"].rsplit(".", 1)[-1]), arguments
     found = importlib.import_module(call["module"])
     for part in call["qualname"].split("."):
         found = getattr(found, part)
-    return None, found
+    return None, found, arguments
 
 
 def outcome(call, limit):
-    """What one call gives: returned (literal text), kind (type name of a non-literal), raised, state."""
+    """What one call gives: returned (described), kind (type name of what no description stands for), raised, the
+    receiver's state and pickled arguments after."""
     signal.setitimer(signal.ITIMER_REAL, limit)
     found = {}
-    receiver = None
+    receiver = arguments = None
     try:
-        receiver, function = _target(call)
-        result = function(*ast.literal_eval(call["args"]), **ast.literal_eval(call["kwargs"]))
-        found["returned"] = literal_text(result)
+        receiver, function, arguments = _target(call)
+        result = function(*arguments[0], **arguments[1])
+        found["returned"] = described_text(result)
         if found["returned"] is None:
             found["kind"] = type(result).__name__
     except Overtime:
@@ -90,8 +65,10 @@ def outcome(call, limit):
         found["raised"] = type(error).__name__
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    if call.get("receiver") and receiver is not None:
-        found["state"] = state_of(receiver)
+    if receiver is not None:
+        found["state"] = state_text(receiver)
+    if call.get("inputs") and arguments is not None:
+        found["args_after"] = described_text(arguments)
     return found
 
 
