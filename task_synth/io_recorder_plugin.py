@@ -1,18 +1,17 @@
-"""pytest plugin for a synthesis sandbox: records literal calls of the deleted functions while the F2P tests run.
+"""pytest plugin for a synthesis sandbox: records calls of the deleted functions and methods while the F2P tests run.
 
 Loaded there as `-p regrow_io_recorder`. REGROW_IO_CONFIG names a JSON file
 `{"functions": {module: [name or Class.method, ...]}, "library_files": [path, ...]}`; the calls go to REGROW_IO_OUT as
-a JSON list
-when pytest ends, each with the node id of the test that made it (None outside a test: at collection, say). A call is
-recorded only when test code made it (its caller is no library file, which leaves out recursion and the library's own
-calls), its arguments, keyword arguments and result are short literals, and it left its arguments as they were. A
-method's call also keeps its receiver as it was before the call (a pickle, base64) and its literal attributes after.
-Stdlib only: it runs in the repository's interpreter.
+a JSON list when pytest ends, each with the node id of the test that made it (None outside a test: at collection,
+say) and whether the library itself made it (internal: recursion, or one method calling another). Arguments that are
+short literals are kept as text, and the call only if it left them as they were; other arguments, and a method's
+receiver, are kept as one pickle of how they were before the call (base64), with what the call left of them
+described after. Results and receivers are described as proto.call_values has it (copied beside this file as
+regrow_call_values). Stdlib only: it runs in the repository's interpreter.
 
 Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
-and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, and the replay
-that
-every check must pass.
+and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, the replay
+that every check must pass, and the same calls against each mutant of the unit.
 """
 
 import ast
