@@ -35,7 +35,7 @@ from task_synth.python_ast import literal_value, parse_python
 from task_synth.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
 from task_synth.suite_runs import PLUGIN_DIR, SCRATCH
-from task_synth.task_strength import Strength, measured_strength, strongest_unseen
+from task_synth.task_strength import Strength, measured_strength, strongest
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
@@ -318,7 +318,10 @@ def record_io_checks(
     library_files = sorted(f"/workspace/{path}" for path in layout.modules)
     sb.write_file(IO_CONFIG, json.dumps({"functions": functions, "library_files": library_files}))
     first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings)
-    candidates = linked_calls(_parsed_calls(first, functions), fail_to_pass)[:MAX_CANDIDATES]
+    linked_all = linked_calls(_parsed_calls(first, functions), fail_to_pass)
+    # The library's own calls get room of their own: a test that makes many calls would crowd them out.
+    direct = [call for call in linked_all if not call.internal][:MAX_CANDIDATES]
+    candidates = direct + [call for call in linked_all if call.internal][: MAX_CANDIDATES // 2]
     if not candidates:
         return Recording([], executions)
     tests = list(dict.fromkeys(call.check.test for call in candidates if call.check.test))
@@ -331,7 +334,6 @@ def record_io_checks(
     probed = _probed(sb, probes)
     reproduced = _reproduced(sb, agreed + probed)
     linked = [call for call in reproduced if call.check.test is not None and not call.internal]
-    chosen_linked = selected_checks(linked)
     unseen = [
         replace(call, check=call.check.model_copy(update={"test": None}))
         for call in reproduced
@@ -339,9 +341,12 @@ def record_io_checks(
     ]
     mutation_started = time.monotonic()
     kills = _mutant_kills(sb, deletion, reproduced, settings)
+    # Each kind of check is chosen to kill the most mutants, then in its own order (spread over tests, new answers).
+    spread = {check_key(check): check for check in selected_checks(linked, len(linked))}
+    chosen_linked = [spread[key] for key in strongest(list(spread), [], kills, MAX_CHECKS)]
     by_key = {check_key(check): check for check in unseen_checks(unseen, linked, len(unseen))}
     linked_keys = [check_key(check) for check in chosen_linked]
-    chosen_unseen = [by_key[key] for key in strongest_unseen(list(by_key), linked_keys, kills, MAX_UNSEEN)]
+    chosen_unseen = [by_key[key] for key in strongest(list(by_key), linked_keys, kills, MAX_UNSEEN)]
     checks = chosen_linked + chosen_unseen
     strength = measured_strength(kills, [check_key(check) for check in checks], time.monotonic() - mutation_started)
     log.info(

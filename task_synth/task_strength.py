@@ -1,5 +1,5 @@
-"""How strong a task's checks are: the share of the unit's mutants they tell apart from the original, and the unseen
-checks chosen to tell apart the most.
+"""How strong a task's checks are: the share of the unit's mutants they tell apart from the original, and the checks
+chosen to tell apart the most.
 
 A mutant no recorded or probed call tells apart is counted as equivalent (as far as any call synthesis found can
 see); the kill rate is over the others. Calls are named by a hashable key.
@@ -30,11 +30,9 @@ class Strength:
         return self.killed / judged if judged else None
 
 
-def strongest_unseen(
-    ranked: Sequence[Key], chosen: Sequence[Key], kills: Sequence[set[Key]] | None, limit: int
-) -> list[Key]:
-    """Up to `limit` of the unseen calls `ranked`: first, one at a time, the call that kills the most mutants that no
-    call chosen so far kills (ties go to the earlier in `ranked`); then the rest in `ranked`'s order."""
+def strongest(ranked: Sequence[Key], chosen: Sequence[Key], kills: Sequence[set[Key]] | None, limit: int) -> list[Key]:
+    """Up to `limit` of the calls `ranked`: first, one at a time, the call that kills the most mutants that neither
+    `chosen` nor a call picked so far kills (ties go to the earlier in `ranked`); then the rest in `ranked`'s order."""
     picked: list[Key] = []
     alive = [mutant for mutant in kills or () if not mutant & set(chosen)]
     while alive and len(picked) < limit:

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from task_synth.mutants import mutants_of
-from task_synth.task_strength import measured_strength, strongest_unseen
+from task_synth.task_strength import measured_strength, strongest
 from tests.task_fixture import ORIGINAL_OPS
 
 STACK = '''"""Stacks."""
@@ -66,9 +66,9 @@ def test_many_sites_are_sampled_down_to_the_limit_the_same_way_each_time():
 
 def test_unseen_calls_are_chosen_to_kill_the_mutants_the_visible_ones_leave_alive():
     kills = [{"v1"}, {"u2"}, {"u2", "u3"}, {"u3"}, {"u4"}, set()]
-    assert strongest_unseen(["u1", "u2", "u3", "u4"], ["v1"], kills, limit=2) == ["u2", "u3"]
-    assert strongest_unseen(["u1", "u2", "u3", "u4"], ["v1"], kills, limit=4) == ["u2", "u3", "u4", "u1"]
-    assert strongest_unseen(["u1", "u2"], [], None, limit=1) == ["u1"]  # no mutants: the ranking alone
+    assert strongest(["u1", "u2", "u3", "u4"], ["v1"], kills, limit=2) == ["u2", "u3"]
+    assert strongest(["u1", "u2", "u3", "u4"], ["v1"], kills, limit=4) == ["u2", "u3", "u4", "u1"]
+    assert strongest(["u1", "u2"], [], None, limit=1) == ["u1"]  # no mutants: the ranking alone
 
 
 def test_the_kill_rate_leaves_out_mutants_no_call_tells_apart():
