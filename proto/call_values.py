@@ -2,10 +2,11 @@
 and the grader compares.
 
 A literal is its own description (`repr` reads back with `ast.literal_eval`); a bytearray is ('bytearray', bytes),
-an enum member ('enum', class, name), a class ('class', qualified name) and any other object ('object', class,
-{attribute: description}), recursively. Exact types only: no `__eq__` or `__repr__` of the code under test takes
-part. Stdlib only: this file is copied next to the programs that run in a repository's interpreter, as
-`regrow_call_values.py`.
+an enum member ('enum', class, name), a class ('class', qualified name), a function ('function', qualified name),
+a bound method ('method', class, name) and any other object ('object', class, {attribute: description}),
+recursively; generators, modules and cycles have none. Exact types only: no `__eq__` or `__repr__` of the code
+under test takes part. Stdlib only: this file is copied next to the programs that run in a repository's
+interpreter, as `regrow_call_values.py`.
 """
 
 import ast
@@ -62,16 +63,8 @@ class _Undescribable(Exception):
     """A value with a part no description stands for: a function, a generator, a cycle, too deep."""
 
 
-_OPAQUE = (
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    types.ModuleType,
-    types.GeneratorType,
-    types.CoroutineType,
-    types.CodeType,
-    types.FrameType,
-)
+_OPAQUE = (types.ModuleType, types.GeneratorType, types.CoroutineType, types.CodeType, types.FrameType)
+_NAMED = (types.FunctionType, types.BuiltinFunctionType)
 
 
 def _describe(value, depth, seen):
@@ -80,6 +73,10 @@ def _describe(value, depth, seen):
         return value
     if kind is float:
         return value if math.isfinite(value) else ("float", repr(value))
+    if isinstance(value, _NAMED):  # a function held as data (a table of readers, a callback) is its name
+        return ("function", f"{getattr(value, '__module__', '')}.{value.__qualname__}")
+    if isinstance(value, types.MethodType):
+        return ("method", type(value.__self__).__qualname__, value.__func__.__qualname__)
     if depth > MAX_DEPTH or isinstance(value, _OPAQUE) or id(value) in seen:
         raise _Undescribable
     seen = seen | {id(value)}
@@ -89,8 +86,10 @@ def _describe(value, depth, seen):
         return kind(_describe(item, depth + 1, seen) for item in value)
     if kind is dict:
         return {_describe(key, depth + 1, seen): _describe(item, depth + 1, seen) for key, item in value.items()}
-    if kind in (set, frozenset):
-        return kind(_describe(item, depth + 1, seen) for item in value)
+    if kind is set:
+        return {_describe(item, depth + 1, seen) for item in value}
+    if kind is frozenset:  # no literal spells one
+        return ("frozenset", {_describe(item, depth + 1, seen) for item in value})
     if isinstance(value, enum.Enum):
         return ("enum", kind.__qualname__, value.name)
     if isinstance(value, type):
@@ -123,8 +122,13 @@ def described_text(value):
 
 
 def state_text(receiver):
-    """The receiver's instance attributes, described, as dict literal text; None when they are not describable."""
-    attributes = getattr(receiver, "__dict__", None)
-    if type(attributes) is not dict:
+    """The receiver's attributes (`__dict__` or slots), described, as dict literal text; None when they are not
+    describable."""
+    try:
+        description = _describe(receiver, 0, frozenset())
+    except (_Undescribable, TypeError, ValueError, RecursionError, MemoryError):
         return None
-    return described_text({k: v for k, v in attributes.items() if type(k) is str and not k.startswith("__")})
+    if type(description) is not tuple or description[0] != "object":
+        return None
+    text = repr(description[2])
+    return text if len(text) <= MAX_DESCRIPTION else None

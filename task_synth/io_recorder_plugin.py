@@ -138,7 +138,8 @@ def _wrap(module):
 
 
 def _replace_references(swapped):
-    """Point every module-level name bound to an original (`from mod import fn` done before us) at its wrapper."""
+    """Point every module-level reference to an original at its wrapper: names bound to it (`from mod import fn`
+    done before us), and entries of module-level dicts and lists (a table of handlers)."""
     for module in list(sys.modules.values()):
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
@@ -147,6 +148,16 @@ def _replace_references(swapped):
             pair = swapped.get(id(value))
             if pair is not None and pair[0] is value:
                 namespace[key] = pair[1]
+            elif type(value) is dict:
+                for inner, item in list(value.items()):
+                    pair = swapped.get(id(item))
+                    if pair is not None and pair[0] is item:
+                        value[inner] = pair[1]
+            elif type(value) is list:
+                for index, item in enumerate(value):
+                    pair = swapped.get(id(item))
+                    if pair is not None and pair[0] is item:
+                        value[index] = pair[1]
 
 
 class _WrapAfterImport:
@@ -167,7 +178,7 @@ class _WrapAfterImport:
 
             def exec_module(module):
                 execute(module)
-                _wrap(module)
+                _replace_references(_wrap(module))  # its own tables of handlers, too
 
             spec.loader.exec_module = exec_module
         return spec

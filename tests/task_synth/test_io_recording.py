@@ -748,3 +748,16 @@ def test_a_mutant_written_within_the_same_second_as_the_last_is_run_not_its_cach
         (found,) = _call_outcomes(sb, [check], "0", 5.0, 30.0)
         outcomes.append(found.outcome if found else None)
     assert outcomes == [("True", None, None, None), ("False", None, None, None)]
+
+
+def test_a_function_reached_through_a_module_level_table_is_recorded(tmp_path):
+    """`TABLE = {"d": double}` holds the function object itself: the recorder points the table at its wrapper."""
+    files = {
+        "calc2/__init__.py": "",
+        "calc2/core.py": "def double(x):\n    return 2 * x\n\n\nTABLE = {'d': double}\n\n\n"
+        "def run(name, x):\n    return TABLE[name](x)\n",
+        "tests/test_core.py": "from calc2.core import run\n\n\ndef test_run():\n    assert run('d', 4) == 8\n",
+    }
+    functions = {"calc2.core": ["double"]}
+    calls = [call for raw in recorded_raw_calls(tmp_path, files, functions) if (call := parsed_call(raw, functions))]
+    assert [(call.check.args, call.outcome[0], call.internal) for call in calls] == [("(4,)", "8", True)]

@@ -1,0 +1,83 @@
+"""The one description of a call's values (proto/call_values.py) that synthesis, grading containers and the grader
+share: what stands for what, and what has no description."""
+
+from __future__ import annotations
+
+import ast
+import enum
+import math
+
+import pytest
+
+from proto.call_values import described_text, literal_text, state_text
+
+
+class Color(enum.Enum):
+    RED = 1
+
+
+class Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self):
+        self.a, self.b = 1, [b"x"]
+
+
+class Plain:
+    def __init__(self):
+        self.handler = len
+        self.kind = Color.RED
+        self.sentinel = Slotted
+        self.buffer = bytearray(b"ab")
+
+
+def reader(data):
+    return data
+
+
+@pytest.mark.parametrize("value", [0, -2.5, "s", b"b", None, True, [1, (2, {"k": {3}})], set()])
+def test_a_literal_is_its_own_description(value):
+    assert described_text(value) == repr(value) and ast.literal_eval(described_text(value) or "") == value
+
+
+def test_a_frozenset_which_no_literal_spells_is_described_by_its_set():
+    assert ast.literal_eval(described_text(frozenset({1, 2})) or "") == ("frozenset", {1, 2})
+
+
+def test_objects_are_their_class_and_attributes_and_functions_and_classes_their_names():
+    described = ast.literal_eval(described_text(Plain()) or "")
+    assert described == (
+        "object",
+        "Plain",
+        {
+            "buffer": ("bytearray", b"ab"),
+            "handler": ("function", "builtins.len"),
+            "kind": ("enum", "Color", "RED"),
+            "sentinel": ("class", f"{__name__}.Slotted"),
+        },
+    )
+    assert ast.literal_eval(described_text({"read": reader}) or "") == {"read": ("function", f"{__name__}.reader")}
+    assert ast.literal_eval(described_text(Slotted()) or "") == ("object", "Slotted", {"a": 1, "b": [b"x"]})
+
+
+def test_a_receivers_state_is_its_attributes_slots_too():
+    assert ast.literal_eval(state_text(Slotted()) or "") == {"a": 1, "b": [b"x"]}
+    assert state_text(3) is None
+
+
+def test_generators_cycles_and_the_too_deep_have_no_description():
+    looped: list = []
+    looped.append(looped)
+    deep: list = []
+    for _ in range(20):
+        deep = [deep]
+    assert described_text(x for x in "ab") is None
+    assert described_text(looped) is None and described_text(deep) is None
+    assert described_text(math.inf) == repr(("float", "inf"))
+
+
+def test_literal_text_keeps_to_exact_literal_types():
+    class Number(int):
+        pass
+
+    assert literal_text(Number(3)) is None and literal_text(3) == "3"
