@@ -45,7 +45,7 @@ IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
 MAX_CHECKS = 8  # checks linked to the visible test that made their call
-MAX_UNSEEN = 6  # checks of calls no visible test makes
+MAX_UNSEEN = 8  # checks of calls no visible test makes
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
 MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
@@ -294,13 +294,18 @@ def unseen_checks(calls: list[Call], linked: list[Call], limit: int = MAX_UNSEEN
 
     Calls whose outcome no linked call of the function has come first (a table of the visible answers with a fallback
     fails them), and returning calls before raising ones. At most half raise, and only an exception class that a
-    linked call of the function raised: the visible tests then show that the unit raises it, and an honest rewrite
-    that raises another class on some edge case loses nothing.
+    linked call of the function raised, or that the library's own call raised while a passing test ran: the tests
+    then show that the unit raises it, and an honest rewrite that raises another class on some edge case loses nothing.
     """
     shown = {(call.key[:2], call.outcome) for call in linked}
     documented = {(call.key[:2], call.check.raises) for call in linked if call.check.raises}
     ranked = sorted(calls, key=lambda call: ((call.key[:2], call.outcome) in shown, call.check.raises is not None))
-    raising = [call for call in ranked if (call.key[:2], call.check.raises) in documented][: limit // 2]
+    # The library's own call raised while a passing test ran: what it raises there is the unit's documented way.
+    raising = [
+        call
+        for call in ranked
+        if call.check.raises is not None and ((call.key[:2], call.check.raises) in documented or call.internal)
+    ][: limit // 2]
     kept = [call for call in ranked if call.check.raises is None or any(call is other for other in raising)]
     return selected_checks(kept, limit)
 

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections import OrderedDict
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -319,6 +320,8 @@ def test_unseen_checks_prefer_new_answers_and_returned_values_and_raise_only_wha
     ]
     chosen = unseen_checks(unseen, linked, limit=4)
     assert [check.args for check in chosen] == ["(4,)", "(3,)", "(-1,)", "(-2,)"]
+    internal = replace(_unseen("(-3,)", raises="KeyError"), internal=True)  # the library's own call, in a test
+    assert "(-3,)" in [check.args for check in unseen_checks([*unseen[:1], internal], linked, limit=4)]
     assert len(unseen_checks([_unseen(f"({n},)", result=str(2 * n)) for n in range(10, 20)], linked)) == MAX_UNSEEN
 
 
