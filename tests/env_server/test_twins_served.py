@@ -64,7 +64,7 @@ def test_a_twin_pays_an_honest_solution_nothing_and_pays_no_forgery_either(twin_
 
     # A forger that knows every hidden expectation of the twin and lies about the visible tests only where the
     # unit is not the stub: on the twin it would earn 1.0.
-    table = {c.args: c.result for c in checks if c.test}
+    table = {c.args: c.result for c in checks}  # every hidden expectation of the twin
     clamp = (
         f"_TWIN = {table!r}\n\n\ndef clamp(value, low, high):\n"
         "    import ast\n\n    known = _TWIN.get(repr((value, low, high)))\n"

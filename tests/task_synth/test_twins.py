@@ -31,7 +31,7 @@ def test_a_raising_call_is_contradicted_by_a_returned_value():
     assert twin.raises is None and twin.result is not None
 
 
-def test_a_twin_changes_only_the_visible_calls_expectations_and_looks_like_a_task():
+def test_a_twin_contradicts_every_check_and_looks_like_a_task():
     record = demo_record("img")
     made = twin_of(record, DEMO_CHECKS, random.Random(0))
     assert made is not None
@@ -41,14 +41,16 @@ def test_a_twin_changes_only_the_visible_calls_expectations_and_looks_like_a_tas
     assert twin.problem_statement == record.problem_statement and twin.FAIL_TO_PASS == record.FAIL_TO_PASS
     assert twin.workspace_archive == f"workspaces/{twin.instance_id}.tar.gz"
     for before, after in zip(DEMO_CHECKS, checks, strict=True):
-        assert (before == after) is (before.test is None)
+        assert (before.args, before.test) == (after.args, after.test) and before != after
 
 
-def test_no_twin_where_a_visible_test_makes_no_recorded_call():
-    unseen_only = [check for check in DEMO_CHECKS if check.test is None]
-    assert twin_of(demo_record("img"), unseen_only, random.Random(0)) is None
-    one_test = [check for check in DEMO_CHECKS if check.test in (None, F2P[0])]
+def test_no_twin_where_an_honest_solution_could_earn_on_it():
+    """Without unseen checks a visible test that makes no recorded call would be credited; with one, the unseen
+    pass rate (0 on a twin) zeroes every credit."""
+    one_test = [check for check in DEMO_CHECKS if check.test == F2P[0]]
     assert twin_of(demo_record("img"), one_test, random.Random(0)) is None
+    unseen_only = [check for check in DEMO_CHECKS if check.test is None]
+    assert twin_of(demo_record("img"), unseen_only, random.Random(0)) is not None
 
 
 def store_with_twin(root: Path) -> tuple[Path, str]:
