@@ -225,6 +225,9 @@ def bench_load(
         None, "--slots", min=1, help="Episode slots of the started server [default: --episodes]."
     ),
     warmup: float = typer.Option(300.0, "--warmup", min=0, help="Seconds before RSS growth is measured."),
+    split: str = typer.Option(
+        None, "--split", help="Reset by seed from this split, as trainers sample (twins mixed in), not by task id."
+    ),
     max_errors: int = typer.Option(None, "--max-errors", min=0, help="Exit 1 past this many errors (not CAPACITY)."),
     max_rss_growth: float = typer.Option(
         None, "--max-rss-growth", min=0, help="Exit 1 when server RSS grows more than this fraction after the warm-up."
@@ -238,7 +241,7 @@ def bench_load(
     from regrow.benchmarks.load_stats import gate_failures
 
     try:
-        plan = LoadPlan(tasks, episodes, steps, duration, url=url, slots=slots, warmup_s=warmup)
+        plan = LoadPlan(tasks, episodes, steps, duration, url=url, slots=slots, warmup_s=warmup, split=split)
     except ValueError as error:
         fail(str(error))
     with Progress(console=console, transient=True) as progress:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import random
 import signal
 import socket
 import subprocess
@@ -59,6 +60,7 @@ class LoadPlan:
     slots: int | None = None
     warmup_s: float = 300.0
     sample_every_s: float = 10.0
+    split: str | None = None  # reset by seed and split, as a trainer samples (twins mixed in), not by task id
 
     def __post_init__(self) -> None:
         if not 1 <= self.clients <= MAX_CLIENTS:
@@ -148,7 +150,7 @@ def episode_plan(steps: int, token: str) -> list[tuple[str, dict[str, Any], Chec
     return [cycle[index % len(cycle)] for index in range(steps - 1)] + [("submit", {}, lambda obs: True)]
 
 
-def _play_episode(ws_url: str, task_id: str, steps: int, token: str, tally: _Tally) -> bool:
+def _play_episode(ws_url: str, task_id: str | dict, steps: int, token: str, tally: _Tally) -> bool:
     """One episode on a connection of its own; False when it could not be played to its end (no free slot, or a
     failure)."""
     try:
@@ -159,10 +161,10 @@ def _play_episode(ws_url: str, task_id: str, steps: int, token: str, tally: _Tal
         return False
 
 
-def _play(session: _Session, task_id: str, steps: int, token: str, tally: _Tally) -> bool:
+def _play(session: _Session, task_id: str | dict, steps: int, token: str, tally: _Tally) -> bool:
     try:
         started = time.perf_counter()
-        session.request({"type": "reset", "data": {"task_id": task_id}})
+        session.request({"type": "reset", "data": task_id if isinstance(task_id, dict) else {"task_id": task_id}})
         with tally.lock:
             tally.reset_s.append(time.perf_counter() - started)
         for tool, args, right in episode_plan(steps, token):
@@ -196,12 +198,16 @@ def _play(session: _Session, task_id: str, steps: int, token: str, tally: _Tally
     return True
 
 
-def _client(index: int, ws_url: str, task_ids: list[str], steps: int, end: float, tally: _Tally) -> None:
+def _client(
+    index: int, ws_url: str, task_ids: list[str], steps: int, end: float, tally: _Tally, split: str | None = None
+) -> None:
     for played in range(sys.maxsize):
         if time.monotonic() >= end:
             return
-        task_id = task_ids[(index + played) % len(task_ids)]
-        if not _play_episode(ws_url, task_id, steps, f"probe{index}x{played}", tally):
+        task: str | dict = task_ids[(index + played) % len(task_ids)]
+        if split is not None:
+            task = {"seed": random.getrandbits(31), "split": split}
+        if not _play_episode(ws_url, task, steps, f"probe{index}x{played}", tally):
             time.sleep(RETRY_S)  # a full or failing server is asked again soon, not in a busy loop
 
 
@@ -293,6 +299,20 @@ def _process_metrics(url: str) -> tuple[float | None, float | None]:
     return (float(rss) if rss else None, float(fds) if fds else None)
 
 
+def _twin_counts(url: str) -> dict[str, float]:
+    """Impossible twins the server graded, by outcome (held, forged), from its /metrics; empty when it graded none."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    prefix = 'regrow_twins_graded_total{outcome="'
+    return {
+        line[len(prefix) :].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
 def _sample(server: _Server, backend: DockerBackend | None, started: float, tally: _Tally) -> Sample:
     rss, fds = _process_metrics(server.url)
     containers = None
@@ -339,7 +359,9 @@ def _load(
     started = time.monotonic()
     end = started + plan.duration_s
     clients = [
-        threading.Thread(target=_client, args=(index, ws_url, task_ids, plan.steps, end, tally), daemon=True)
+        threading.Thread(
+            target=_client, args=(index, ws_url, task_ids, plan.steps, end, tally, plan.split), daemon=True
+        )
         for index in range(plan.clients)
     ]
     for thread in clients:
@@ -375,6 +397,7 @@ def _load(
         "error_count": sum(tally.errors.values()),
         "error_examples": tally.examples,
         "capacity_reached": tally.capacity_reached,
+        "twins": _twin_counts(server.url),
         "rss": rss_trend(samples, plan.warmup_s),
         "open_fds": {"first": fds[0], "last": fds[-1], "max": max(fds)} if fds else None,
         "samples": [
