@@ -220,6 +220,8 @@ class RolloutStream:
                 self._buffer.release()  # the group will never reach the trainer
             if trajectory is None or group.dropped:
                 continue
+            if self._token_log is not None:  # before the group can reach the trainer, which may stop the stream then
+                await asyncio.to_thread(self._token_log.record, trajectory)  # file I/O off the workers' loop
             group.episodes.append(trajectory)
             self.stats.episodes += 1
             self.stats.policy_tokens += sum(trajectory.env_mask)
@@ -228,8 +230,6 @@ class RolloutStream:
             if len(group.episodes) == group.size:
                 self.stats.groups_queued += 1
                 self._ready.put(group)
-            if self._token_log is not None:  # last, after the group's bookkeeping: file I/O off the workers' loop
-                await asyncio.to_thread(self._token_log.record, trajectory)
 
     async def _play_with_retries(self, env: EnvPool, options: dict[str, Any]) -> Trajectory | None:
         """The episode played to its end, or None when the env lost it more than `episode_retries` times."""
