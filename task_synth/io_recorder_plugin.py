@@ -14,7 +14,6 @@ and each under a time limit, and prints their outcomes: the perturbed calls that
 that every check must pass, and the same calls against each mutant of the unit.
 """
 
-import ast
 import base64
 import functools
 import importlib
@@ -24,14 +23,13 @@ import io
 import json
 import os
 import pickle
-import signal
 import sys
 import time
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_call_values import described_text, literal_text, state_text
+    from regrow_call_values import described_text, literal_text, replay, state_text
 except ImportError:
-    from proto.call_values import described_text, literal_text, state_text
+    from proto.call_values import described_text, literal_text, replay, state_text
 
 MAX_RECORDS = 500
 MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
@@ -222,50 +220,22 @@ def pytest_unconfigure(config):
         json.dump(_records, handle)
 
 
-class Overtime(BaseException):
-    """Raised into a call that ran past its time limit."""
-
-
-def _overtime(signum, frame):
-    raise Overtime
-
-
 def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None):
-    """(result, raises, state, arguments after) of one call run under a time limit; None unless it returned a
-    describable value or raised an Exception (and left literal arguments as they were). A call with `inputs` runs on
-    its receiver and pickled arguments loaded anew."""
-    receiver, arguments = pickle.loads(base64.b64decode(inputs)) if inputs else (None, None)
-    args, kwargs = arguments if arguments is not None else (ast.literal_eval(args_text), ast.literal_eval(kwargs_text))
-    if receiver is not None:
-        function = getattr(receiver, qualname.rpartition(".")[2])
-    else:
-        function = importlib.import_module(module)
-        for part in qualname.split("."):
-            function = getattr(function, part)
-    before, result, raises = (literal_text(args), literal_text(kwargs)), None, None
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    try:
-        result = described_text(function(*args, **kwargs))
-    except Exception as error:
-        raises = type(error).__name__
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    state = state_text(receiver) if receiver is not None else None
-    after = described_text((args, kwargs)) if arguments is not None else None
-    if (result, raises) == (None, None) or (receiver is not None and state is None):
+    """(result, raises, state, arguments after) of one call replayed; None unless it returned a describable value or
+    raised an Exception, left literal arguments as they were, and its receiver and pickled arguments are
+    describable after."""
+    found = replay(module, qualname, args_text, kwargs_text, inputs, limit)
+    if (found.get("returned"), found.get("raised")) == (None, None) or found.get("changed_args"):
         return None
-    if arguments is None and (literal_text(args), literal_text(kwargs)) != before:
+    if ("state" in found and found["state"] is None) or ("args_after" in found and found["args_after"] is None):
         return None
-    if arguments is not None and after is None:
-        return None
-    return result, raises, state, after
+    return found.get("returned"), found.get("raised"), found.get("state"), found.get("args_after")
 
 
 def print_call_outcomes(calls, limit, budget):
     """Run `calls` ([module, qualname, args, kwargs, receiver] lists) in turn, each under `limit` seconds, while
     `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome, as soon as it
     has one."""
-    signal.signal(signal.SIGALRM, _overtime)
     stdout, deadline = sys.stdout, time.monotonic() + budget
     for index, call in enumerate(calls):
         if time.monotonic() > deadline:

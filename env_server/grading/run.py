@@ -56,7 +56,6 @@ class Launched:
 
     records: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
-    timed_out: bool = False
 
 
 def write_grading_tree(
@@ -105,7 +104,7 @@ def launch(
         env={**env, "HOME": AGENT_HOME},
     )
     if ran.timed_out:
-        return Launched(error=f"the {kind} launcher ran past {timeout_s + _LAUNCH_GRACE_S:g}s", timed_out=True)
+        return Launched(error=f"the {kind} launcher ran past {timeout_s + _LAUNCH_GRACE_S:g}s")
     signed = [line.split() for line in ran.stdout.splitlines() if line.startswith(nonce)]
     if ran.exit_code != 0 or len(signed) != 1 or len(signed[0]) != 2:
         return Launched(error=f"the {kind} launcher failed (exit {ran.exit_code}): {ran.stderr.strip()[-300:]}")
@@ -125,7 +124,7 @@ def launch(
         if isinstance(record, dict):
             records.append(record)
     if report["timed_out"]:
-        return Launched(records, f"the {kind} ran past {timeout_s:g}s", timed_out=True)
+        return Launched(records, f"the {kind} ran past {timeout_s:g}s")
     if report["overflow"]:
         return Launched(records, f"the {kind} sent more than the launcher keeps")
     if not records:

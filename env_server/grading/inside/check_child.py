@@ -9,67 +9,23 @@ pickled arguments after the call. The grader compares them with the original's; 
 the right values earn anything.
 """
 
-import ast
-import base64
 import importlib
 import json
 import os
-import pickle
 import signal
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # for the values module shipped beside this file, and only while it is imported
-from regrow_call_values import described_text, state_text  # noqa: E402
+from regrow_call_values import replay  # noqa: E402
 
 sys.path.remove(HERE)
 
 
-class Overtime(BaseException):
-    """Raised into a call that ran past its time limit."""
-
-
-def _overtime(signum, frame):
-    raise Overtime
-
-
-def _target(call):
-    """The receiver (None for a function), the callable and its arguments, loaded anew."""
-    receiver, arguments = pickle.loads(base64.b64decode(call["inputs"])) if call.get("inputs") else (None, None)
-    if arguments is None:
-        arguments = ast.literal_eval(call["args"]), ast.literal_eval(call["kwargs"])
-    if receiver is not None:
-        return receiver, getattr(receiver, call["qualname"].rsplit(".", 1)[-1]), arguments
-    found = importlib.import_module(call["module"])
-    for part in call["qualname"].split("."):
-        found = getattr(found, part)
-    return None, found, arguments
-
-
 def outcome(call, limit):
-    """What one call gives: returned (described), kind (type name of what no description stands for), raised, the
-    receiver's state and pickled arguments after."""
-    signal.setitimer(signal.ITIMER_REAL, limit)
-    found = {}
-    receiver = arguments = None
-    try:
-        receiver, function, arguments = _target(call)
-        result = function(*arguments[0], **arguments[1])
-        found["returned"] = described_text(result)
-        if found["returned"] is None:
-            found["kind"] = type(result).__name__
-    except Overtime:
-        found["timeout"] = True
-    except BaseException as error:  # SystemExit and KeyboardInterrupt are outcomes too
-        found["raised"] = type(error).__name__
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-    if receiver is not None:
-        found["state"] = state_text(receiver)
-    if call.get("inputs") and arguments is not None:
-        found["args_after"] = described_text(arguments)
-    return found
+    """What one call gives, as data (see regrow_call_values.replay)."""
+    return replay(call["module"], call["qualname"], call["args"], call["kwargs"], call.get("inputs"), limit)
 
 
 def run_forked(index, call, limit, out_fd):
@@ -98,7 +54,6 @@ def main(argv):
         config = json.load(handle)
     out_fd = int(argv[2])
     sys.path.insert(0, os.getcwd())  # as synthesis replayed the calls: `python -m` from the workspace
-    signal.signal(signal.SIGALRM, _overtime)
     for module in sorted({call["module"] for call in config["calls"]}):
         try:  # imported once here, so that each forked call starts from the imported package
             importlib.import_module(module)
