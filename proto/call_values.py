@@ -13,6 +13,7 @@ import ast
 import base64
 import enum
 import importlib
+import inspect
 import math
 import pickle
 import signal
@@ -71,7 +72,7 @@ _OPAQUE = (types.ModuleType, types.GeneratorType, types.CoroutineType, types.Cod
 _NAMED = (types.FunctionType, types.BuiltinFunctionType)
 
 
-def _describe(value, depth, seen):
+def _describe(value, depth, seen, view=None):
     kind = type(value)
     if value is None or kind in (bool, int, str, bytes, complex):
         return value
@@ -84,16 +85,20 @@ def _describe(value, depth, seen):
     if depth > MAX_DEPTH or isinstance(value, _OPAQUE) or id(value) in seen:
         raise _Undescribable
     seen = seen | {id(value)}
+    if view is not None and kind is view[0]:
+        return ("instance", kind.__qualname__, _public(value, depth, seen, view))
     if kind is bytearray:
         return ("bytearray", bytes(value))
     if kind in (list, tuple):
-        return kind(_describe(item, depth + 1, seen) for item in value)
+        return kind(_describe(item, depth + 1, seen, view) for item in value)
     if kind is dict:
-        return {_describe(key, depth + 1, seen): _describe(item, depth + 1, seen) for key, item in value.items()}
+        return {
+            _describe(key, depth + 1, seen, view): _describe(item, depth + 1, seen, view) for key, item in value.items()
+        }
     if kind is set:
-        return {_describe(item, depth + 1, seen) for item in value}
+        return {_describe(item, depth + 1, seen, view) for item in value}
     if kind is frozenset:  # no literal spells one
-        return ("frozenset", {_describe(item, depth + 1, seen) for item in value})
+        return ("frozenset", {_describe(item, depth + 1, seen, view) for item in value})
     if isinstance(value, enum.Enum):
         return ("enum", kind.__qualname__, value.name)
     if isinstance(value, type):
@@ -105,20 +110,37 @@ def _describe(value, depth, seen):
             raise _Undescribable
         attributes = {name: getattr(value, name) for name in slots if hasattr(value, name)}
     described = {
-        name: _describe(item, depth + 1, seen)
+        name: _describe(item, depth + 1, seen, view)
         for name, item in sorted(attributes.items())
         if type(name) is str and not name.startswith("__")
     }
     return ("object", kind.__qualname__, described)
 
 
-def described_text(value):
+def _public(value, depth, seen, view):
+    """An instance of a deleted class as the visible tests see it: the attributes they read (methods aside), each
+    described; the rest of its layout is the implementation's own."""
+    klass, names = view
+    found = {}
+    for name in names:
+        if isinstance(inspect.getattr_static(klass, name, None), (types.FunctionType, classmethod, staticmethod)):
+            continue
+        try:
+            item = getattr(value, name)
+        except Exception:  # the attribute is missing, or a property raised: either way it has no value to show
+            continue
+        found[name] = _describe(item, depth + 1, seen, view)
+    return found
+
+
+def described_text(value, view=None, limit=MAX_DESCRIPTION):
     """Literal text that stands for `value`, objects included (their class and attributes, recursively); None when
-    some part is not describable or the text is too long. For a literal it is `repr(value)`."""
+    some part is not describable or the text is longer than `limit`. For a literal it is `repr(value)`. With `view`
+    (a class and attribute names), that class's instances are described by those attributes only."""
     try:
-        description = _describe(value, 0, frozenset())
+        description = _describe(value, 0, frozenset(), view)
         text = repr(description)
-        if len(text) > MAX_DESCRIPTION or ast.literal_eval(text) != description:
+        if len(text) > limit or ast.literal_eval(text) != description:
             return None
     except (_Undescribable, TypeError, ValueError, SyntaxError, RecursionError, MemoryError):
         return None
@@ -185,4 +207,82 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit):
         found["args_after"] = described_text((args, kwargs))
     elif before is not None and (literal_text(args), literal_text(kwargs)) != before:
         found["changed_args"] = True
+    return found
+
+
+MAX_STEPS = 24  # calls of one program of a deleted class
+MAX_PROGRAM_TEXT = 16000  # characters of a program's outcomes, or of its instances' state
+
+
+def _resolved(args, kwargs, refs, objects):
+    """A step's arguments with the earlier results its refs name put in place."""
+    args, kwargs = list(args), dict(kwargs)
+    for key, index in refs:
+        if type(key) is int:
+            args[key] = objects[index]
+        else:
+            kwargs[key] = objects[index]
+    return args, kwargs
+
+
+def program_step(klass, step, objects, view):
+    """Run one step of a program on `klass` and the `objects` earlier steps gave; (its result, its outcome as
+    literal text: `('returned', description)`, `('returned',)` where no description stands for the value, or
+    `('raised', class name)`)."""
+    try:
+        if step[0] == "get":
+            _, target, name = step
+            result = getattr(klass if target < 0 else objects[target], name)
+        else:
+            if step[0] == "new":
+                function, (_, args, kwargs, refs) = klass, step
+            else:
+                _, target, name, args, kwargs, refs = step
+                function = getattr(klass if target < 0 else objects[target], name)
+            args, kwargs = _resolved(args, kwargs, refs, objects)
+            result = function(*args, **kwargs)
+            if step[0] == "new":  # what a constructor gives is the instance; its outcome is that it returned
+                return result, "('returned', None)"
+    except Exception as error:
+        return None, f"('raised', {type(error).__name__!r})"
+    text = described_text(result, view)
+    return result, "('returned',)" if text is None else f"('returned', {text})"
+
+
+def program_text(klass, objects, view):
+    """Literal text of each instance of `klass` among `objects` (by its index), as `view` describes it; None when
+    one is not describable."""
+    instances = tuple((index, item) for index, item in enumerate(objects) if type(item) is klass)
+    return described_text(instances, view, MAX_PROGRAM_TEXT)
+
+
+def replay_program(module, qualname, steps_text, reads, limit):
+    """Run a recorded program of a deleted class anew, within `limit` seconds, and say what it gave as data:
+    `returned` (each step's outcome, as a tuple literal), `state` (its instances as the attributes in `reads` show
+    them at the end), `raised` (the class could not be imported) or `timeout`."""
+    found = {}
+    objects, outcomes = [], []
+    previous = signal.signal(signal.SIGALRM, _overtime)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        klass = importlib.import_module(module)
+        for part in qualname.split("."):
+            klass = getattr(klass, part)
+        view = (klass, tuple(reads))
+        for step in ast.literal_eval(steps_text)[:MAX_STEPS]:
+            result, outcome = program_step(klass, step, objects, view)
+            objects.append(result)
+            outcomes.append(outcome)
+        state = program_text(klass, objects, view)
+    except Overtime:
+        found["timeout"] = True
+    except Exception as error:
+        found["raised"] = type(error).__name__
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    if not found:
+        text = "(" + "".join(f"{outcome}, " for outcome in outcomes) + ")"
+        found["returned"] = text if len(text) <= MAX_PROGRAM_TEXT else None
+        found["state"] = state
     return found

@@ -58,6 +58,19 @@ class IoCheck(BaseModel):
         description="Pickled arguments as the call left them, described: a call that consumes a buffer must "
         "consume it alike. Held by the server.",
     )
+    steps: str | None = Field(
+        default=None,
+        description="For a deleted class: the program one test ran on its instances, as a tuple literal of steps "
+        "(`('new', args, kwargs, refs)`, `('call', target, name, args, kwargs, refs)`, `('get', target, name)`; a "
+        "target is the index of the step whose result it is, -1 the class; refs put earlier results in place of "
+        "arguments). Then `qualname` names the class, `result` holds each step's outcome and `state` the public "
+        "attributes of its instances at the end (see proto.call_values.replay_program).",
+    )
+    reads: list[str] = Field(
+        default_factory=list,
+        description="For a deleted class: the attributes the visible tests read, which describe its instances in "
+        "`result` and `state`; an honest rewrite may lay out everything else its own way.",
+    )
 
 
 class TaskStats(BaseModel):

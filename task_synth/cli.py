@@ -24,6 +24,15 @@ def synth_settings(**overrides):
     return SynthSettings(**{key: value for key, value in overrides.items() if value is not None})
 
 
+def _problems(error: ValueError) -> str:
+    """What was wrong with the options, one clause per setting (pydantic's own text ends in a link)."""
+    from pydantic import ValidationError
+
+    if not isinstance(error, ValidationError):
+        return str(error)
+    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+
+
 def progress_bars(console):
     """One display: a bar for the repositories (batches only) and one for the current stage, re-described per stage."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -105,6 +114,9 @@ def synth(
     ),
     ref: str = typer.Option(None, help="Git ref to check out."),
     mode: list[str] = typer.Option(["stub"], "--mode", help=MODES_HELP),
+    kind: list[str] = typer.Option(
+        None, "--kind", help="Delete only units of this kind (function, method, class, module, feature); repeat."
+    ),
     seed: int = typer.Option(0, help="Seed for candidate sampling; the same seed gives the same tasks."),
     max_tasks: int = typer.Option(10, "--max-tasks", "--max-tasks-per-repo", min=1, help="Valid tasks per repository."),
     max_candidates: int = typer.Option(
@@ -141,6 +153,7 @@ def synth(
         settings = synth_settings(
             ref=ref,
             modes=mode,
+            kinds=kind or None,
             seed=seed,
             max_tasks=max_tasks,
             max_candidates=max_candidates,
@@ -155,7 +168,8 @@ def synth(
         )
     except ValueError as error:
         fail(
-            f"invalid option: {str(error).splitlines()[-1]} (modes are stub, remove, file; --split-by is repo or file)"
+            f"invalid option: {_problems(error)} (modes are stub, remove, file; kinds are function, method, class, "
+            "module, feature; --split-by is repo or file)"
         )
     progress, update, on_repo = progress_bars(console)
     try:

@@ -1,13 +1,14 @@
 """pytest plugin for a synthesis sandbox: records calls of the deleted functions and methods while the F2P tests run.
 
 Loaded there as `-p regrow_io_recorder`. REGROW_IO_CONFIG names a JSON file
-`{"functions": {module: [name or Class.method, ...]}, "library_files": [path, ...]}`; the calls go to REGROW_IO_OUT as
-a JSON list when pytest ends, each with the node id of the test that made it (None outside a test: at collection,
-say) and whether the library itself made it (internal: recursion, or one method calling another). Arguments that are
-short literals are kept as text, and the call only if it left them as they were; other arguments, and a method's
-receiver, are kept as one pickle of how they were before the call (base64), with what the call left of them
-described after. Results and receivers are described as proto.call_values has it (copied beside this file as
-regrow_call_values). Stdlib only: it runs in the repository's interpreter.
+`{"functions": {module: [name or Class.method or Class, ...]}, "library_files": [path, ...], "reads": [name, ...]}`;
+the calls go to REGROW_IO_OUT as a JSON list when pytest ends, each with the node id of the test that made it (None
+outside a test: at collection, say) and whether the library itself made it (internal: recursion, or one method
+calling another). Arguments that are short literals are kept as text, and the call only if it left them as they
+were; other arguments, and a method's receiver, are kept as one pickle of how they were before the call (base64),
+with what the call left of them described after. Results and receivers are described as proto.call_values has it
+(copied beside this file as regrow_call_values). A whole class is recorded as one program per test
+(regrow_program_recorder). Stdlib only: it runs in the repository's interpreter.
 
 Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
 and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, the replay
@@ -27,14 +28,18 @@ import sys
 import time
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_call_values import described_text, literal_text, replay, state_text
+    from regrow_call_values import described_text, literal_text, replay, replay_program, state_text
+    from regrow_program_recorder import ProgramRecorder
 except ImportError:
-    from proto.call_values import described_text, literal_text, replay, state_text
+    from proto.call_values import described_text, literal_text, replay, replay_program, state_text
+    from task_synth.program_recorder import ProgramRecorder
 
 MAX_RECORDS = 500
 MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
 _functions: dict = {}
 _library_files: set = set()
+_reads: list = []  # attributes the visible tests read, which show a deleted class's instances
+_programs: dict = {}  # (module, class name) -> its ProgramRecorder
 _records: list = []
 _seen: set = set()
 _current_test = [None]
@@ -118,6 +123,11 @@ def _wrap(module):
         owner = module.__dict__.get(owner_name) if owner_name else None
         namespace = owner.__dict__ if inspect.isclass(owner) else module.__dict__ if not owner_name else {}
         function = namespace.get(attribute)
+        if not owner_name and inspect.isclass(function) and function.__module__ == module.__name__:
+            if (module.__name__, name) not in _programs:  # a deleted class: its tests' programs are recorded
+                _programs[module.__name__, name] = ProgramRecorder(module.__name__, name, function, _reads, MAX_RECORDS)
+                _programs[module.__name__, name].wrap()
+            continue
         if not inspect.isfunction(function) or getattr(function, "__regrow_recorded__", False):
             continue
         if (
@@ -188,6 +198,7 @@ def pytest_load_initial_conftests(early_config):
         config = json.load(handle)
     _functions.update(config["functions"])
     _library_files.update(config["library_files"])
+    _reads.extend(config.get("reads", ()))
     sys.meta_path.insert(0, _WrapAfterImport())
     _wrap_imported()
 
@@ -209,21 +220,30 @@ def _wrap_imported():
 def pytest_runtest_logstart(nodeid, location):
     """From here to the test's logfinish, a recorded call is the test's (`item.nodeid`, as FAIL_TO_PASS spells it)."""
     _current_test[0] = nodeid
+    for program in _programs.values():
+        program.start(nodeid)
 
 
 def pytest_runtest_logfinish(nodeid, location):
     _current_test[0] = None
+    for program in _programs.values():
+        program.finish()
 
 
 def pytest_unconfigure(config):
+    programs = [record for program in _programs.values() for record in program.records]
     with open(os.environ["REGROW_IO_OUT"], "w") as handle:
-        json.dump(_records, handle)
+        json.dump(_records + programs[: MAX_RECORDS - len(_records)], handle)
 
 
-def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None):
-    """(result, raises, state, arguments after) of one call replayed; None unless it returned a describable value or
-    raised an Exception, left literal arguments as they were, and its receiver and pickled arguments are
-    describable after."""
+def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=()):
+    """(result, raises, state, arguments after) of one call, or one program of a class, replayed; None unless it
+    returned a describable value or raised an Exception, left literal arguments as they were, and its receiver and
+    pickled arguments are describable after."""
+    if steps is not None:
+        found = replay_program(module, qualname, steps, reads, limit)
+        returned, state = found.get("returned"), found.get("state")
+        return None if returned is None or state is None else (returned, None, state, None)
     found = replay(module, qualname, args_text, kwargs_text, inputs, limit)
     if (found.get("returned"), found.get("raised")) == (None, None) or found.get("changed_args"):
         return None
@@ -233,16 +253,16 @@ def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None):
 
 
 def print_call_outcomes(calls, limit, budget):
-    """Run `calls` ([module, qualname, args, kwargs, receiver] lists) in turn, each under `limit` seconds, while
-    `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome, as soon as it
-    has one."""
+    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads] lists) in turn, each under `limit` seconds,
+    while `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome, as soon
+    as it has one."""
     stdout, deadline = sys.stdout, time.monotonic() + budget
     for index, call in enumerate(calls):
         if time.monotonic() > deadline:
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
         try:
-            found = call_outcome(*call[:4], limit, *call[4:5])
+            found = call_outcome(*call[:4], limit, *call[4:7])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:

@@ -1,5 +1,5 @@
-"""Input/output checks of the deleted functions, recorded in the oracle sandbox for the grader to replay as hidden
-tests.
+"""Input/output checks of the deleted unit (functions, methods, or a class's programs), recorded in the oracle sandbox
+for the grader to replay as hidden checks.
 
 The F2P tests run with the solution applied and the recorder plugin loaded (task_synth/io_recorder_plugin.py), twice,
 under two hash seeds; the second time only the tests that made candidate calls run. Each recorded call is linked to the
@@ -12,68 +12,55 @@ nor on state a test set up.
 from __future__ import annotations
 
 import ast
-import itertools
 import json
 import logging
 import random
 import time
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
-from pydantic import ValidationError
-
-from proto.call_values import MAX_DESCRIPTION, MAX_TEXT, SHIPPED_NAME, literal_text
+from proto.call_values import SHIPPED_NAME
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.deletion import Deletion
 from task_synth.io_recorder_plugin import MAX_RECORDS
 from task_synth.mutants import mutants_of
-from task_synth.python_ast import literal_value, parse_python
+from task_synth.python_ast import parse_python
+from task_synth.recorded_calls import (
+    MAX_CHECKS,
+    Call,
+    calls_in_both,
+    check_key,
+    linked_calls,
+    parsed_call,
+    raised_in,
+    selected_checks,
+)
 from task_synth.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
 from task_synth.suite_runs import PLUGIN_DIR, SCRATCH
 from task_synth.task_strength import Strength, measured_strength, strongest
+from task_synth.unseen_calls import MAX_UNSEEN, NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments, unseen_checks
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
 RECORDER_SOURCE = Path(__file__).with_name("io_recorder_plugin.py")
+PROGRAMS = "regrow_program_recorder"
+PROGRAMS_SOURCE = Path(__file__).with_name("program_recorder.py")
 VALUES_SOURCE = Path(__file__).parents[1] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
-MAX_CHECKS = 8  # checks linked to the visible test that made their call
-MAX_UNSEEN = 8  # checks of calls no visible test makes
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
-MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
 REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
-# What a call raises once the unit is deleted (a stub, a removed name, a missing module): a check expecting one of
-# these would pass without the solution.
-DELETION_EXCEPTIONS = {"NotImplementedError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError"}
-# What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
-NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
 PLUGIN_MODULES_SCRIPT = (
     "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in "
     "m.entry_points(group='pytest11')})))"
 )
-Arguments = dict[
-    tuple[str, str], list[tuple[object, object]]
-]  # (args, kwargs) of recorded calls, by (module, qualname)
-
-
-@dataclass(frozen=True)
-class Call:
-    """One call: the check it makes (its `test` the F2P test that made it, None for an unseen call), and
-    hash-order-free texts to compare calls by."""
-
-    check: IoCheck
-    key: tuple[str, str, str, str]  # module, qualname, args, kwargs (with the pickled inputs)
-    outcome: tuple[str | None, str | None, str | None, str | None]  # result, raises, state after, arguments after
-    internal: bool = False  # the library made it while a test ran: no test shows it, so it is an unseen call
+MAX_READS = 64  # attribute names the visible tests read that show a class's instances
 
 
 @dataclass
@@ -86,10 +73,10 @@ class Recording:
 
 
 def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[str]]:
-    """The deleted functions and methods whose calls become checks, as {module: [name or Class.method, ...]}; a
-    method of a nested class and a whole class get none."""
+    """The deleted functions, methods and classes whose calls (programs, for a class) become checks, as {module:
+    [name or Class.method, ...]}; a method of a nested class and a nested class get none."""
     unit = deletion.unit
-    if unit.kind in ("function", "feature") and "." not in unit.qualname:
+    if unit.kind in ("function", "feature", "class") and "." not in unit.qualname:
         return {module_name: [unit.qualname]}
     if unit.kind == "method" and unit.qualname.count(".") == 1:
         return {module_name: [unit.qualname]}
@@ -99,215 +86,6 @@ def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[s
         names = [node.name for node in body if isinstance(node, ast.FunctionDef) and not node.name.startswith("_")]
         return {module_name: names} if names else {}
     return {}
-
-
-def canonical(value: object) -> str:
-    """A text of a literal value that does not depend on set or dict order, so that runs under two hash seeds
-    compare."""
-    if isinstance(value, dict):
-        return "dict{" + ", ".join(sorted(f"{canonical(key)}: {canonical(item)}" for key, item in value.items())) + "}"
-    if isinstance(value, (set, frozenset)):
-        return f"{type(value).__name__}{{" + ", ".join(sorted(canonical(item) for item in value)) + "}"
-    if isinstance(value, (list, tuple)):
-        return f"{type(value).__name__}[" + ", ".join(canonical(item) for item in value) + "]"
-    return repr(value)
-
-
-def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
-    """One entry of the recorder's output as a Call; None when it is malformed or names no recorded function."""
-    if not isinstance(raw, dict) or not (raw.get("test") is None or isinstance(raw.get("test"), str)):
-        return None
-    try:
-        check = IoCheck.model_validate({name: raw[name] for name in IoCheck.model_fields if name in raw})
-        if check.qualname not in functions.get(check.module, ()) or (check.result is None) == (check.raises is None):
-            return None
-        if any(len(text) > MAX_TEXT for text in (check.args, check.kwargs)):
-            return None
-        if any(len(text or "") > MAX_DESCRIPTION for text in (check.result, check.state, check.args_after)):
-            return None
-        args, kwargs = literal_value(check.args), literal_value(check.kwargs)
-        described = [
-            None if text is None else canonical(literal_value(text))
-            for text in (None if check.raises else check.result, check.state, check.args_after)
-        ]
-    except (KeyError, ValidationError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-        return None
-    if type(args) is not tuple or type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
-        return None
-    if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
-        return None
-    method = "." in check.qualname
-    if (method and (check.inputs is None or check.state is None)) or (check.args_after and check.inputs is None):
-        return None
-    outcome = (described[0], check.raises, described[1], described[2])
-    return Call(check, check_key(check), outcome, internal=raw.get("internal") is True)
-
-
-def check_key(check: IoCheck) -> tuple[str, str, str, str]:
-    """What tells calls apart, free of hash order: the function, the arguments and the pickled inputs."""
-    args, kwargs = canonical(literal_value(check.args)), canonical(literal_value(check.kwargs))
-    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}")
-
-
-def unique_calls(calls: list[Call]) -> list[Call]:
-    """Each distinct call once, in the order first seen; a call seen with two outcomes is no check and is dropped."""
-    first: dict[tuple[str, str, str, str], Call] = {}
-    conflicting = set()
-    for call in calls:
-        if first.setdefault(call.key, call).outcome != call.outcome:
-            conflicting.add(call.key)
-    return [call for key, call in first.items() if key not in conflicting]
-
-
-def linked_calls(calls: list[Call], fail_to_pass: list[str]) -> list[Call]:
-    """The unique calls, each linked to the first F2P test (by sorted node id) that made it; calls the tests make
-    themselves first, then those only the library made while a test ran (internal: no test shows them).
-
-    A call that no F2P test made (one at collection, say) is dropped: it is visible, so it is no unseen call either.
-    """
-    visible = set(fail_to_pass)
-    tests: dict[tuple[str, str, str, str], str] = {}
-    direct = set()
-    for call in calls:
-        if call.check.test in visible:
-            tests[call.key] = min(tests.get(call.key, call.check.test), call.check.test)
-            if not call.internal:
-                direct.add(call.key)
-    linked = [
-        replace(call, check=call.check.model_copy(update={"test": tests[call.key]}), internal=call.key not in direct)
-        for call in unique_calls(calls)
-        if call.key in tests
-    ]
-    return sorted(linked, key=lambda call: call.internal)
-
-
-def calls_in_both(first: list[Call], second: list[Call]) -> list[Call]:
-    """The distinct calls of `first` that `second` made with the same outcome, in `first`'s order."""
-    outcomes = {call.key: call.outcome for call in unique_calls(second)}
-    return [call for call in unique_calls(first) if outcomes.get(call.key) == call.outcome]
-
-
-def _in_turn(calls: list[Call], group: Callable[[Call], Hashable]) -> list[Call]:
-    """`calls` reordered so that every group gives its first call, then every group its second, and so on."""
-    turns: dict[Hashable, int] = {}
-    ranked = []
-    for order, call in enumerate(calls):
-        turns[group(call)] = turns.get(group(call), -1) + 1
-        ranked.append((turns[group(call)], order, call))
-    return [call for _, _, call in sorted(ranked, key=lambda item: item[:2])]
-
-
-def selected_checks(calls: list[Call], limit: int = MAX_CHECKS) -> list[IoCheck]:
-    """Up to `limit` checks, taking each function's calls in turn and, within a function, each test's calls in turn."""
-    spread = _in_turn(calls, lambda call: call.check.test)
-    return [call.check for call in _in_turn(spread, lambda call: call.key[:2])[:limit]]
-
-
-def recorded_arguments(raw: list[Any]) -> Arguments:
-    """The arguments of every call in a recorder's output, whatever its outcome, by (module, qualname)."""
-    found: Arguments = {}
-    for item in raw:
-        try:
-            arguments = literal_value(item["args"]), literal_value(item["kwargs"])
-            found.setdefault((item["module"], item["qualname"]), []).append(arguments)
-        except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError):
-            continue
-    return found
-
-
-def perturbed_values(value: Any, depth: int = 2) -> list[object]:
-    """Values of `value`'s type a small step away from it, for calls that no test makes.
-
-    Integers move by one or two, flip sign or become 0; floats are scaled or negated; strings and bytes lose a
-    character at either end, change case or gain a character; lists and tuples lose, repeat or change an element or
-    are reversed; sets lose an element; dicts lose a key or change a value.
-    """
-    kind = type(value)
-    if kind is bool:
-        found: list[object] = [not value]
-    elif kind is int:
-        found = [value + 1, value - 1, value + 2, -value, 0]
-    elif kind is float:
-        found = [value * 2, value / 2, -value]
-    elif kind is str:
-        found = [value[1:], value[:-1], value.upper(), value.lower(), value[:1] + value, value + "a"]
-    elif kind is bytes:
-        found = [value[1:], value[:-1], value + b"a"]
-    elif kind in (list, tuple):
-        items = list(value)
-        found = [items[1:], items[:-1], items[::-1], items[:1] + items]
-        if depth > 1:
-            ends = sorted({0, len(items) - 1}) if items else []
-            found += [
-                [*items[:at], new, *items[at + 1 :]] for at in ends for new in perturbed_values(items[at], depth - 1)
-            ]
-        found = [kind(items) for items in found]
-    elif kind is set:
-        found = [value - {item} for item in sorted(value, key=canonical)[:3]]
-    elif kind is dict:
-        keys = list(value)
-        found = [{k: v for k, v in value.items() if k != key} for key in keys[:1] + keys[-1:]]
-        if keys and depth > 1:
-            found += [{**value, keys[0]: changed} for changed in perturbed_values(value[keys[0]], depth - 1)]
-    else:
-        return []
-    own = canonical(value)
-    return list({canonical(item): item for item in found if canonical(item) != own}.values())
-
-
-def perturbed_calls(
-    calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES
-) -> list[IoCheck]:
-    """Up to `limit` calls that change one argument of one of `calls` and equal none of the `recorded` calls.
-
-    Each call's variants are drawn in an order from `rng` and the calls give one in turn, so that the unseen calls
-    spread over the recorded ones.
-    """
-    variants = []
-    for call in calls:
-        args: Any = literal_value(call.check.args)  # a tuple and a dict: the recorder wrote them
-        kwargs: Any = literal_value(call.check.kwargs)
-        mine = [
-            (args[:at] + (new,) + args[at + 1 :], kwargs)
-            for at, arg in enumerate(args)
-            for new in perturbed_values(arg)
-        ]
-        mine += [(args, {**kwargs, name: new}) for name, value in kwargs.items() for new in perturbed_values(value)]
-        rng.shuffle(mine)
-        if call.check.args_after is None:  # pickled arguments are not perturbed
-            variants.append([(call.key[:2], call.check.inputs, arguments) for arguments in mine])
-    chosen: dict[tuple[str, str, str, str], IoCheck] = {}
-    for (module, qualname), inputs, (args, kwargs) in (
-        item for turn in itertools.zip_longest(*variants) for item in turn if item
-    ):
-        key = (module, qualname, canonical(args), f"{canonical(kwargs)}|{inputs or ''}")
-        if len(chosen) >= limit or key in chosen or (args, kwargs) in recorded.get((module, qualname), ()):
-            continue
-        args_text, kwargs_text = literal_text(args), literal_text(kwargs)
-        if args_text is not None and kwargs_text is not None:
-            chosen[key] = IoCheck(module=module, qualname=qualname, args=args_text, kwargs=kwargs_text, inputs=inputs)
-    return list(chosen.values())
-
-
-def unseen_checks(calls: list[Call], linked: list[Call], limit: int = MAX_UNSEEN) -> list[IoCheck]:
-    """Up to `limit` checks of unseen calls, each function's in turn.
-
-    Calls whose outcome no linked call of the function has come first (a table of the visible answers with a fallback
-    fails them), and returning calls before raising ones. At most half raise, and only an exception class that a
-    linked call of the function raised, or that the library's own call raised while a passing test ran: the tests
-    then show that the unit raises it, and an honest rewrite that raises another class on some edge case loses nothing.
-    """
-    shown = {(call.key[:2], call.outcome) for call in linked}
-    documented = {(call.key[:2], call.check.raises) for call in linked if call.check.raises}
-    ranked = sorted(calls, key=lambda call: ((call.key[:2], call.outcome) in shown, call.check.raises is not None))
-    # The library's own call raised while a passing test ran: what it raises there is the unit's documented way.
-    raising = [
-        call
-        for call in ranked
-        if call.check.raises is not None and ((call.key[:2], call.check.raises) in documented or call.internal)
-    ][: limit // 2]
-    kept = [call for call in ranked if call.check.raises is None or any(call is other for other in raising)]
-    return selected_checks(kept, limit)
 
 
 def record_io_checks(
@@ -320,8 +98,11 @@ def record_io_checks(
     started = time.monotonic()
     sb.write_file(f"{PLUGIN_DIR}/{RECORDER}.py", RECORDER_SOURCE.read_text())
     sb.write_file(f"{PLUGIN_DIR}/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
+    sb.write_file(f"{PLUGIN_DIR}/{PROGRAMS}.py", PROGRAMS_SOURCE.read_text())
     library_files = sorted(f"/workspace/{path}" for path in layout.modules)
-    sb.write_file(IO_CONFIG, json.dumps({"functions": functions, "library_files": library_files}))
+    reads = tests_read(sb, fail_to_pass) if deletion.unit.kind == "class" else []
+    config = {"functions": functions, "library_files": library_files, "reads": reads}
+    sb.write_file(IO_CONFIG, json.dumps(config))
     first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings)
     linked_all = linked_calls(_parsed_calls(first, functions), fail_to_pass)
     # The library's own calls get room of their own: a test that makes many calls would crowd them out.
@@ -336,7 +117,7 @@ def record_io_checks(
     if len(first) < MAX_RECORDS:  # past the cap a call the tests make may be missing from `first`, and seem unseen
         rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
         probes = perturbed_calls(agreed, recorded_arguments(first), rng)
-    probed = _probed(sb, probes)
+    probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)))
     reproduced = _reproduced(sb, agreed + probed)
     linked = [call for call in reproduced if call.check.test is not None and not call.internal]
     unseen = [
@@ -378,7 +159,7 @@ def _mutant_kills(
     mutants (a module, a nested function) or there are no calls to run."""
     unit = deletion.unit
     original = deletion.original.get(unit.path)
-    if not calls or original is None or unit.kind not in ("function", "feature", "method"):
+    if not calls or original is None or unit.kind not in ("function", "feature", "method", "class"):
         return None
     rng = random.Random(f"{settings.seed}:mutants:{unit.key}")
     mutants = mutants_of(original, unit.qualname, rng)
@@ -424,7 +205,7 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
     no literal outcome, changed its arguments, or did not run before the budget was spent."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    rows = [[check.module, check.qualname, check.args, check.kwargs, check.inputs] for check in checks]
+    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads] for c in checks]
     sb.write_file(calls, json.dumps(rows))
     result = sb.exec(
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
@@ -447,12 +228,34 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     return found
 
 
-def _probed(sb: Sandbox, probes: list[IoCheck]) -> list[Call]:
-    """The perturbed calls with an outcome a check can expect, which the solution in the sandbox gives them."""
+def _probed(sb: Sandbox, probes: list[IoCheck], documented: set[str]) -> list[Call]:
+    """The perturbed calls with an outcome a check can expect, which the solution in the sandbox gives them. A
+    program's step may raise only what a recorded program raised: an honest rewrite may check its new argument in
+    another order."""
     if not probes:
         return []
     found = _call_outcomes(sb, probes, HASH_SEEDS[0], PROBE_CALL_S, PROBE_BUDGET_S)
-    return [call for call in found if call is not None and call.check.raises not in NOISE_EXCEPTIONS]
+    return [
+        call
+        for call in found
+        if call is not None
+        and call.check.raises not in NOISE_EXCEPTIONS
+        and (call.check.steps is None or raised_in(call) <= documented - NOISE_EXCEPTIONS)
+    ]
+
+
+def tests_read(sb: Sandbox, fail_to_pass: list[str]) -> list[str]:
+    """The public attribute names the F2P tests' files read (`x.name`), sorted: they show a class's instances."""
+    names: set[str] = set()
+    for path in sorted({test.split("::", 1)[0] for test in fail_to_pass}):
+        try:
+            tree = parse_python(sb.read_file(f"{WORKSPACE}/{path}"))
+        except (SandboxFileNotFound, FileTooLarge, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree) if tree else ():
+            if isinstance(node, ast.Attribute) and not node.attr.startswith("_"):
+                names.add(node.attr)
+    return sorted(names)[:MAX_READS]
 
 
 def _reproduced(sb: Sandbox, calls: list[Call]) -> list[Call]:

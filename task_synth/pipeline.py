@@ -187,9 +187,9 @@ def synthesize(
             )
             report.baseline_tests, report.stable_tests = len(context.baseline.collected), len(context.baseline.stable)
             report.test_executions = context.baseline.test_executions
-            candidates = ordered_candidates(
-                context, enumerate_units(context.layout), list(settings.modes), settings.seed, settings.candidate_budget
-            )
+            units = [u for u in enumerate_units(context.layout) if settings.kinds is None or u.kind in settings.kinds]
+            budget = settings.candidate_budget
+            candidates = ordered_candidates(context, units, list(settings.modes), settings.seed, budget)
             _run_candidates(context, candidates, settings, report, progress)
             if report.records:
                 repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)

@@ -9,6 +9,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Mode = Literal["stub", "remove", "file"]
+UnitKind = Literal["function", "method", "class", "module", "feature"]
 # xunit1 puts each test's file into the JUnit XML, so that a grader can rebuild pytest node ids from it.
 DEFAULT_TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts="" --continue-on-collection-errors'
 
@@ -21,6 +22,9 @@ class SynthSettings(BaseSettings):
     ref: str | None = Field(None, description="Git ref to check out (branch, tag or commit).")
     modes: list[Mode] = Field(
         default_factory=lambda: list[Mode](["stub"]), description="Deletion modes; tasks alternate between them."
+    )
+    kinds: list[UnitKind] | None = Field(
+        None, description="Kinds of unit to delete (function, method, class, module, feature); unset: every kind."
     )
     seed: int = 0
     max_tasks: int = Field(10, ge=1)

@@ -4,7 +4,8 @@ come back as data and are judged here, against the original's outcomes, which ne
 Values travel described (proto.call_values: literals as themselves, objects as their class and attributes). A
 returned value agrees when its description equals the original's as `==` on plain literals says, floats within a
 relative 1e-9; an exception agrees by its class's name; a method's receiver must also end with the original's
-attributes as they were after the call, and pickled arguments as the original left them.
+attributes as they were after the call, and pickled arguments as the original left them. A deleted class's program
+agrees step by step, and its instances by the attributes the visible tests read.
 """
 
 from __future__ import annotations
@@ -33,10 +34,18 @@ class CheckResult:
         return self.check.test is None
 
 
-def check_inputs(checks: list[IoCheck]) -> list[dict[str, str | None]]:
-    """What the check child is told of each check: the call, never its expected outcome."""
+def check_inputs(checks: list[IoCheck]) -> list[dict[str, object]]:
+    """What the check child is told of each check: the call (a class's program), never its expected outcome."""
     return [
-        {"module": c.module, "qualname": c.qualname, "args": c.args, "kwargs": c.kwargs, "inputs": c.inputs}
+        {
+            "module": c.module,
+            "qualname": c.qualname,
+            "args": c.args,
+            "kwargs": c.kwargs,
+            "inputs": c.inputs,
+            "steps": c.steps,
+            "reads": c.reads,
+        }
         for c in checks
     ]
 
@@ -74,6 +83,8 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
         return CheckResult(check, "missing", "no outcome")
     if record.get("timeout"):
         return CheckResult(check, "failed", "ran out of time")
+    if check.steps is not None:
+        return _judge_program(check, record)
     raised = record.get("raised")
     if check.raises is not None or raised is not None:
         got = f"raised {raised}" if raised else f"returned {str(record.get('returned'))[:200]}"
@@ -90,6 +101,43 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
         if not after_readable or not agrees(_literal(check.args_after)[1], after):
             return CheckResult(check, "failed", f"{got}, left its arguments as {record.get('args_after')!s:.200}")
     return CheckResult(check, "passed", got)
+
+
+def _judge_program(check: IoCheck, record: dict[str, Any]) -> CheckResult:
+    """A class's program agrees when every step's outcome does (a step whose value no description stands for only
+    has to return) and its instances end with the original's attributes, as far as the visible tests read them."""
+    if record.get("raised"):
+        return CheckResult(check, "failed", f"could not run: {record['raised']!s:.60}")
+    _, expected = _literal(check.result)
+    readable, got = _literal(record.get("returned"))
+    if not readable or type(got) is not tuple or type(expected) is not tuple or len(got) != len(expected):
+        return CheckResult(check, "failed", "gave no outcome for each step")
+    steps = _literal(check.steps)[1]
+    for index, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if not _step_agrees(want, have):
+            name = steps[index][2] if steps[index][0] != "new" else check.qualname
+            return CheckResult(check, "failed", f"step {index + 1} ({name}) {_shown(have)}")
+    _, state = _literal(check.state)
+    state_readable, got_state = _literal(record.get("state"))
+    if not state_readable or not agrees(state, got_state):
+        return CheckResult(check, "failed", f"left its objects as {record.get('state')!s:.200}")
+    return CheckResult(check, "passed", f"{len(got)} steps agree")
+
+
+def _step_agrees(expected: Any, got: Any) -> bool:
+    if type(got) is not tuple or not got or type(expected) is not tuple:
+        return False
+    if expected == ("returned",):  # the original returned a value nothing describes: returning is all it shows
+        return got[0] == "returned"
+    return len(got) == len(expected) and got[0] == expected[0] and agrees(expected[1], got[1])
+
+
+def _shown(outcome: Any) -> str:
+    if type(outcome) is tuple and len(outcome) == 2 and outcome[0] == "raised":
+        return f"raised {outcome[1]!s:.60}"
+    if type(outcome) is tuple and len(outcome) == 2:
+        return f"returned {outcome[1]!s:.200}"
+    return "returned a value"
 
 
 def _state_agrees(expected_text: str, got_text: object) -> bool:

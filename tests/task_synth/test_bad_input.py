@@ -80,3 +80,17 @@ def test_cli_prints_one_line_and_exits_1_on_bad_input(tmp_path):
         result.output.split()
     )  # rich wraps
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    ("option", "named"),
+    [(["--mode", "bogus"], "modes.0: Input should be 'stub'"), (["--kind", "klass"], "kinds.0: Input should be")],
+)
+def test_a_bad_mode_or_kind_is_named_in_the_error_not_hidden_behind_a_link(tmp_path, option, named):
+    from regrow.cli import app
+
+    result = CliRunner().invoke(app, ["synth", str(tmp_path), "--out", str(tmp_path / "out"), *option])
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert named in said and "errors.pydantic.dev" not in said, said
+    assert not (tmp_path / "out").exists()

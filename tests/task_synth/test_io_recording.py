@@ -13,38 +13,27 @@ from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
-from proto.call_values import SHIPPED_NAME, literal_text
+from proto.call_values import literal_text
 from proto.tasks import IoCheck, TaskRecord, TaskStats
 from task_synth.candidates import enumerate_units
 from task_synth.deletion import delete_unit
-from task_synth.io_recording import (
+from task_synth.io_recording import PROBE_CALL_S, _call_outcomes, _probed, _reproduced, recorded_functions
+from task_synth.recorded_calls import (
     MAX_CHECKS,
-    MAX_UNSEEN,
-    PROBE_CALL_S,
-    RECORDER,
-    RECORDER_SOURCE,
-    VALUES_SOURCE,
-    _call_outcomes,
-    _probed,
-    _reproduced,
     calls_in_both,
     canonical,
     linked_calls,
     parsed_call,
-    perturbed_calls,
-    perturbed_values,
-    recorded_arguments,
-    recorded_functions,
     selected_checks,
     unique_calls,
-    unseen_checks,
 )
 from task_synth.repo_layout import read_layout
 from task_synth.store_writer import RepoFiles, write_store
+from task_synth.unseen_calls import MAX_UNSEEN, perturbed_calls, perturbed_values, recorded_arguments, unseen_checks
+from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 FUNCTIONS = {"pkg.core": ["double", "letters"]}
@@ -331,7 +320,7 @@ def minilib_units():
     return layout, {(unit.kind, unit.qualname): unit for unit in enumerate_units(layout)}
 
 
-def test_functions_features_and_methods_record_their_unit_modules_their_public_functions(minilib_units):
+def test_functions_features_methods_and_classes_record_their_unit_modules_their_public_functions(minilib_units):
     layout, units = minilib_units
     function = delete_unit(layout, units["function", "clamp"], "stub")
     assert recorded_functions(function, "minilib.mathops") == {"minilib.mathops": ["clamp"]}
@@ -342,7 +331,8 @@ def test_functions_features_and_methods_record_their_unit_modules_their_public_f
     assert recorded_functions(module, "minilib.textops") == {"minilib.textops": public}
     method = delete_unit(layout, units["method", "BoundedStack.push"], "stub")
     assert recorded_functions(method, "minilib.containers") == {"minilib.containers": ["BoundedStack.push"]}
-    assert recorded_functions(delete_unit(layout, units["class", "BoundedStack"], "stub"), "minilib.containers") == {}
+    whole = delete_unit(layout, units["class", "BoundedStack"], "stub")  # recorded as one program per test
+    assert recorded_functions(whole, "minilib.containers") == {"minilib.containers": ["BoundedStack"]}
 
 
 PACKAGE = {
@@ -396,32 +386,6 @@ def test_raises():
         pass
 """,
 }
-
-
-def recorded_raw_calls(tmp_path: Path, files: dict[str, str], functions: dict[str, list[str]]) -> list:
-    """Write `files` under `tmp_path`, run their tests with the recorder on `functions`, and return what it wrote;
-    the library is every file outside tests/."""
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-    (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
-    (tmp_path / "plugins" / f"{SHIPPED_NAME}.py").write_text(VALUES_SOURCE.read_text())
-    library = [str(tmp_path / path) for path in files if not path.startswith("tests/")]
-    (tmp_path / "config.json").write_text(json.dumps({"functions": functions, "library_files": library}))
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{tmp_path / 'plugins'}{os.pathsep}{tmp_path}",
-        "REGROW_IO_CONFIG": str(tmp_path / "config.json"),
-        "REGROW_IO_OUT": str(tmp_path / "calls.json"),
-        "PYTEST_ADDOPTS": "",
-    }
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests"]
-    run = subprocess.run(
-        [*command, "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
-    )
-    assert run.returncode == 0, run.stdout + run.stderr
-    return json.loads((tmp_path / "calls.json").read_text())
 
 
 def test_recorder_keeps_literal_calls_that_leave_their_arguments_alone_and_marks_the_librarys_own(tmp_path):
@@ -485,29 +449,6 @@ def hashed(text):
 """
 
 
-class LocalSandbox:
-    """Runs a sandbox's `python` commands here: `root` stands for /workspace and holds the files written to the
-    sandbox."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.write_file(f"/plugins/{RECORDER}.py", RECORDER_SOURCE.read_text())
-        self.write_file(f"/plugins/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
-
-    def _here(self, path: str) -> str:
-        return str(self.root / "sandbox" / path.lstrip("/")) if path.startswith("/") else path
-
-    def write_file(self, path, data):
-        Path(self._here(path)).parent.mkdir(parents=True, exist_ok=True)
-        Path(self._here(path)).write_text(data)
-
-    def exec(self, command, timeout, cwd, env):
-        env = {**os.environ, **env, "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
-        argv = [sys.executable, *map(self._here, command[1:])]
-        run = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
-        return SimpleNamespace(stdout=run.stdout, stderr=run.stderr, exit_code=run.returncode, timed_out=False)
-
-
 def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible_outcomes(tmp_path):
     """A call that loops is stopped after its time limit; one that mutates, returns no literal or raises TypeError
     gives nothing; one whose outcome depends on the hash seed does not reproduce."""
@@ -527,7 +468,7 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
     ]
     probes = [IoCheck(module="probed", qualname=name, args=args) for name, args in calls]
     started = time.monotonic()
-    probed = _probed(sb, probes)
+    probed = _probed(sb, probes, set())
     assert time.monotonic() - started < PROBE_CALL_S + 5
     assert [(call.check.qualname, call.outcome) for call in probed] == [
         ("double", ("4", None, None, None)),

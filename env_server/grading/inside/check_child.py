@@ -1,8 +1,9 @@
 """The check child of a graded run: each recorded call of the deleted unit, in a process forked for it, its outcome
 sent up the launcher's pipe as data.
 
-`python check_child.py CONFIG FD`. The config holds inputs only (module, qualified name, literal arguments, and the
-pickle recorded at synthesis of a method's receiver and of arguments that are no literals); what the calls should
+`python check_child.py CONFIG FD`. The config holds inputs only (module, qualified name, literal arguments, the
+pickle recorded at synthesis of a method's receiver and of arguments that are no literals, and a class's program of
+steps); what the calls should
 give never enters this container. An outcome is the returned value described as proto.call_values has it (or its
 type's name where no description stands for it), the name of the exception's class, the receiver's state and the
 pickled arguments after the call. The grader compares them with the original's; whatever this process sends, only
@@ -18,13 +19,15 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)  # for the values module shipped beside this file, and only while it is imported
-from regrow_call_values import replay  # noqa: E402
+from regrow_call_values import replay, replay_program  # noqa: E402
 
 sys.path.remove(HERE)
 
 
 def outcome(call, limit):
-    """What one call gives, as data (see regrow_call_values.replay)."""
+    """What one call, or one program of a deleted class, gives, as data (see regrow_call_values)."""
+    if call.get("steps") is not None:
+        return replay_program(call["module"], call["qualname"], call["steps"], call.get("reads", []), limit)
     return replay(call["module"], call["qualname"], call["args"], call["kwargs"], call.get("inputs"), limit)
 
 

@@ -1,0 +1,175 @@
+"""Unseen calls: calls no visible test makes, which change one argument of a recorded call a little, so that a table
+of the visible answers earns nothing on them. Their expected outcomes come from running them where the solution is
+applied (task_synth/io_recording.py)."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from typing import Any
+
+from proto.call_values import MAX_PROGRAM_TEXT, literal_text
+from proto.tasks import IoCheck
+from task_synth.python_ast import literal_value
+from task_synth.recorded_calls import Call, canonical, check_key, selected_checks
+
+MAX_UNSEEN = 8  # checks of calls no visible test makes
+MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
+# What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
+NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
+# The arguments of recorded calls (args, kwargs), or a program's steps ("steps", their text), by (module, qualname).
+Arguments = dict[tuple[str, str], list[tuple[object, object]]]
+
+
+def recorded_arguments(raw: list[Any]) -> Arguments:
+    """The arguments of every call (a program's steps) in a recorder's output, whatever its outcome."""
+    found: Arguments = {}
+    for item in raw:
+        try:
+            key = (item["module"], item["qualname"])
+            if item.get("steps") is not None:
+                found.setdefault(key, []).append(("steps", canonical(literal_value(item["steps"]))))
+            else:
+                found.setdefault(key, []).append((literal_value(item["args"]), literal_value(item["kwargs"])))
+        except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError, AttributeError):
+            continue
+    return found
+
+
+def perturbed_values(value: Any, depth: int = 2) -> list[object]:
+    """Values of `value`'s type a small step away from it, for calls that no test makes.
+
+    Integers move by one or two, flip sign or become 0; floats are scaled or negated; strings and bytes lose a
+    character at either end, change case or gain a character; lists and tuples lose, repeat or change an element or
+    are reversed; sets lose an element; dicts lose a key or change a value.
+    """
+    kind = type(value)
+    if kind is bool:
+        found: list[object] = [not value]
+    elif kind is int:
+        found = [value + 1, value - 1, value + 2, -value, 0]
+    elif kind is float:
+        found = [value * 2, value / 2, -value]
+    elif kind is str:
+        found = [value[1:], value[:-1], value.upper(), value.lower(), value[:1] + value, value + "a"]
+    elif kind is bytes:
+        found = [value[1:], value[:-1], value + b"a"]
+    elif kind in (list, tuple):
+        items = list(value)
+        found = [items[1:], items[:-1], items[::-1], items[:1] + items]
+        if depth > 1:
+            ends = sorted({0, len(items) - 1}) if items else []
+            found += [
+                [*items[:at], new, *items[at + 1 :]] for at in ends for new in perturbed_values(items[at], depth - 1)
+            ]
+        found = [kind(items) for items in found]
+    elif kind is set:
+        found = [value - {item} for item in sorted(value, key=canonical)[:3]]
+    elif kind is dict:
+        keys = list(value)
+        found = [{k: v for k, v in value.items() if k != key} for key in keys[:1] + keys[-1:]]
+        if keys and depth > 1:
+            found += [{**value, keys[0]: changed} for changed in perturbed_values(value[keys[0]], depth - 1)]
+    else:
+        return []
+    own = canonical(value)
+    return list({canonical(item): item for item in found if canonical(item) != own}.values())
+
+
+def perturbed_calls(
+    calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES
+) -> list[IoCheck]:
+    """Up to `limit` calls that change one argument of one of `calls` (of one step of a program) and equal none of
+    the `recorded` calls.
+
+    Each call's variants are drawn in an order from `rng` and the calls give one in turn, so that the unseen calls
+    spread over the recorded ones.
+    """
+    variants = []
+    for call in calls:
+        check = call.check
+        if check.steps is not None:
+            steps: Any = literal_value(check.steps)  # a tuple of steps: the recorder wrote them
+            mine: list[tuple[object, object]] = [("steps", changed) for changed in _program_variants(steps)]
+        else:
+            args: Any = literal_value(check.args)  # a tuple and a dict: the recorder wrote them
+            kwargs: Any = literal_value(check.kwargs)
+            mine = [(changed, kwargs) for changed in _changed_args(args)]
+            mine += [(args, changed) for changed in _changed_kwargs(kwargs)]
+        rng.shuffle(mine)
+        if check.args_after is None:  # pickled arguments are not perturbed
+            variants.append([(check, arguments) for arguments in mine])
+    chosen: dict[tuple[str, str, str, str], IoCheck] = {}
+    for check, arguments in (item for turn in itertools.zip_longest(*variants) for item in turn if item):
+        probe = _probe(check, arguments)
+        if len(chosen) >= limit or probe is None or check_key(probe) in chosen:
+            continue
+        mark = ("steps", canonical(arguments[1])) if arguments[0] == "steps" else arguments
+        if mark not in recorded.get((check.module, check.qualname), ()):
+            chosen[check_key(probe)] = probe
+    return list(chosen.values())
+
+
+def _changed_args(args: tuple, fixed: frozenset[object] = frozenset()) -> list[tuple]:
+    return [
+        args[:at] + (new,) + args[at + 1 :]
+        for at, arg in enumerate(args)
+        if at not in fixed
+        for new in perturbed_values(arg)
+    ]
+
+
+def _changed_kwargs(kwargs: dict, fixed: frozenset[object] = frozenset()) -> list[dict]:
+    return [
+        {**kwargs, name: new} for name, value in kwargs.items() if name not in fixed for new in perturbed_values(value)
+    ]
+
+
+def _program_variants(steps: tuple) -> list[tuple]:
+    """The program with one literal argument of one step changed (an argument that refers to an instance stays)."""
+    found = []
+    for index, step in enumerate(steps):
+        if step[0] == "get":
+            continue
+        head, (args, kwargs, refs) = step[:-3], step[-3:]
+        fixed = frozenset(key for key, _ in refs)
+        changed = [(new, kwargs) for new in _changed_args(args, fixed)]
+        changed += [(args, new) for new in _changed_kwargs(kwargs, fixed)]
+        found += [(*steps[:index], (*head, *pair, refs), *steps[index + 1 :]) for pair in changed]
+    return found
+
+
+def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:
+    """The check's call with other arguments (or a program with other steps); None when they spell no literal."""
+    if arguments[0] == "steps":
+        steps = repr(arguments[1])  # read from a literal, so it reads back
+        if len(steps) > MAX_PROGRAM_TEXT:
+            return None
+        return IoCheck(module=check.module, qualname=check.qualname, args="()", steps=steps, reads=check.reads)
+    args_text, kwargs_text = literal_text(arguments[0]), literal_text(arguments[1])
+    if args_text is None or kwargs_text is None:
+        return None
+    return IoCheck(
+        module=check.module, qualname=check.qualname, args=args_text, kwargs=kwargs_text, inputs=check.inputs
+    )
+
+
+def unseen_checks(calls: list[Call], linked: list[Call], limit: int = MAX_UNSEEN) -> list[IoCheck]:
+    """Up to `limit` checks of unseen calls, each function's in turn.
+
+    Calls whose outcome no linked call of the function has come first (a table of the visible answers with a fallback
+    fails them), and returning calls before raising ones. At most half raise, and only an exception class that a
+    linked call of the function raised, or that the library's own call raised while a passing test ran: the tests
+    then show that the unit raises it, and an honest rewrite that raises another class on some edge case loses nothing.
+    """
+    shown = {(call.key[:2], call.outcome) for call in linked}
+    documented = {(call.key[:2], call.check.raises) for call in linked if call.check.raises}
+    ranked = sorted(calls, key=lambda call: ((call.key[:2], call.outcome) in shown, call.check.raises is not None))
+    # The library's own call raised while a passing test ran: what it raises there is the unit's documented way.
+    raising = [
+        call
+        for call in ranked
+        if call.check.raises is not None and ((call.key[:2], call.check.raises) in documented or call.internal)
+    ][: limit // 2]
+    kept = [call for call in ranked if call.check.raises is None or any(call is other for other in raising)]
+    return selected_checks(kept, limit)

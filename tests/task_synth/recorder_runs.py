@@ -1,0 +1,66 @@
+"""Running the recorder plugin here, without Docker: a repository's tests under pytest with the recorder loaded, and a
+stand-in sandbox whose `python` commands run in this interpreter."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+from proto.call_values import SHIPPED_NAME
+from task_synth.io_recording import PROGRAMS, PROGRAMS_SOURCE, RECORDER, RECORDER_SOURCE, VALUES_SOURCE
+
+
+def recorded_raw_calls(
+    tmp_path: Path, files: dict[str, str], functions: dict[str, list[str]], reads: list[str] = ()
+) -> list:
+    """Write `files` under `tmp_path`, run their tests with the recorder on `functions`, and return what it wrote;
+    the library is every file outside tests/."""
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
+    (tmp_path / "plugins" / f"{SHIPPED_NAME}.py").write_text(VALUES_SOURCE.read_text())
+    (tmp_path / "plugins" / f"{PROGRAMS}.py").write_text(PROGRAMS_SOURCE.read_text())
+    library = [str(tmp_path / path) for path in files if not path.startswith("tests/")]
+    config = {"functions": functions, "library_files": library, "reads": list(reads)}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{tmp_path / 'plugins'}{os.pathsep}{tmp_path}",
+        "REGROW_IO_CONFIG": str(tmp_path / "config.json"),
+        "REGROW_IO_OUT": str(tmp_path / "calls.json"),
+        "PYTEST_ADDOPTS": "",
+    }
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests"]
+    run = subprocess.run(
+        [*command, "--rootdir", str(tmp_path)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    return json.loads((tmp_path / "calls.json").read_text())
+
+
+class LocalSandbox:
+    """Runs a sandbox's `python` commands here: `root` stands for /workspace and holds the files written to the
+    sandbox."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.write_file(f"/plugins/{RECORDER}.py", RECORDER_SOURCE.read_text())
+        self.write_file(f"/plugins/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
+        self.write_file(f"/plugins/{PROGRAMS}.py", PROGRAMS_SOURCE.read_text())
+
+    def _here(self, path: str) -> str:
+        return str(self.root / "sandbox" / path.lstrip("/")) if path.startswith("/") else path
+
+    def write_file(self, path, data):
+        Path(self._here(path)).parent.mkdir(parents=True, exist_ok=True)
+        Path(self._here(path)).write_text(data)
+
+    def exec(self, command, timeout, cwd, env):
+        env = {**os.environ, **env, "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
+        argv = [sys.executable, *map(self._here, command[1:])]
+        run = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
+        return SimpleNamespace(stdout=run.stdout, stderr=run.stderr, exit_code=run.returncode, timed_out=False)
