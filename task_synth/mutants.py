@@ -3,7 +3,8 @@ implementation from the right one.
 
 The changes are the classic ones: an arithmetic or bitwise operator swapped, a comparison flipped or loosened
 (`<` to `<=`, `==` to `!=`, `in` to `not in`), `and` and `or` swapped, a `not` dropped, an integer constant moved by
-one, `True` and `False` (and `min` and `max`, `any` and `all`) swapped, and a statement dropped. Each mutant is the
+one, `True` and `False` (and `min` and `max`, `any` and `all`) swapped, the first and the last element (`[0]`,
+`[-1]`) swapped, and a statement dropped. Each mutant is the
 whole module's text, made with libcst, so everything outside the unit stays byte for byte.
 """
 
@@ -140,6 +141,20 @@ class _Sites(cst.CSTVisitor):
         except ValueError:
             return
         self._add(node, "constant", lambda n, v=value: cst.Integer(str(v + 1)))  # type: ignore[misc]
+
+    def visit_Index(self, node: cst.Index) -> None:
+        """`[0]` and `[-1]`, the first and the last element, swapped: a stack's bottom for its top."""
+        value = node.value
+        if isinstance(value, cst.Integer) and value.value == "0":
+            last = cst.UnaryOperation(cst.Minus(), cst.Integer("1"))
+            self._add(node, "boundary", lambda n, last=last: n.with_changes(value=last))  # type: ignore[misc]
+        elif (
+            isinstance(value, cst.UnaryOperation)
+            and isinstance(value.operator, cst.Minus)
+            and isinstance(value.expression, cst.Integer)
+            and value.expression.value == "1"
+        ):
+            self._add(node, "boundary", lambda n: n.with_changes(value=cst.Integer("0")))  # type: ignore[misc]
 
     def visit_Name(self, node: cst.Name) -> None:
         swap = _NAMES.get(node.value)

@@ -90,13 +90,17 @@ def perturbed_calls(
         check = call.check
         if check.steps is not None:
             steps: Any = literal_value(check.steps)  # a tuple of steps: the recorder wrote them
-            mine: list[tuple[object, object]] = [("steps", changed) for changed in _program_variants(steps)]
+            longer, same = _program_variants(steps)
+            rng.shuffle(longer)
+            rng.shuffle(same)
+            # A call made twice reaches states no test shows (the top of a stack of two): those go first.
+            mine: list[tuple[object, object]] = [("steps", changed) for changed in _alternating(longer, same)]
         else:
             args: Any = literal_value(check.args)  # a tuple and a dict: the recorder wrote them
             kwargs: Any = literal_value(check.kwargs)
             mine = [(changed, kwargs) for changed in _changed_args(args)]
             mine += [(args, changed) for changed in _changed_kwargs(kwargs)]
-        rng.shuffle(mine)
+            rng.shuffle(mine)
         if check.args_after is None:  # pickled arguments are not perturbed
             variants.append([(check, arguments) for arguments in mine])
     chosen: dict[tuple[str, str, str, str], IoCheck] = {}
@@ -125,9 +129,15 @@ def _changed_kwargs(kwargs: dict, fixed: frozenset[object] = frozenset()) -> lis
     ]
 
 
-def _program_variants(steps: tuple) -> list[tuple]:
-    """The program with one literal argument of one step changed (an argument that refers to an instance stays)."""
-    found = []
+def _alternating(first: list, second: list) -> list:
+    return [item for pair in itertools.zip_longest(first, second) for item in pair if item is not None]
+
+
+def _program_variants(steps: tuple) -> tuple[list[tuple], list[tuple]]:
+    """The program with a method call made twice, the second time with an argument changed (`push(1); peek()`
+    becomes `push(1); push(2); peek()`, which tells the top of a stack from its bottom); and the program with one
+    literal argument of one step changed (an argument that refers to an instance stays)."""
+    found, longer = [], []
     for index, step in enumerate(steps):
         if step[0] == "get":
             continue
@@ -136,7 +146,26 @@ def _program_variants(steps: tuple) -> list[tuple]:
         changed = [(new, kwargs) for new in _changed_args(args, fixed)]
         changed += [(args, new) for new in _changed_kwargs(kwargs, fixed)]
         found += [(*steps[:index], (*head, *pair, refs), *steps[index + 1 :]) for pair in changed]
-    return found
+        if step[0] == "call" and step[1] >= 0:
+            longer += [_repeated(steps, index, (*head, *pair, refs)) for pair in changed[:2] or [(args, kwargs)]]
+    return longer, found
+
+
+def _repeated(steps: tuple, index: int, again: tuple) -> tuple:
+    """`steps` with `again` run right after step `index`; later steps' targets and refs move to follow."""
+
+    def moved(at: int) -> int:
+        return at + 1 if at > index else at
+
+    later = []
+    for step in steps[index + 1 :]:
+        if step[0] == "new":
+            later.append((*step[:-1], tuple((key, moved(at)) for key, at in step[-1])))
+        elif step[0] == "call":
+            later.append((step[0], moved(step[1]), *step[2:-1], tuple((key, moved(at)) for key, at in step[-1])))
+        else:
+            later.append((step[0], moved(step[1]), step[2]))
+    return (*steps[: index + 1], again, *later)
 
 
 def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:

@@ -143,21 +143,30 @@ def test_programs_replay_in_a_fresh_interpreter_to_the_same_outcomes(tmp_path):
     assert [c.check.test for c in _reproduced(LocalSandbox(tmp_path), calls)] == [c.check.test for c in calls]
 
 
-def test_perturbed_programs_change_one_literal_argument_and_keep_references(tmp_path):
+def test_perturbed_programs_change_one_literal_argument_or_repeat_a_call_and_keep_references(tmp_path):
     _, raw = _programs(tmp_path)
     calls = [call for item in raw if (call := parsed_call(item, FUNCTIONS))]
-    add = next(call for call in calls if call.check.test.endswith("test_add"))
-    probes = perturbed_calls([add], recorded_arguments(raw), random.Random(0), limit=20)
-    original = eval(add.check.steps)
-    assert len(probes) == 20
-    for probe in probes:
-        steps = eval(probe.steps)
-        changed = [index for index, (a, b) in enumerate(zip(steps, original, strict=True)) if a != b]
-        assert len(changed) == 1 and steps[changed[0]][0] == "new"  # refs stay: only literals move
-        assert probe.reads == READS and probe.args == "()"
+    scale = next(call for call in calls if call.check.test.endswith("test_scale_and_read"))
+    probes = perturbed_calls([scale], recorded_arguments(raw), random.Random(0), limit=20)
+    original = eval(scale.check.steps)
+    assert len(probes) == 20 and all(probe.reads == READS and probe.args == "()" for probe in probes)
+    changed = [eval(probe.steps) for probe in probes if len(eval(probe.steps)) == len(original)]
+    for steps in changed:
+        moved = [index for index, (a, b) in enumerate(zip(steps, original, strict=True)) if a != b]
+        step, was = steps[moved[0]], original[moved[0]]
+        assert len(moved) == 1 and step[0] == was[0] and (step[0] == "new" or step[1:3] == was[1:3])  # same call
+    repeated = [eval(probe.steps) for probe in probes if len(eval(probe.steps)) == len(original) + 1]
+    assert repeated and len(changed) + len(repeated) == 20
+    # `v.scale(3)` (step 1) made twice: the steps after it on `w` (made at step 2) now name step 3 and on.
+    twice = next(steps for steps in repeated if steps[2][:3] == ("call", 0, "scale"))
+    assert twice[:2] == original[:2] and twice[3] == original[2]
+    assert twice[4:] == tuple((s[0], s[1] + 1, *s[2:]) for s in original[3:])
     outcomes = _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
     assert sum(found is not None for found in outcomes) == 20
     assert {"ValueError", "TypeError"} >= set().union(*(raised_in(found) for found in outcomes if found))
+    add = next(call for call in calls if call.check.test.endswith("test_add"))
+    refs = [eval(p.steps) for p in perturbed_calls([add], recorded_arguments(raw), random.Random(0), limit=40)]
+    assert all(step[-1] == ((0, 1),) for steps in refs for step in steps if step[:3] == ("call", 0, "__add__"))
 
 
 def _program(steps, result, state="()", reads=("x", "y")):

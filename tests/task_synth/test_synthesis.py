@@ -175,8 +175,8 @@ def test_every_task_has_hidden_io_checks_and_names_its_pytest_plugins(synthesize
         assert _io_checks(store, record) == report.io_checks[record.instance_id], record.instance_id
         assert isinstance(record.pytest_plugins, list) and "regrow_io_recorder" not in record.pytest_plugins
         assert "io_checks" not in record.model_dump_json()
-        if record.deleted[0].kind == "class":
-            assert report.io_checks[record.instance_id] == [], record.instance_id
+        if record.deleted[0].kind == "class":  # a whole class is checked by the programs its tests ran
+            assert all(check.steps for check in report.io_checks[record.instance_id]), record.instance_id
 
 
 def test_a_method_task_gets_checks_that_the_original_method_passes_on_the_recorded_receiver(

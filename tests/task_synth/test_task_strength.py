@@ -53,6 +53,14 @@ def test_a_methods_mutants_stay_in_the_method_and_leave_its_docstring():
     assert {m.kind for m in mutants} >= {"comparison", "dropped statement"}
 
 
+def test_a_whole_classs_mutants_swap_its_first_and_last_element():
+    source = STACK + "\n    def peek(self):\n        return self.items[-1]\n\n    def bottom(self):\n        return self.items[0]\n"
+    mutants = mutants_of(source, "Stack", random.Random(0))
+    swapped = [m.source for m in mutants if m.kind == "boundary"]
+    assert len(swapped) == 2 and {text.count("self.items[0]") for text in swapped} == {0, 2}
+    assert ("return self.items.pop() + 1",) in {tuple(changed_lines(source, m.source)) for m in mutants}
+
+
 def test_there_are_no_mutants_of_what_is_not_there_or_does_not_parse():
     assert mutants_of(STACK, "Stack.peek", random.Random(0)) == []
     assert mutants_of("def broken(:\n", "broken", random.Random(0)) == []

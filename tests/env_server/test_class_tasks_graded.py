@@ -1,0 +1,134 @@
+"""Whole-class tasks synthesized from the minilib fixture and graded by a live runtime on the real engine: their
+programs decide the reward, so an honest rewrite with its own layout earns 1, a wrong class and a lying test process
+earn nothing, and every check of a class's twin fails on the original."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from env_server.grading.checks import judge
+from env_server.task_store import TaskStore
+from proto.actions import ToolCall
+from proto.call_values import replay_program
+from task_synth.pipeline import synthesize
+from task_synth.settings import SynthSettings
+from task_synth.twins import twin_of
+from tests.env_server.conftest import make_runtime, make_settings
+from tests.env_server.test_reward_hacks import LIE
+
+pytestmark = pytest.mark.docker
+
+MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
+CONTAINERS = "src/minilib/containers.py"
+ORIGINAL = (MINILIB / CONTAINERS).read_text()
+HEAD, _, REST = ORIGINAL.partition("class BoundedStack:")
+LRU = "class LRUCache:" + REST.partition("class LRUCache:")[2]
+
+# An honest BoundedStack with a layout of its own: a deque under another name, the capacity a read-only property.
+STACK_REWRITE = '''
+from collections import deque
+
+
+class BoundedStack:
+    """A LIFO stack that refuses to grow past `capacity`."""
+
+    def __init__(self, capacity):
+        if not capacity >= 1:
+            raise ValueError(f"capacity {capacity} is below 1")
+        self._limit, self.data = capacity, deque()
+
+    @property
+    def capacity(self):
+        return self._limit
+
+    def push(self, item):
+        if len(self) == self._limit:
+            raise OverflowError("full")
+        self.data.append(item)
+        return len(self.data)
+
+    def pop(self):
+        if not self.data:
+            raise IndexError("empty")
+        return self.data.pop()
+
+    def peek(self):
+        if not self.data:
+            raise IndexError("empty")
+        return self.data[-1]
+
+    def __len__(self):
+        return len(self.data)
+
+
+'''
+# Wrong: `peek` looks at the bottom of the stack.
+STACK_WRONG = STACK_REWRITE.replace("return self.data[-1]", "return self.data[0]")
+STACK_STUB = "class BoundedStack:\n    pass\n\n\n"
+
+
+@pytest.fixture(scope="module")
+def class_store(docker_backend, base_image, tmp_path_factory) -> Path:
+    store = tmp_path_factory.mktemp("class-store")
+    settings = SynthSettings(modes=["stub"], kinds=["class"], max_tasks=1, seed=0)
+    report = synthesize(str(MINILIB), store, settings, backend=docker_backend)
+    assert [record.deleted[0].qualname for record in report.records] == ["BoundedStack"], report.rejections
+    return store
+
+
+@pytest.fixture(scope="module")
+def class_runtime(docker_backend, class_store, tmp_path_factory):
+    live = make_runtime(docker_backend, make_settings(class_store, tmp_path_factory.mktemp("rt")))
+    yield live
+    live.close()
+    live.traces.close()
+
+
+def _play(runtime, files: dict[str, str]) -> dict:
+    task_id = next(iter(runtime.store.tasks))
+    episode = runtime.start_episode(task_id=task_id)
+    for path, content in files.items():
+        runtime.take_step(episode, ToolCall(tool="write_file", args={"path": path, "content": content}))
+    return runtime.take_step(episode, ToolCall(tool="submit")).metadata["reward_details"]
+
+
+def test_the_class_task_is_judged_by_its_programs(class_store):
+    task = next(iter(TaskStore(class_store).tasks.values()))
+    checks = task.io_checks()
+    assert checks and all(check.steps is not None and check.qualname == "BoundedStack" for check in checks)
+    assert any(check.test is None for check in checks), "no unseen program"
+    assert task.record.stats.mutant_kill_rate is not None and task.record.stats.mutant_kill_rate >= 0.9
+
+
+@pytest.mark.parametrize(
+    ("name", "stack", "reward"),
+    [("original", ORIGINAL, 1.0), ("own layout", HEAD + STACK_REWRITE + LRU, 1.0)],
+)
+def test_honest_classes_earn_one(class_runtime, name, stack, reward):
+    details = _play(class_runtime, {CONTAINERS: stack})
+    assert details["reward"] == reward and details["basis"] == "checks", (name, details)
+    assert details["tampered"] is False, details
+
+
+def test_a_wrong_class_earns_less_and_a_lying_test_process_adds_nothing(class_runtime):
+    wrong = _play(class_runtime, {CONTAINERS: HEAD + STACK_WRONG + LRU})
+    assert 0.0 <= wrong["reward"] < 1.0, wrong
+    init = (MINILIB / "src/minilib/__init__.py").read_text() + LIE + "\nlie()\n"
+    lying = _play(class_runtime, {CONTAINERS: HEAD + STACK_WRONG + LRU, "src/minilib/__init__.py": init})
+    assert lying["reward"] <= wrong["reward"], lying
+    stub = _play(class_runtime, {CONTAINERS: HEAD + STACK_STUB + LRU, "src/minilib/__init__.py": init})
+    assert stub["reward"] == 0.0, stub
+
+
+def test_every_check_of_a_class_tasks_twin_fails_on_the_original(class_store, monkeypatch):
+    monkeypatch.syspath_prepend(str(MINILIB / "src"))
+    task = next(iter(TaskStore(class_store).tasks.values()))
+    made = twin_of(task.record, task.io_checks(), random.Random(3))
+    assert made is not None
+    for original, twin in zip(task.io_checks(), made[1], strict=True):
+        record = replay_program(original.module, original.qualname, original.steps, original.reads, 10.0)
+        assert judge(original, record).outcome == "passed", (original, record)
+        assert judge(twin, record).outcome == "failed", twin
