@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -196,5 +197,5 @@ def raised_in(call: Call) -> set[str]:
     """The exception classes a call raised: its own, or any step's of a program."""
     if call.check.steps is None:
         return {call.check.raises} if call.check.raises else set()
-    outcomes = literal_value(call.check.result or "()")
+    outcomes: Any = literal_value(call.check.result or "()")  # a tuple of outcomes: parsed_call checked it
     return {outcome[1] for outcome in outcomes if outcome[0] == "raised"}

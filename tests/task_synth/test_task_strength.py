@@ -54,7 +54,8 @@ def test_a_methods_mutants_stay_in_the_method_and_leave_its_docstring():
 
 
 def test_a_whole_classs_mutants_swap_its_first_and_last_element():
-    source = STACK + "\n    def peek(self):\n        return self.items[-1]\n\n    def bottom(self):\n        return self.items[0]\n"
+    peek = "\n    def peek(self):\n        return self.items[-1]\n"
+    source = STACK + peek + "\n    def bottom(self):\n        return self.items[0]\n"
     mutants = mutants_of(source, "Stack", random.Random(0))
     swapped = [m.source for m in mutants if m.kind == "boundary"]
     assert len(swapped) == 2 and {text.count("self.items[0]") for text in swapped} == {0, 2}
