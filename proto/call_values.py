@@ -11,6 +11,7 @@ interpreter, as `regrow_call_values.py`.
 
 import ast
 import base64
+import contextlib
 import enum
 import importlib
 import inspect
@@ -168,6 +169,18 @@ def _overtime(signum, frame):
     raise Overtime
 
 
+@contextlib.contextmanager
+def _within(limit):
+    """Raise Overtime into the block once `limit` seconds have passed."""
+    previous = signal.signal(signal.SIGALRM, _overtime)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def replay(module, qualname, args_text, kwargs_text, inputs, limit):
     """Run one recorded call anew, within `limit` seconds, and say what it gave as data: `returned` (described; with
     `kind`, its type's name, where no description stands for it), `raised` (an Exception's class name), `timeout`,
@@ -176,31 +189,27 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit):
     a call alike."""
     found = {}
     receiver = arguments = args = kwargs = before = None
-    previous = signal.signal(signal.SIGALRM, _overtime)
-    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        receiver, arguments = pickle.loads(base64.b64decode(inputs)) if inputs else (None, None)
-        args, kwargs = (
-            arguments if arguments is not None else (ast.literal_eval(args_text), ast.literal_eval(kwargs_text))
-        )
-        if receiver is not None:
-            function = getattr(receiver, qualname.rpartition(".")[2])
-        else:
-            function = importlib.import_module(module)
-            for part in qualname.split("."):
-                function = getattr(function, part)
-        before = (literal_text(args), literal_text(kwargs))
-        result = function(*args, **kwargs)
-        found["returned"] = described_text(result)
-        if found["returned"] is None:
-            found["kind"] = type(result).__name__
+        with _within(limit):
+            receiver, arguments = pickle.loads(base64.b64decode(inputs)) if inputs else (None, None)
+            args, kwargs = (
+                arguments if arguments is not None else (ast.literal_eval(args_text), ast.literal_eval(kwargs_text))
+            )
+            if receiver is not None:
+                function = getattr(receiver, qualname.rpartition(".")[2])
+            else:
+                function = importlib.import_module(module)
+                for part in qualname.split("."):
+                    function = getattr(function, part)
+            before = (literal_text(args), literal_text(kwargs))
+            result = function(*args, **kwargs)
+            found["returned"] = described_text(result)
+            if found["returned"] is None:
+                found["kind"] = type(result).__name__
     except Overtime:
         found["timeout"] = True
     except Exception as error:
         found["raised"] = type(error).__name__
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     if receiver is not None:
         found["state"] = state_text(receiver)
     if arguments is not None:
@@ -262,25 +271,21 @@ def replay_program(module, qualname, steps_text, reads, limit):
     them at the end), `raised` (the class could not be imported) or `timeout`."""
     found = {}
     objects, outcomes = [], []
-    previous = signal.signal(signal.SIGALRM, _overtime)
-    signal.setitimer(signal.ITIMER_REAL, limit)
     try:
-        klass = importlib.import_module(module)
-        for part in qualname.split("."):
-            klass = getattr(klass, part)
-        view = (klass, tuple(reads))
-        for step in ast.literal_eval(steps_text)[:MAX_STEPS]:
-            result, outcome = program_step(klass, step, objects, view)
-            objects.append(result)
-            outcomes.append(outcome)
-        state = program_text(klass, objects, view)
+        with _within(limit):
+            klass = importlib.import_module(module)
+            for part in qualname.split("."):
+                klass = getattr(klass, part)
+            view = (klass, tuple(reads))
+            for step in ast.literal_eval(steps_text)[:MAX_STEPS]:
+                result, outcome = program_step(klass, step, objects, view)
+                objects.append(result)
+                outcomes.append(outcome)
+            state = program_text(klass, objects, view)
     except Overtime:
         found["timeout"] = True
     except Exception as error:
         found["raised"] = type(error).__name__
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     if not found:
         text = "(" + "".join(f"{outcome}, " for outcome in outcomes) + ")"
         found["returned"] = text if len(text) <= MAX_PROGRAM_TEXT else None
