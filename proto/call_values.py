@@ -181,12 +181,46 @@ def _within(limit):
         signal.signal(signal.SIGALRM, previous)
 
 
-def replay(module, qualname, args_text, kwargs_text, inputs, limit):
+def drawn_text(items, end):
+    """The outcome of a generator as literal text: `('generated', items, end)`, the items described as they came."""
+    return f"('generated', ({''.join(f'{item}, ' for item in items)}), {end!r})"
+
+
+def _iterable(value):
+    try:
+        iter(value)
+    except TypeError:
+        return False
+    return True
+
+
+def drawn(generator, take):
+    """Up to `take` items of `generator`, each described as it comes, and how it ended: 'ended', ('raised', class
+    name), or None when `take` items came first; None for all of it when an item has no description."""
+    items, end = [], None
+    while len(items) < take:
+        try:
+            item = next(generator)
+        except StopIteration:
+            end = "ended"
+            break
+        except Exception as error:
+            end = ("raised", type(error).__name__)
+            break
+        text = described_text(item)
+        if text is None:
+            return None
+        items.append(text)
+    text = drawn_text(items, end)
+    return text if len(text) <= MAX_DESCRIPTION else None
+
+
+def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None):
     """Run one recorded call anew, within `limit` seconds, and say what it gave as data: `returned` (described; with
     `kind`, its type's name, where no description stands for it), `raised` (an Exception's class name), `timeout`,
     `state` (a receiver's attributes after), `args_after` (pickled arguments after) and `changed_args` (literal
-    arguments the call changed). Synthesis records with it and a grading container checks with it, so the two replay
-    a call alike."""
+    arguments the call changed). A generator's items are drawn, `take` at most. Synthesis records with it and a
+    grading container checks with it, so the two replay a call alike."""
     found = {}
     receiver = arguments = args = kwargs = before = None
     try:
@@ -203,13 +237,19 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit):
                     function = getattr(function, part)
             before = (literal_text(args), literal_text(kwargs))
             result = function(*args, **kwargs)
-            found["returned"] = described_text(result)
+            if take is not None and _iterable(result):  # a list serves a test that draws from it as well
+                found["returned"] = drawn(iter(result), take)
+            else:
+                found["returned"] = described_text(result)
             if found["returned"] is None:
                 found["kind"] = type(result).__name__
     except Overtime:
         found["timeout"] = True
     except Exception as error:
-        found["raised"] = type(error).__name__
+        if take:  # drawing from a generator, an eager raise looks like one at the first item
+            found["returned"] = drawn_text([], ("raised", type(error).__name__))
+        else:
+            found["raised"] = type(error).__name__
     if receiver is not None:
         found["state"] = state_text(receiver)
     if arguments is not None:

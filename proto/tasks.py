@@ -58,6 +58,13 @@ class IoCheck(BaseModel):
         description="Pickled arguments as the call left them, described: a call that consumes a buffer must "
         "consume it alike. Held by the server.",
     )
+    take: int | None = Field(
+        default=None,
+        ge=0,
+        description="For a generator: how many items the replay draws at most. `result` is then "
+        "`('generated', items, end)`, `end` being 'ended', ('raised', class name) or None where the test stopped "
+        "drawing first.",
+    )
     steps: str | None = Field(
         default=None,
         description="For a deleted class: the program one test ran on its instances, as a tuple literal of steps "

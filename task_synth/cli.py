@@ -24,6 +24,17 @@ def synth_settings(**overrides):
     return SynthSettings(**{key: value for key, value in overrides.items() if value is not None})
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM (`docker stop`, `kill`, a batch scheduler) ends a run as Ctrl-C does, so its sandboxes are removed on
+    the way out; Python's default would end the process where it stands and leave them running."""
+    import signal
+
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 def _problems(error: ValueError) -> str:
     """What was wrong with the options, one clause per setting (pydantic's own text ends in a link)."""
     from pydantic import ValidationError
@@ -172,6 +183,7 @@ def synth(
             "module, feature; --split-by is repo or file)"
         )
     progress, update, on_repo = progress_bars(console)
+    _stop_on_sigterm()
     try:
         if repos is not None:
             _synth_many(console, repos, out, settings, progress, update, on_repo)

@@ -28,10 +28,10 @@ import sys
 import time
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_call_values import described_text, literal_text, replay, replay_program, state_text
+    from regrow_call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
     from regrow_program_recorder import ProgramRecorder
 except ImportError:
-    from proto.call_values import described_text, literal_text, replay, replay_program, state_text
+    from proto.call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
     from task_synth.program_recorder import ProgramRecorder
 
 MAX_RECORDS = 500
@@ -46,14 +46,46 @@ _current_test = [None]
 _FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader)
 
 
-def _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal):
+def _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal, take=None):
     test = _current_test[0]
-    record = (module, name, args_text, kwargs_text, result_text, raises, test, inputs, state, after, internal)
+    record = (module, name, args_text, kwargs_text, result_text, raises, test, inputs, state, after, take, internal)
     if record in _seen or len(_records) >= MAX_RECORDS:
         return
     _seen.add(record)
     fields = ("module", "qualname", "args", "kwargs", "result", "raises", "test", "inputs", "state", "args_after")
-    _records.append({**dict(zip(fields, record)), "internal": internal})
+    _records.append({**dict(zip(fields, record)), "take": take, "internal": internal})
+
+
+def _recording_generator(function, module, name):
+    """A generator function's calls with literal arguments: the items the test drew, each described as it came,
+    and whether it drew to the end (then the replay draws one more, to see the end too)."""
+
+    @functools.wraps(function)
+    def recorded(*args, **kwargs):
+        texts = literal_text(args), literal_text(kwargs)
+        if None in texts or len(_records) >= MAX_RECORDS:
+            return (yield from function(*args, **kwargs))
+        internal = sys._getframe(1).f_code.co_filename in _library_files
+        generator, items, end, sent = function(*args, **kwargs), [], None, None
+        try:
+            while True:
+                try:
+                    item = generator.send(sent)
+                except StopIteration as stop:
+                    end = "ended"
+                    return stop.value
+                except Exception as error:
+                    end = ("raised", type(error).__name__)
+                    raise
+                items.append(described_text(item))
+                sent = yield item
+        finally:  # also when the test stopped drawing: the items it drew are the outcome
+            if None not in items and _unchanged(args, kwargs, *texts):
+                take = len(items) + (end is not None)
+                _record(module, name, *texts, drawn_text(items, end), None, None, None, None, internal, take)
+
+    recorded.__regrow_recorded__ = True
+    return recorded
 
 
 def inputs_text(receiver, arguments):
@@ -130,13 +162,14 @@ def _wrap(module):
             continue
         if not inspect.isfunction(function) or getattr(function, "__regrow_recorded__", False):
             continue
-        if (
-            inspect.isgeneratorfunction(function)
-            or inspect.iscoroutinefunction(function)
-            or inspect.isasyncgenfunction(function)
-        ):
+        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
             continue
-        wrapper = _recording(function, module.__name__, name)
+        if inspect.isgeneratorfunction(function):
+            if owner_name:  # a generator method: not recorded
+                continue
+            wrapper = _recording_generator(function, module.__name__, name)
+        else:
+            wrapper = _recording(function, module.__name__, name)
         if owner_name:  # a method is looked up on its class at each call: no other reference to point at it
             setattr(owner, attribute, wrapper)
         else:
@@ -236,7 +269,7 @@ def pytest_unconfigure(config):
         json.dump(_records + programs[: MAX_RECORDS - len(_records)], handle)
 
 
-def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=()):
+def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=(), take=None):
     """(result, raises, state, arguments after) of one call, or one program of a class, replayed; None unless it
     returned a describable value or raised an Exception, left literal arguments as they were, and its receiver and
     pickled arguments are describable after."""
@@ -244,7 +277,7 @@ def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, s
         found = replay_program(module, qualname, steps, reads, limit)
         returned, state = found.get("returned"), found.get("state")
         return None if returned is None or state is None else (returned, None, state, None)
-    found = replay(module, qualname, args_text, kwargs_text, inputs, limit)
+    found = replay(module, qualname, args_text, kwargs_text, inputs, limit, take)
     if (found.get("returned"), found.get("raised")) == (None, None) or found.get("changed_args"):
         return None
     if ("state" in found and found["state"] is None) or ("args_after" in found and found["args_after"] is None):
@@ -253,16 +286,16 @@ def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, s
 
 
 def print_call_outcomes(calls, limit, budget):
-    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads] lists) in turn, each under `limit` seconds,
-    while `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome, as soon
-    as it has one."""
+    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take] lists) in turn, each under `limit`
+    seconds, while `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome,
+    as soon as it has one."""
     stdout, deadline = sys.stdout, time.monotonic() + budget
     for index, call in enumerate(calls):
         if time.monotonic() > deadline:
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
         try:
-            found = call_outcome(*call[:4], limit, *call[4:7])
+            found = call_outcome(*call[:4], limit, *call[4:8])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:

@@ -205,7 +205,7 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
     """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
     no literal outcome, changed its arguments, or did not run before the budget was spent."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads] for c in checks]
+    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take] for c in checks]
     sb.write_file(calls, json.dumps(rows))
     result = sb.exec(
         ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
@@ -239,8 +239,8 @@ def _probed(sb: Sandbox, probes: list[IoCheck], documented: set[str]) -> list[Ca
         call
         for call in found
         if call is not None
-        and call.check.raises not in NOISE_EXCEPTIONS
-        and (call.check.steps is None or raised_in(call) <= documented - NOISE_EXCEPTIONS)
+        and not raised_in(call) & NOISE_EXCEPTIONS
+        and (call.check.steps is None or raised_in(call) <= documented)
     ]
 
 

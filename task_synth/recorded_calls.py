@@ -73,6 +73,8 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         return None
     if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
         return None
+    if check.take is not None and not _is_drawn(literal_value(check.result or "None"), check.take):
+        return None
     method = "." in check.qualname
     if (method and (check.inputs is None or check.state is None)) or (check.args_after and check.inputs is None):
         return None
@@ -85,7 +87,8 @@ def check_key(check: IoCheck) -> tuple[str, str, str, str]:
     steps."""
     args, kwargs = canonical(literal_value(check.args)), canonical(literal_value(check.kwargs))
     steps = canonical(literal_value(check.steps)) if check.steps is not None else ""
-    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}|{steps}")
+    take = "" if check.take is None else f"|{check.take}"  # a test that drew 2 items and one that drew all differ
+    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}|{steps}{take}")
 
 
 def unique_calls(calls: list[Call]) -> list[Call]:
@@ -193,8 +196,21 @@ def _is_outcome(outcome: object) -> bool:
     )
 
 
+def _is_drawn(result: object, take: int) -> bool:
+    """Whether `result` is what a generator's replay gives: `('generated', items, end)`, no more than `take` items."""
+    if type(result) is not tuple or len(result) != 3 or result[0] != "generated" or type(result[1]) is not tuple:
+        return False
+    end, count = result[2], len(result[1])
+    if end is None:
+        return count == take
+    return count < take and (end == "ended" or _is_outcome(end))  # it ended before the draws ran out
+
+
 def raised_in(call: Call) -> set[str]:
-    """The exception classes a call raised: its own, or any step's of a program."""
+    """The exception classes a call raised: its own, any step's of a program, or what ended a generator."""
+    if call.check.take is not None:
+        end: Any = literal_value(call.check.result or "None")[2]  # parsed_call checked the shape
+        return {end[1]} if type(end) is tuple else set()
     if call.check.steps is None:
         return {call.check.raises} if call.check.raises else set()
     outcomes: Any = literal_value(call.check.result or "()")  # a tuple of outcomes: parsed_call checked it

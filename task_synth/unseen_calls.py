@@ -179,7 +179,12 @@ def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:
     if args_text is None or kwargs_text is None:
         return None
     return IoCheck(
-        module=check.module, qualname=check.qualname, args=args_text, kwargs=kwargs_text, inputs=check.inputs
+        module=check.module,
+        qualname=check.qualname,
+        args=args_text,
+        kwargs=kwargs_text,
+        inputs=check.inputs,
+        take=check.take,
     )
 
 

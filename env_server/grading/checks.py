@@ -45,6 +45,7 @@ def check_inputs(checks: list[IoCheck]) -> list[dict[str, object]]:
             "inputs": c.inputs,
             "steps": c.steps,
             "reads": c.reads,
+            "take": c.take,
         }
         for c in checks
     ]

@@ -28,7 +28,8 @@ def outcome(call, limit):
     """What one call, or one program of a deleted class, gives, as data (see regrow_call_values)."""
     if call.get("steps") is not None:
         return replay_program(call["module"], call["qualname"], call["steps"], call.get("reads", []), limit)
-    return replay(call["module"], call["qualname"], call["args"], call["kwargs"], call.get("inputs"), limit)
+    inputs, take = call.get("inputs"), call.get("take")
+    return replay(call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take)
 
 
 def run_forked(index, call, limit, out_fd):

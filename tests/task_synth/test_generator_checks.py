@@ -1,0 +1,119 @@
+"""A deleted generator function's calls: the items each test drew, replayed and judged anew (no Docker)."""
+
+import random
+
+import pytest
+
+from env_server.grading.checks import judge
+from proto.call_values import replay
+from task_synth.io_recording import _call_outcomes, _reproduced
+from task_synth.recorded_calls import parsed_call
+from task_synth.unseen_calls import perturbed_calls, recorded_arguments
+from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
+
+FUNCTIONS = {"gen.core": ["countdown", "naturals"]}
+ORIGINAL = """
+def countdown(n):
+    if n < 0:
+        raise ValueError(n)
+    while n > 0:
+        yield n
+        n -= 1
+
+
+def naturals(start):
+    while True:
+        yield [start]
+        start += 1
+"""
+FILES = {
+    "gen/__init__.py": "",
+    "gen/core.py": ORIGINAL,
+    "tests/test_gen.py": """
+import itertools
+
+import pytest
+
+from gen.core import countdown, naturals
+
+
+def test_countdown():
+    assert list(countdown(3)) == [3, 2, 1]
+
+
+def test_negative():
+    with pytest.raises(ValueError):
+        list(countdown(-1))
+
+
+def test_naturals():
+    assert list(itertools.islice(naturals(5), 3)) == [[5], [6], [7]]
+""",
+}
+
+
+def test_a_generators_calls_keep_the_items_drawn_and_how_it_ended_and_replay_alike(tmp_path):
+    """Drawn to the end: the items and 'ended' (the replay draws one more, to see it); stopped early: the items the
+    test drew and no end; raising while drawn: the exception class."""
+    raw = recorded_raw_calls(tmp_path, FILES, FUNCTIONS)
+    calls = [call for item in raw if (call := parsed_call(item, FUNCTIONS))]
+    assert sorted((c.check.qualname, c.check.args, c.check.result, c.check.take) for c in calls) == [
+        ("countdown", "(-1,)", "('generated', (), ('raised', 'ValueError'))", 1),
+        ("countdown", "(3,)", "('generated', (3, 2, 1, ), 'ended')", 4),
+        ("naturals", "(5,)", "('generated', ([5], [6], [7], ), None)", 3),
+    ]
+    assert [c.check.args for c in _reproduced(LocalSandbox(tmp_path), calls)] == [c.check.args for c in calls]
+    probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0), limit=6)
+    assert probes and all(probe.take in (1, 3, 4) for probe in probes)
+    found = _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
+    assert all(call is not None and call.check.result.startswith("('generated'") for call in found), [
+        (p.args, p.qualname, f) for p, f in zip(probes, found, strict=True)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("name", "source", "outcome"),
+    [
+        ("original", ORIGINAL, "passed"),
+        ("a list, raising at once", "def countdown(n):\n    if n < 0:\n        raise ValueError(n)\n"
+         "    return list(range(n, 0, -1))\n", "passed"),
+        ("one item short", "def countdown(n):\n    yield from range(n, 1, -1)\n", "failed"),
+        ("a lazy ValueError turned TypeError", "def countdown(n):\n    raise TypeError(n)\n    yield\n", "failed"),
+    ],
+)  # fmt: skip
+def test_an_honest_rewrite_passes_however_it_makes_its_items_and_a_wrong_one_fails(
+    tmp_path, monkeypatch, name, source, outcome
+):
+    (tmp_path / "gen").mkdir()
+    (tmp_path / "gen" / "__init__.py").write_text("")
+    (tmp_path / "gen" / "core.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(__import__("sys").modules, "gen.core", raising=False)
+    monkeypatch.delitem(__import__("sys").modules, "gen", raising=False)
+    checks = [
+        parsed_call(
+            {"module": "gen.core", "qualname": "countdown", "args": args, "result": result, "take": take, "test": "t"},
+            FUNCTIONS,
+        ).check
+        for args, result, take in [
+            ("(3,)", "('generated', (3, 2, 1, ), 'ended')", 4),
+            ("(-1,)", "('generated', (), ('raised', 'ValueError'))", 1),
+        ]
+    ]
+    verdicts = [
+        judge(check, replay(check.module, check.qualname, check.args, "{}", None, 5.0, check.take)) for check in checks
+    ]
+    assert ("failed" if any(v.outcome == "failed" for v in verdicts) else "passed") == outcome, (name, verdicts)
+
+
+def test_a_generators_call_whose_draws_do_not_add_up_is_dropped():
+    base = {"module": "gen.core", "qualname": "countdown", "args": "(3,)", "test": "t"}
+    assert parsed_call({**base, "result": "('generated', (3, 2), None)", "take": 2}, FUNCTIONS) is not None
+    for result, take in [
+        ("('generated', (3, 2), None)", 3),  # stopped early, but fewer items than drawn
+        ("('generated', (3, 2, 1), 'ended')", 3),  # ended after the draws ran out
+        ("('generated', (), ('raised', 'NotImplementedError'))", 1),  # what the stub raises too
+        ("[3, 2, 1]", 4),
+        ("('generated', (3,), 'stopped')", 4),
+    ]:
+        assert parsed_call({**base, "result": result, "take": take}, FUNCTIONS) is None, result
