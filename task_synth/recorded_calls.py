@@ -209,7 +209,8 @@ def _is_drawn(result: object, take: int) -> bool:
 def raised_in(call: Call) -> set[str]:
     """The exception classes a call raised: its own, any step's of a program, or what ended a generator."""
     if call.check.take is not None:
-        end: Any = literal_value(call.check.result or "None")[2]  # parsed_call checked the shape
+        drawn: Any = literal_value(call.check.result or "None")  # ('generated', items, end): parsed_call checked it
+        end = drawn[2]
         return {end[1]} if type(end) is tuple else set()
     if call.check.steps is None:
         return {call.check.raises} if call.check.raises else set()
