@@ -1,6 +1,7 @@
 """A deleted class recorded as programs, one per test, replayed anew and judged by what the tests see (no Docker)."""
 
 import random
+import sys
 
 from env_server.grading.checks import judge
 from proto.call_values import replay_program
@@ -190,6 +191,16 @@ def test_malformed_programs_and_programs_a_stand_in_passes_are_dropped():
     assert parsed_call({**good, "steps": step, "result": "(('returned', None),)"}, {"geo.vec": ["Vec.x"]}) is None
 
 
+def _importable(tmp_path, monkeypatch, source):
+    """`geo.vec` holding `source`, importable here for as long as the test runs, whatever an earlier test imported."""
+    (tmp_path / "geo").mkdir()
+    (tmp_path / "geo" / "__init__.py").write_text("")
+    (tmp_path / "geo" / "vec.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("geo", "geo.vec"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+
 HONEST = """
 class Vec:
     def __init__(self, x, y):
@@ -203,10 +214,7 @@ class Vec:
 
 
 def test_an_honest_layout_passes_and_a_wrong_value_or_a_missing_attribute_fails(tmp_path, monkeypatch):
-    (tmp_path / "geo").mkdir()
-    (tmp_path / "geo" / "__init__.py").write_text("")
-    (tmp_path / "geo" / "vec.py").write_text(HONEST)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    _importable(tmp_path, monkeypatch, HONEST)
     steps = "(('new', (1, 2), {}, ()), ('get', 0, 'x'), ('new', ('a', 1), {}, ()))"
     record = replay_program("geo.vec", "Vec", steps, ["x", "y"], 5.0)
     expected = "(('returned', None), ('returned', 1), ('raised', 'ValueError'))"
@@ -217,3 +225,24 @@ def test_an_honest_layout_passes_and_a_wrong_value_or_a_missing_attribute_fails(
     wildcard = "(('returned', None), ('returned',), ('raised', 'ValueError'))"
     assert judge(_program(steps, wildcard, state), record).outcome == "passed"
     assert judge(_program(steps, expected, state), {"raised": "ImportError"}).outcome == "failed"
+
+
+PROTOCOL_ONLY = """
+class Vec:
+    def __init__(self, x, y):
+        self.coords = [x, y]
+
+    def __len__(self):  # `bool()` comes from here: no `__bool__`
+        return 2
+
+    def __iter__(self):  # and `in` from here: no `__contains__`
+        return iter(self.coords)
+"""
+
+
+def test_dunder_steps_replay_through_their_operator_so_a_rewrite_may_derive_them(tmp_path, monkeypatch):
+    _importable(tmp_path, monkeypatch, PROTOCOL_ONLY)
+    steps = "(('new', (1, 2), {}, ()), ('call', 0, '__bool__', (), {}, ()), ('call', 0, '__contains__', (2,), {}, ()))"
+    expected = "(('returned', None), ('returned', True), ('returned', True))"
+    record = replay_program("geo.vec", "Vec", steps, [], 5.0)
+    assert judge(_program(steps, expected, "((0, ('instance', 'Vec', {})),)", reads=()), record).outcome == "passed"
