@@ -113,14 +113,90 @@ def test_honest_classes_earn_one(class_runtime, name, stack, reward):
     assert details["tampered"] is False, details
 
 
-def test_a_wrong_class_earns_less_and_a_lying_test_process_adds_nothing(class_runtime):
-    wrong = _play(class_runtime, {CONTAINERS: HEAD + STACK_WRONG + LRU})
+@pytest.fixture(scope="module")
+def wrong(class_runtime) -> dict:
+    """The reward details of the wrong stack alone."""
+    return _play(class_runtime, {CONTAINERS: HEAD + STACK_WRONG + LRU})
+
+
+def test_a_wrong_class_earns_less_and_a_lying_test_process_adds_nothing(class_runtime, wrong):
     assert 0.0 <= wrong["reward"] < 1.0, wrong
     init = (MINILIB / "src/minilib/__init__.py").read_text() + LIE + "\nlie()\n"
     lying = _play(class_runtime, {CONTAINERS: HEAD + STACK_WRONG + LRU, "src/minilib/__init__.py": init})
     assert lying["reward"] <= wrong["reward"], lying
     stub = _play(class_runtime, {CONTAINERS: HEAD + STACK_STUB + LRU, "src/minilib/__init__.py": init})
     assert stub["reward"] == 0.0, stub
+
+
+# Forgeries of a class task, each beside the wrong stack: none may earn more than the wrong stack earns alone.
+INIT = (MINILIB / "src/minilib/__init__.py").read_text()
+# Lies only where the class is no stub, so that the counterfactual run (the stub put back) looks honest.
+SELECTIVE_LIE = (
+    LIE
+    + """
+def _not_stub():
+    from minilib import containers
+    return hasattr(containers.BoundedStack, "push")
+
+
+if _not_stub():
+    lie()
+"""
+)
+# Outside pytest (the check child), writes a passing-looking outcome for every check index to every open descriptor.
+FORGED_OUTCOMES = """
+import json as _json
+import os as _os
+import sys as _sys
+
+if "pytest" not in _sys.modules:
+    for _fd in range(3, 64):
+        for _i in range(64):
+            _line = {"i": _i, "returned": "(('returned', None), ('returned', 1), ('returned', 1), )", "state": "()"}
+            try:
+                _os.write(_fd, (_json.dumps(_line) + "\n").encode())
+            except OSError:
+                break
+"""
+# Every method answers with an object equal to anything: the visible asserts pass.
+ALWAYS_EQUAL = """
+
+class _Any:
+    def __eq__(self, other):
+        return True
+
+    def __ne__(self, other):
+        return False
+
+    __hash__ = None
+
+
+class BoundedStack:
+    def __init__(self, capacity):
+        if capacity < 1:
+            raise ValueError("capacity")
+
+    def push(self, item):
+        return _Any()
+
+    pop = peek = __len__ = push
+
+
+"""
+
+
+@pytest.mark.parametrize(
+    ("name", "files"),
+    [
+        ("a lie the counterfactual run cannot see", {"src/minilib/__init__.py": INIT + SELECTIVE_LIE}),
+        ("outcomes forged onto the check child's descriptors", {"src/minilib/__init__.py": INIT + FORGED_OUTCOMES}),
+        ("always-equal answers", {CONTAINERS: HEAD + ALWAYS_EQUAL + LRU}),
+    ],
+)
+def test_forgeries_of_a_class_task_earn_no_more_than_the_wrong_class(class_runtime, wrong, name, files):
+    forged = _play(class_runtime, {CONTAINERS: HEAD + STACK_WRONG + LRU, **files})
+    print(f"REWARD class-forgery:{name} {forged['reward']} (wrong alone {wrong['reward']})")
+    assert forged["reward"] <= wrong["reward"] < 1.0, (name, forged)
 
 
 def test_every_check_of_a_class_tasks_twin_fails_on_the_original(class_store, monkeypatch):
