@@ -297,6 +297,22 @@ def _bound(target, name):
     return functools.partial(protocol, target) if protocol is not None else getattr(target, name)
 
 
+def returned_text(result, view):
+    """A step's outcome when it returned: its value described, or `('returned',)` where no description stands for
+    it. The recorder and the replay both spell outcomes with these, so that they compare."""
+    text = described_text(result, view)
+    return "('returned',)" if text is None else f"('returned', {text})"
+
+
+def raised_text(error):
+    return f"('raised', {type(error).__name__!r})"
+
+
+def outcomes_text(outcomes):
+    """A program's step outcomes as one tuple literal."""
+    return "(" + "".join(f"{outcome}, " for outcome in outcomes) + ")"
+
+
 def program_step(klass, step, objects, view):
     """Run one step of a program on `klass` and the `objects` earlier steps gave; (its result, its outcome as
     literal text: `('returned', description)`, `('returned',)` where no description stands for the value, or
@@ -316,9 +332,8 @@ def program_step(klass, step, objects, view):
             if step[0] == "new":  # what a constructor gives is the instance; its outcome is that it returned
                 return result, "('returned', None)"
     except Exception as error:
-        return None, f"('raised', {type(error).__name__!r})"
-    text = described_text(result, view)
-    return result, "('returned',)" if text is None else f"('returned', {text})"
+        return None, raised_text(error)
+    return result, returned_text(result, view)
 
 
 def program_text(klass, objects, view):
@@ -350,7 +365,7 @@ def replay_program(module, qualname, steps_text, reads, limit):
     except Exception as error:
         found["raised"] = type(error).__name__
     if not found:
-        text = "(" + "".join(f"{outcome}, " for outcome in outcomes) + ")"
+        text = outcomes_text(outcomes)
         found["returned"] = text if len(text) <= MAX_PROGRAM_TEXT else None
         found["state"] = state
     return found

@@ -18,9 +18,25 @@ import functools
 import inspect
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_call_values import MAX_PROGRAM_TEXT, MAX_STEPS, described_text, literal_text, program_text
+    from regrow_call_values import (
+        MAX_PROGRAM_TEXT,
+        MAX_STEPS,
+        literal_text,
+        outcomes_text,
+        program_text,
+        raised_text,
+        returned_text,
+    )
 except ImportError:
-    from proto.call_values import MAX_PROGRAM_TEXT, MAX_STEPS, described_text, literal_text, program_text
+    from proto.call_values import (
+        MAX_PROGRAM_TEXT,
+        MAX_STEPS,
+        literal_text,
+        outcomes_text,
+        program_text,
+        raised_text,
+        returned_text,
+    )
 
 # Hooks the interpreter, pickle or copy call on their own, or that run at definition or teardown: no test's step.
 NOT_STEPS = frozenset(
@@ -71,7 +87,7 @@ class ProgramRecorder:
         """Keep the program the current test ran, if it ran one within the limits."""
         if self.test is not None and self.steps and len(self.records) < self.limit:
             state = self.state if self.closed else self._state()
-            result = "(" + "".join(f"{outcome}, " for outcome in self.outcomes) + ")"
+            result = outcomes_text(self.outcomes)
             if state is not None and len(result) <= MAX_PROGRAM_TEXT:
                 self.records.append(self._record(repr(tuple(self.steps)), result, state))
         self._reset(None)
@@ -156,14 +172,16 @@ class ProgramRecorder:
                 result = function(*args, **kwargs)
             except Exception as error:
                 if step:
-                    recorder._add(step, None, f"('raised', {type(error).__name__!r})")
+                    recorder._add(step, None, raised_text(error))
                 raise
             finally:
                 recorder.depth -= 1
             if step:
                 made = args[0] if step[0] == "new" else result
-                text = "None" if step[0] == "new" else recorder._quietly(described_text, result, recorder.view)
-                recorder._add(step, made, "('returned',)" if text is None else f"('returned', {text})")
+                if step[0] == "new":  # what a constructor gives is the instance: its outcome is that it returned
+                    recorder._add(step, made, "('returned', None)")
+                else:
+                    recorder._add(step, made, recorder._quietly(returned_text, result, recorder.view))
             return result
 
         recorded.__regrow_recorded__ = True
