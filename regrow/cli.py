@@ -59,7 +59,7 @@ def images_build(
     """Build regrow/base from the machine's apt mirror unless it exists; --tasks adds the store's repo images."""
     from proto.task_files import read_records
     from sandbox import DockerBackend, SandboxError
-    from sandbox.base_image import BASE_IMAGE, build_base_image
+    from sandbox.lifecycle.base_image import BASE_IMAGE, build_base_image
     from task_synth.errors import SynthError
     from task_synth.repo_image import build_store_images
 

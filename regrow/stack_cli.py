@@ -179,7 +179,7 @@ def remove_sandboxes_of(servers: set[str]) -> int:
     """Remove the sandboxes whose owner was one of these (now removed) server containers: what a server killed past its
     stop grace period could not destroy itself."""
     from sandbox import DockerBackend, SandboxError
-    from sandbox.owner import OWNER_CONTAINER_LABEL
+    from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
 
     try:
         backend = DockerBackend()

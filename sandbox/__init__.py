@@ -1,6 +1,6 @@
-"""Hardened Docker sandboxes: one container per episode, hard timeouts, file I/O, warm pool, reaper."""
+"""Hardened sandboxes: the `Sandbox` interface (runtime/), the Docker engine's containers, warm pool and reaper
+(lifecycle/), and the engine proxy (proxy/)."""
 
-from sandbox.docker_backend import DockerBackend, ExecResult, Sandbox
 from sandbox.errors import (
     DockerUnavailable,
     ExecTimeout,
@@ -11,14 +11,17 @@ from sandbox.errors import (
     SandboxFileNotFound,
     SandboxGone,
 )
-from sandbox.file_transfer import DirEntry
+from sandbox.lifecycle.docker_backend import DockerBackend
+from sandbox.lifecycle.reaper import Reaper
+from sandbox.lifecycle.warm_pool import WarmPool
 from sandbox.limits import Hardening, Limits
-from sandbox.reaper import Reaper
-from sandbox.warm_pool import WarmPool
+from sandbox.runtime.docker_sandbox import DockerSandbox
+from sandbox.runtime.sandbox_protocol import DirEntry, ExecResult, Sandbox
 
 __all__ = [
     "DirEntry",
     "DockerBackend",
+    "DockerSandbox",
     "DockerUnavailable",
     "ExecResult",
     "ExecTimeout",

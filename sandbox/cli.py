@@ -23,7 +23,7 @@ def proxy(
     """Serve the Docker API to the env server with only the endpoints regrow uses; refuse the rest (403)."""
     import asyncio
 
-    from sandbox.docker_proxy import ProxySettings, serve
+    from sandbox.proxy.server import ProxySettings, serve
 
     given: dict[str, Any] = {k: v for k, v in {"listen": listen, "engine": engine}.items() if v is not None}
     try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from proto.task_files import WHEELS
 from sandbox import DockerBackend, ImageBuildFailed
-from sandbox.base_image import BASE_IMAGE
+from sandbox.lifecycle.base_image import BASE_IMAGE
 from task_synth import build_tools
 from task_synth.errors import SynthError
 from task_synth.suite_runs import pip_error_lines

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from proto import task_files
 from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
-from sandbox.base_image import regrow_version
 from sandbox.layout import WORKSPACE
+from sandbox.lifecycle.base_image import regrow_version
 from task_synth.canary_scan import Canaries, Hit, archive_files, canaries_for, is_vendored, scan_files, vendored_copy
 from task_synth.deletion import Deletion
 from task_synth.io_recording import pytest_plugin_modules, record_io_checks

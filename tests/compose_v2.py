@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from sandbox.base_image import find_apt_mirror
+from sandbox.lifecycle.base_image import find_apt_mirror
 
 CACHE = Path(__file__).parent.parent / ".cache" / "compose-v2"
 SUITE = "trixie"  # the first Debian release whose docker-compose package is Compose v2

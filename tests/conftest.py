@@ -28,7 +28,7 @@ def docker_backend():
 @pytest.fixture(scope="session")
 def base_image(docker_backend) -> str:
     """The regrow base image tag, built from the apt mirror when missing."""
-    from sandbox.base_image import BASE_IMAGE, build_base_image
+    from sandbox.lifecycle.base_image import BASE_IMAGE, build_base_image
 
     build_base_image(docker_backend, BASE_IMAGE)
     return BASE_IMAGE
@@ -57,7 +57,7 @@ def pytest_sessionfinish(session, exitstatus):
     try:
         import docker
 
-        from sandbox.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
+        from sandbox.lifecycle.owner import MANAGED_LABEL, OWNER_LABEL, current_owner
 
         client = docker.from_env()
         left = _leftovers(client, {"label": [f"{MANAGED_LABEL}=1", f"{OWNER_LABEL}={current_owner()}"]})

@@ -270,6 +270,6 @@ def build_demo_task_store(backend, base_image: str, out_dir: Path) -> Path:
 
 if __name__ == "__main__":  # build by hand: python -m tests.task_fixture OUT_DIR
     from sandbox import DockerBackend
-    from sandbox.base_image import BASE_IMAGE
+    from sandbox.lifecycle.base_image import BASE_IMAGE
 
     print(json.dumps(str(build_demo_task_store(DockerBackend(), BASE_IMAGE, Path(sys.argv[1])))))

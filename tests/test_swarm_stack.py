@@ -217,7 +217,7 @@ def test_stack_traces_gathers_every_nodes_episodes_into_one_jsonl(swarm, tmp_pat
 
 
 def test_stack_rm_and_swarm_leave_leave_nothing_behind(swarm, docker_backend):
-    from sandbox.owner import OWNER_CONTAINER_LABEL
+    from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
 
     name = swarm["name"]
     servers = swarm["servers"] | set(stack_containers(name))

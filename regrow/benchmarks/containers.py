@@ -11,10 +11,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sandbox.base_image import BASE_IMAGE
-from sandbox.docker_backend import DockerBackend, Sandbox
+from sandbox import DockerBackend, DockerSandbox
 from sandbox.errors import DockerUnavailable
-from sandbox.warm_pool import WarmPool
+from sandbox.lifecycle.base_image import BASE_IMAGE
+from sandbox.lifecycle.warm_pool import WarmPool
 
 BENCH_LABELS = {"regrow.bench": "sandbox"}
 
@@ -91,7 +91,7 @@ def run_sandbox_bench(backend: DockerBackend, repetitions: int = 30, image: str 
 def _serve_proxy(listen: str) -> None:
     import asyncio
 
-    from sandbox.docker_proxy import ProxySettings, serve
+    from sandbox.proxy.server import ProxySettings, serve
 
     asyncio.run(serve(ProxySettings(listen=listen)))
 
@@ -120,7 +120,7 @@ def run_proxy_bench(repetitions: int = 30, image: str = BASE_IMAGE) -> dict:
         exec_direct: list[float] = []
         exec_proxied: list[float] = []
         with direct.create(image, labels=BENCH_LABELS) as sandbox:
-            through_proxy = Sandbox(proxied, sandbox.id, sandbox.limits, sandbox.user)
+            through_proxy = DockerSandbox(proxied.api, sandbox.id, sandbox.limits, sandbox.user, proxied.remove)
             for _ in range(3):  # warm both paths
                 sandbox.exec("true")
                 through_proxy.exec("true")

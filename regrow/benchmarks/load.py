@@ -31,7 +31,7 @@ from websockets.sync.client import ClientConnection, connect
 from env_server.task_store import TaskStore
 from regrow.benchmarks.load_stats import MiB, Sample, latency_ms, rss_trend
 from sandbox import DockerBackend, SandboxError
-from sandbox.owner import OWNER_LABEL
+from sandbox.lifecycle.owner import OWNER_LABEL
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, ENVIRONMENT_FAILURES, ServerHealth
 from sandbox import DockerBackend
-from sandbox.owner import MANAGED_LABEL, OWNER_LABEL
+from sandbox.lifecycle.owner import MANAGED_LABEL, OWNER_LABEL
 from tests.env_server.conftest import make_settings
 from tests.task_fixture import DEMO_TASK_ID
 

@@ -20,7 +20,7 @@ from env_server.episodes import SERVER_LABEL
 from env_server.server import start_in_background
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
-from sandbox.owner import MANAGED_LABEL
+from sandbox.lifecycle.owner import MANAGED_LABEL
 from tests.env_server.conftest import make_runtime, make_settings
 from tests.live_process import free_port, wait_healthy
 from tests.task_fixture import DEMO_TASK_ID

@@ -2,8 +2,8 @@
 
 import pytest
 
-from sandbox.base_image import ImageSettings, find_apt_mirror
 from sandbox.errors import SandboxError
+from sandbox.lifecycle.base_image import ImageSettings, find_apt_mirror
 
 
 def _settings(tmp_path, suite="bookworm"):
@@ -55,7 +55,7 @@ def test_every_default_base_image_is_the_one_regrow_images_build_makes():
     import re
     from pathlib import Path
 
-    from sandbox.base_image import BASE_IMAGE
+    from sandbox.lifecycle.base_image import BASE_IMAGE
 
     root = Path(__file__).parents[2]
     named = {

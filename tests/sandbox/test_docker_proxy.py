@@ -17,9 +17,9 @@ import docker.types
 import pytest
 
 from sandbox import DockerBackend, Limits, Reaper, SandboxFileNotFound
-from sandbox.docker_proxy import DockerProxy, ProxySettings
-from sandbox.docker_proxy_policy import Refused, route_request
-from sandbox.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL
+from sandbox.lifecycle.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL
+from sandbox.proxy.policy import Refused, route_request
+from sandbox.proxy.server import DockerProxy, ProxySettings
 from tests.live_process import free_port, stop
 
 pytestmark = pytest.mark.docker
@@ -184,7 +184,7 @@ def test_a_create_that_could_reach_the_host_is_refused(case, proxied, docker_bac
     options, field_name = REFUSED_CREATES[case]
     tag = uuid.uuid4().hex
     labels = {MANAGED_LABEL: "1", OWNER_LABEL: proxied.owner, "regrow.test": tag}
-    with caplog.at_level(logging.WARNING, logger="sandbox.docker_proxy"):
+    with caplog.at_level(logging.WARNING, logger="sandbox.proxy.server"):
         with pytest.raises(docker.errors.APIError) as refused:
             proxied.api.create_container(
                 base_image, ["true"], labels=labels, host_config=proxied.api.create_host_config(**options)

@@ -3,7 +3,7 @@
 import pytest
 
 from sandbox import ExecTimeout
-from sandbox.process_sweep import sweep_command
+from sandbox.runtime.process_sweep import sweep_command
 
 
 def test_exec_round_trip_reports_exit_code_cwd_and_env(sandbox):

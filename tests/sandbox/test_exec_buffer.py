@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from sandbox import DockerBackend, Sandbox
+from sandbox import DockerBackend, DockerSandbox
 from sandbox.settings import SandboxSettings
 
 HOLD_S = 1.5
@@ -105,12 +105,12 @@ class HoldingRelay:
 
 
 @pytest.fixture
-def held_sandbox(docker_backend, sandbox) -> Iterator[Sandbox]:
+def held_sandbox(docker_backend, sandbox) -> Iterator[DockerSandbox]:
     """The test's sandbox, reached through a relay that delivers each engine reply in one piece after HOLD_S."""
     relay = HoldingRelay(_engine_address())
     held = DockerBackend(base_url=relay.url, timeout=120)
     try:
-        yield Sandbox(held, sandbox.id, sandbox.limits, sandbox.user)
+        yield DockerSandbox(held.api, sandbox.id, sandbox.limits, sandbox.user, held.remove)
     finally:
         held.api.close()
         relay.close()

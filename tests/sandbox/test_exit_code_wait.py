@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from sandbox import Limits, Sandbox, SandboxGone
-from sandbox import docker_backend as backend_module
+from sandbox import DockerSandbox, Limits, SandboxGone
+from sandbox.runtime import docker_sandbox as backend_module
 
 
 class LaggingEngine:
@@ -31,13 +31,8 @@ class LaggingEngine:
         return {"State": {"Running": running, "Status": "running" if running else "exited"}}
 
 
-class FakeBackend:
-    def __init__(self, api: LaggingEngine):
-        self.api = api
-
-
-def _sandbox(engine: LaggingEngine) -> Sandbox:
-    return Sandbox(FakeBackend(engine), "c0ffee", Limits(), "agent")  # type: ignore[arg-type]
+def _sandbox(engine: LaggingEngine) -> DockerSandbox:
+    return DockerSandbox(engine, "c0ffee", Limits(), "agent", remove=lambda _: None)  # type: ignore[arg-type]
 
 
 def test_exit_code_waits_out_an_engine_that_lags_one_and_a_half_seconds():

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sandbox.owner import OWNER_LABEL
+from sandbox.lifecycle.owner import OWNER_LABEL
 
 pytestmark = pytest.mark.docker
 

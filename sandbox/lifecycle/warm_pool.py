@@ -8,8 +8,9 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
 
-from sandbox.docker_backend import DockerBackend, Sandbox
+from sandbox.lifecycle.docker_backend import DockerBackend
 from sandbox.limits import Hardening, Limits
+from sandbox.runtime.sandbox_protocol import Sandbox
 
 log = logging.getLogger(__name__)
 

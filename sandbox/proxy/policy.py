@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from urllib.parse import parse_qsl, unquote, urlencode
 
-from sandbox.owner import MANAGED_LABEL
+from sandbox.lifecycle.owner import MANAGED_LABEL
 
 MANAGED_FILTER = f"{MANAGED_LABEL}=1"
 _ASK_DIRECT = "run it against the engine directly, outside the proxy, if you really need it"

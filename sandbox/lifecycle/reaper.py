@@ -7,8 +7,8 @@ import threading
 import time
 from collections.abc import Mapping
 
-from sandbox.docker_backend import DockerBackend
-from sandbox.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
+from sandbox.lifecycle.docker_backend import DockerBackend
+from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
 
 log = logging.getLogger(__name__)
 

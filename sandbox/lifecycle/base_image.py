@@ -14,9 +14,9 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sandbox.docker_backend import DockerBackend
 from sandbox.errors import SandboxError
 from sandbox.layout import AGENT_UID, AGENT_USER, WORKSPACE
+from sandbox.lifecycle.docker_backend import DockerBackend
 
 log = logging.getLogger(__name__)
 

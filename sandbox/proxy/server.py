@@ -19,7 +19,8 @@ from urllib.parse import urlsplit
 import h11
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from sandbox.docker_proxy_policy import (
+from sandbox.lifecycle.owner import MANAGED_LABEL
+from sandbox.proxy.policy import (
     Refused,
     Route,
     Scope,
@@ -29,7 +30,7 @@ from sandbox.docker_proxy_policy import (
     refusal,
     route_request,
 )
-from sandbox.docker_proxy_relay import (
+from sandbox.proxy.relay import (
     Answer,
     EngineDown,
     answer,
@@ -40,7 +41,6 @@ from sandbox.docker_proxy_relay import (
     relay_upgrade,
     upstream_request,
 )
-from sandbox.owner import MANAGED_LABEL
 
 log = logging.getLogger(__name__)
 

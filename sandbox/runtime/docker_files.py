@@ -1,4 +1,4 @@
-"""File I/O with a sandbox: tar archives through the engine API, binary-safe and size-limited."""
+"""File I/O with a Docker sandbox: tar archives through the engine API, binary-safe and size-limited."""
 
 from __future__ import annotations
 
@@ -7,27 +7,17 @@ import posixpath
 import tarfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import docker
 import docker.errors
 
 from sandbox.errors import FileTooLarge, SandboxError, SandboxFileNotFound
 from sandbox.layout import AGENT_UID
-
-if TYPE_CHECKING:
-    from sandbox.docker_backend import ExecResult, Sandbox
+from sandbox.runtime.sandbox_protocol import DirEntry, ExecResult, Sandbox
 
 _GO_MODE_DIR = 1 << 31
 _GO_MODE_SYMLINK = 1 << 27
 _MAX_LINK_HOPS = 8
-
-
-@dataclass(frozen=True)
-class DirEntry:
-    name: str
-    kind: str  # "file", "dir", "link" or "other"
-    size: int
 
 
 def _absolute(path: str) -> str:
@@ -43,7 +33,7 @@ def _not_found_or_gone(sb: Sandbox, path: str, error: docker.errors.APIError) ->
     return error
 
 
-def write_file(sb: Sandbox, path: str, payload: bytes, mode: int) -> None:
+def write_file(api: docker.APIClient, sb: Sandbox, path: str, payload: bytes, mode: int) -> None:
     path = _absolute(path)
     limit = sb.limits.file_size_bytes
     if len(payload) > limit:
@@ -59,7 +49,7 @@ def write_file(sb: Sandbox, path: str, payload: bytes, mode: int) -> None:
         tar.addfile(info, io.BytesIO(payload))
     for attempt in range(2):
         try:
-            sb.api.put_archive(sb.id, parent, archive.getvalue())
+            api.put_archive(sb.id, parent, archive.getvalue())
             return
         except docker.errors.NotFound as error:
             if attempt:
@@ -71,11 +61,11 @@ def write_file(sb: Sandbox, path: str, payload: bytes, mode: int) -> None:
             raise _not_found_or_gone(sb, path, error) from error
 
 
-def read_file(sb: Sandbox, path: str, hops: int = 0) -> bytes:
+def read_file(api: docker.APIClient, sb: Sandbox, path: str, hops: int = 0) -> bytes:
     path = _absolute(path)
     limit = sb.limits.file_size_bytes
     try:
-        stream, stat = sb.api.get_archive(sb.id, path)
+        stream, stat = api.get_archive(sb.id, path)
     except docker.errors.APIError as error:
         raise _not_found_or_gone(sb, path, error) from error
     go_mode = int(stat.get("mode", 0))
@@ -83,7 +73,7 @@ def read_file(sb: Sandbox, path: str, hops: int = 0) -> bytes:
         stream.close()
         if hops >= _MAX_LINK_HOPS:
             raise SandboxError(f"{path}: too many levels of symbolic links")
-        return read_file(sb, posixpath.join(posixpath.dirname(path), stat["linkTarget"]), hops + 1)
+        return read_file(api, sb, posixpath.join(posixpath.dirname(path), stat["linkTarget"]), hops + 1)
     if go_mode & _GO_MODE_DIR:
         stream.close()
         raise IsADirectoryError(f"{path} is a directory; use list_dir")
@@ -104,10 +94,10 @@ def read_file(sb: Sandbox, path: str, hops: int = 0) -> bytes:
         return extracted.read()
 
 
-def export_tree(sb: Sandbox, path: str, max_bytes: int) -> Iterator[bytes]:
+def export_tree(api: docker.APIClient, sb: Sandbox, path: str, max_bytes: int) -> Iterator[bytes]:
     path = _absolute(path)
     try:
-        stream, _ = sb.api.get_archive(sb.id, path, chunk_size=256 * 1024)
+        stream, _ = api.get_archive(sb.id, path, chunk_size=256 * 1024)
     except docker.errors.APIError as error:
         if isinstance(error, docker.errors.NotFound):
             raise SandboxFileNotFound(f"no such file or directory in the sandbox: {path}") from error
@@ -131,10 +121,10 @@ def _capped(stream: Iterator[bytes], path: str, max_bytes: int) -> Iterator[byte
             close()
 
 
-def import_tree(sb: Sandbox, path: str, archive: bytes) -> None:
+def import_tree(api: docker.APIClient, sb: Sandbox, path: str, archive: bytes) -> None:
     path = _absolute(path)
     try:
-        sb.api.put_archive(sb.id, path, archive)
+        api.put_archive(sb.id, path, archive)
     except docker.errors.APIError as error:
         raise _not_found_or_gone(sb, path, error) from error
 

@@ -7,20 +7,17 @@ import logging
 import tarfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+import docker
 import docker.errors
 
 from sandbox.errors import ImageBuildFailed, ImageNotFound
-
-if TYPE_CHECKING:
-    from sandbox.docker_backend import DockerBackend
 
 log = logging.getLogger(__name__)
 
 
 def build_image(
-    backend: DockerBackend,
+    client: docker.DockerClient,
     context: Path,
     tag: str,
     buildargs: Mapping[str, str],
@@ -30,7 +27,7 @@ def build_image(
     """Build `context`/Dockerfile (up to stage `target`, or whole) as `tag` with no network; ImageBuildFailed carries
     the build's output."""
     try:
-        backend.client.images.build(
+        client.images.build(
             target=target,
             path=str(context),
             tag=tag,
@@ -45,24 +42,21 @@ def build_image(
         raise ImageBuildFailed(f"building image {tag} failed: {error.msg}", output) from error
 
 
-def remove_image(backend: DockerBackend, tag: str) -> None:
+def remove_image(client: docker.DockerClient, tag: str) -> None:
     """Remove `tag` if it exists; a refusal (an image still in use) is logged, not raised."""
     try:
-        backend.client.images.remove(tag, force=True, noprune=False)
+        client.images.remove(tag, force=True, noprune=False)
     except docker.errors.ImageNotFound:
         pass
     except docker.errors.APIError as error:
         log.warning("could not remove image %s: %s", tag, error)
 
 
-def image_files(backend: DockerBackend, image: str) -> Iterator[tuple[str, bytes]]:
-    """Every regular file of the image's filesystem as (path without a leading slash, bytes); directories end in /.
-
-    The files are read from a container that is created but never started, tracked and removed like a sandbox.
-    """
-    container = backend.create_stopped(image)
+def container_files(api: docker.APIClient, container: str, image: str) -> Iterator[tuple[str, bytes]]:
+    """Every regular file of a (created, never started) container of `image` as (path without a leading slash,
+    bytes); directories end in /."""
     try:
-        chunks = iter(backend.api.export(container, chunk_size=1 << 20))
+        chunks = iter(api.export(container, chunk_size=1 << 20))
         stream = io.BufferedReader(_ChunkReader(chunks), 1 << 20)
         with tarfile.open(fileobj=stream, mode="r|") as archive:
             for member in archive:
@@ -73,8 +67,6 @@ def image_files(backend: DockerBackend, image: str) -> Iterator[tuple[str, bytes
                     yield member.name.lstrip("./") + "/", b""
     except docker.errors.ImageNotFound as error:
         raise ImageNotFound(f"image {image!r} not found locally: build it first") from error
-    finally:
-        backend.remove(container)
 
 
 class _ChunkReader(io.RawIOBase):

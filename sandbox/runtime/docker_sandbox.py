@@ -1,0 +1,232 @@
+"""The Docker sandbox: one hardened container, commands under hard timeouts, tar-based file I/O."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from sandbox.errors import SandboxGone
+from sandbox.limits import Limits
+from sandbox.runtime import docker_files
+from sandbox.runtime.exec_stream import read_exec_stream
+from sandbox.runtime.process_sweep import sweep_command
+from sandbox.runtime.sandbox_protocol import DirEntry, ExecResult
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 2.0
+# Beyond timeout + kill grace, the host stops waiting and kills the command's processes itself.
+OUTER_GRACE_S = 5.0
+EXEC_MARKER = "REGROW_EXEC"
+EXIT_CODE_WAIT_S = 15.0
+EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
+SWEEP_ATTEMPTS = 5
+SWEEP_TIMEOUT_S = 30.0
+OOM_CHECK_TIMEOUT_S = 30.0
+_OOM_COUNT = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
+
+
+def _gone_or_raise(error: docker.errors.APIError, container_id: str) -> Exception:
+    status = getattr(error.response, "status_code", None)
+    if isinstance(error, docker.errors.NotFound) or status in (404, 409):
+        return SandboxGone(
+            f"sandbox container {container_id[:12]} is gone ({error.explanation or error}); start a new sandbox"
+        )
+    return error
+
+
+class DockerSandbox:
+    """One running container, the `Sandbox` of a Docker engine; `remove` is the backend's, which tracks it."""
+
+    def __init__(
+        self, api: docker.APIClient, container_id: str, limits: Limits, user: str, remove: Callable[[str], object]
+    ):
+        self.api = api
+        self.id = container_id
+        self.limits = limits
+        self.user = user
+        self._remove = remove
+        self._oom_seen = 0
+        self._closed = False
+
+    def __enter__(self) -> DockerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.destroy()
+
+    def exec(
+        self,
+        command: str | list[str],
+        timeout: float = 30.0,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+    ) -> ExecResult:
+        """Run `command` (a shell string, or argv) under `timeout -k` in its own process group."""
+        if not 0 < timeout <= 24 * 3600:
+            raise ValueError(f"timeout must be in (0, 86400] seconds, got {timeout}")
+        argv = command if isinstance(command, list) else ["sh", "-c", command]
+        marker = f"{EXEC_MARKER}={uuid.uuid4().hex}"
+        environment = [marker]
+        for key, value in (env or {}).items():
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"invalid environment variable {key!r}: names need no '=' and no NUL")
+            environment.append(f"{key}={value}")
+        wrapped = ["timeout", "-k", f"{KILL_GRACE_S:g}", f"{timeout:g}", *argv]
+        started = time.monotonic()
+        try:
+            exec_id = self.api.exec_create(
+                self.id, wrapped, user=user or self.user, workdir=cwd, environment=environment, stdin=False, tty=False
+            )["Id"]
+            sock = self.api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+        try:
+            stream = read_exec_stream(
+                sock, started + timeout + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes
+            )
+        finally:
+            sock.close()
+        exit_code = self._exit_code(exec_id, stream.deadline_hit)
+        duration = time.monotonic() - started
+        timed_out = stream.deadline_hit or (exit_code in (124, 137) and duration >= timeout)
+        if timed_out:
+            self._sweep(marker, user or self.user)
+        oom = exit_code == 137 and not timed_out and self._oom_killed_since_last_check()
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=stream.stdout.decode("utf-8", errors="replace"),
+            stderr=stream.stderr.decode("utf-8", errors="replace"),
+            timed_out=timed_out,
+            truncated=stream.truncated,
+            duration_s=duration,
+            oom_killed=oom,
+        )
+
+    def _exit_code(self, exec_id: str, deadline_hit: bool) -> int:
+        """The exit code of a finished exec; -1 when the engine still reports it running after EXIT_CODE_WAIT_S."""
+        if deadline_hit:
+            return 124
+        # A loaded engine reports an exec whose stream has ended as running for seconds.
+        give_up, pause = time.monotonic() + EXIT_CODE_WAIT_S, 0.01
+        while True:
+            try:
+                info = self.api.exec_inspect(exec_id)
+            except docker.errors.APIError as error:
+                raise _gone_or_raise(error, self.id) from error
+            if not info.get("Running"):
+                if info.get("ExitCode") is not None:
+                    return int(info["ExitCode"])
+                self.ensure_running()  # stopped without a code: its container may have died under it
+            if time.monotonic() >= give_up:
+                break
+            time.sleep(pause)
+            pause = min(2 * pause, EXIT_CODE_POLL_S)
+        self.ensure_running()
+        log.warning(
+            "exec %s in %s still running %.0fs after its output ended; reporting exit code -1",
+            exec_id[:12],
+            self.id[:12],
+            EXIT_CODE_WAIT_S,
+        )
+        return -1
+
+    def _output(self, exec_id: str, timeout: float) -> bytes:
+        """Start a created exec and return its stdout and stderr; read as `exec` reads them, since docker-py's own
+        reading loses what arrived with the reply's headers (docker-py issue #3332)."""
+        sock = self.api.exec_start(exec_id, socket=True)
+        try:
+            stream = read_exec_stream(sock, time.monotonic() + timeout, self.limits.output_cap_bytes)
+        finally:
+            sock.close()
+        return stream.stdout + stream.stderr
+
+    def _sweep(self, marker: str, user: str) -> None:
+        # As the command's own user: with every capability dropped, root cannot signal other uids.
+        # Retried: while a fork bomb holds every pid of the container, the sweep itself may fail to start.
+        for attempt in range(SWEEP_ATTEMPTS):
+            try:
+                exec_id = self.api.exec_create(self.id, sweep_command(marker), user=user)["Id"]
+                output = self._output(exec_id, SWEEP_TIMEOUT_S)
+                exit_code = self._exit_code(exec_id, deadline_hit=False)
+            except (docker.errors.APIError, SandboxGone) as error:
+                log.warning("could not sweep timed-out processes in %s: %s", self.id[:12], error)
+                return
+            if exit_code == 0:
+                return
+            log.info("sweep %d in %s exited %s: %s", attempt + 1, self.id[:12], exit_code, output[-200:])
+            time.sleep(0.2 * (attempt + 1))
+        log.warning(
+            "timed-out processes in %s may have survived %d sweeps; the pids limit still bounds them",
+            self.id[:12],
+            SWEEP_ATTEMPTS,
+        )
+
+    def _oom_killed_since_last_check(self) -> bool:
+        try:
+            exec_id = self.api.exec_create(self.id, ["sh", "-c", _OOM_COUNT], user="root")["Id"]
+            text = self._output(exec_id, OOM_CHECK_TIMEOUT_S).decode(errors="replace")
+        except docker.errors.APIError:
+            return False
+        counts = [int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")]
+        seen = max(counts, default=0)
+        increased = seen > self._oom_seen
+        self._oom_seen = seen
+        return increased
+
+    def ensure_running(self) -> None:
+        try:
+            state = self.api.inspect_container(self.id)["State"]
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+        if not state.get("Running"):
+            raise SandboxGone(f"sandbox container {self.id[:12]} stopped ({state.get('Status')}); start a new sandbox")
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        """Write `data` to `path`, creating parent directories; raises FileTooLarge past the limit."""
+        payload = data.encode() if isinstance(data, str) else data
+        docker_files.write_file(self.api, self, path, payload, mode)
+
+    def read_file(self, path: str) -> bytes:
+        """The bytes of the file at `path`; raises SandboxFileNotFound or FileTooLarge."""
+        return docker_files.read_file(self.api, self, path)
+
+    def list_dir(self, path: str) -> list[DirEntry]:
+        return docker_files.list_dir(self, path)
+
+    def search(self, pattern: str, path: str) -> ExecResult:
+        return docker_files.search(self, pattern, path)
+
+    def export_tree(self, path: str, max_bytes: int) -> Iterator[bytes]:
+        """The tar stream of the tree at `path` (works on a frozen sandbox); raises FileTooLarge past `max_bytes`."""
+        return docker_files.export_tree(self.api, self, path, max_bytes)
+
+    def import_tree(self, path: str, archive: bytes) -> None:
+        """Unpack a tar archive into the existing directory `path`."""
+        docker_files.import_tree(self.api, self, path, archive)
+
+    def freeze(self) -> None:
+        """Kill every process in the container but keep its files readable: nothing the agent started lives on."""
+        try:
+            self.api.kill(self.id)
+        except docker.errors.APIError as error:
+            if "is not running" not in str(error):
+                raise _gone_or_raise(error, self.id) from error
+        try:
+            self.api.wait(self.id, timeout=30)
+        except (docker.errors.APIError, requests.exceptions.RequestException) as error:
+            raise SandboxGone(f"sandbox container {self.id[:12]} did not stop after a kill: {error}") from error
+
+    def destroy(self) -> None:
+        """Kill and remove the container; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._remove(self.id)
