@@ -134,7 +134,9 @@ _KINDS = {"f": "file", "d": "dir", "l": "link"}
 
 def list_dir(sb: Sandbox, path: str) -> list[DirEntry]:
     path = _absolute(path)
-    result = sb.exec(["find", path, "-mindepth", "1", "-maxdepth", "1", "-printf", r"%y\t%s\t%f\n"], timeout=30)
+    # The trailing slash makes find refuse a file ("Not a directory") instead of listing nothing.
+    listed = path.rstrip("/") + "/"
+    result = sb.exec(["find", listed, "-mindepth", "1", "-maxdepth", "1", "-printf", r"%y\t%s\t%f\n"], timeout=30)
     if result.exit_code != 0:
         if "No such file" in result.stderr:
             raise SandboxFileNotFound(f"no such directory in the sandbox: {path}")
