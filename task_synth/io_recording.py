@@ -24,6 +24,7 @@ from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.deletion import Deletion
+from task_synth.editable_install import SCRATCH
 from task_synth.io_recorder_plugin import MAX_RECORDS
 from task_synth.mutants import mutants_of
 from task_synth.python_ast import parse_python
@@ -39,7 +40,7 @@ from task_synth.recorded_calls import (
 )
 from task_synth.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
-from task_synth.suite_runs import PLUGIN_DIR, SCRATCH
+from task_synth.suite_runs import PLUGIN_DIR
 from task_synth.task_strength import Strength, measured_strength, strongest
 from task_synth.unseen_calls import MAX_UNSEEN, NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments, unseen_checks
 

@@ -13,8 +13,8 @@ from proto.task_files import WHEELS
 from sandbox import DockerBackend, ImageBuildFailed
 from sandbox.base_image import BASE_IMAGE
 from task_synth import build_tools
+from task_synth.editable_install import pip_error_lines
 from task_synth.errors import SynthError
-from task_synth.suite_runs import pip_error_lines
 from task_synth.wheelhouse import BUILD_ONLY
 
 log = logging.getLogger(__name__)

@@ -209,7 +209,7 @@ def _git_workspace(root: Path) -> Path:
 
 def build_demo_archives(backend, image: str) -> tuple[bytes, bytes]:
     """(workspace archive, install archive) of the demo task, made as `regrow synth` makes them."""
-    from task_synth.suite_runs import capture_install, install_workspace
+    from task_synth.editable_install import capture_install, install_workspace
     from task_synth.task_builder import workspace_archive
 
     with tempfile.TemporaryDirectory() as scratch:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from task_synth.editable_install import pip_error_lines
 from task_synth.errors import SynthError
-from task_synth.suite_runs import pip_error_lines
 from task_synth.wheelhouse import build_system, build_wheelhouse, editable_requirements
 
 # An in-tree backend that asks for an extra package only to build editable, as hatchling asks for `editables`.
@@ -168,7 +168,7 @@ class _InstallThatDies:
 
 
 def test_an_install_that_ends_with_no_output_says_how_it_ended(tmp_path):
-    from task_synth.suite_runs import install_workspace
+    from task_synth.editable_install import install_workspace
 
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '1'\n")
     with pytest.raises(SynthError, match=r"does not install editable in its image \(no output; exit 137 after 42 s\)"):
