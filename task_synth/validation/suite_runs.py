@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from proto.tasks import HASH_SEED
 from sandbox import Sandbox
 from sandbox.layout import WORKSPACE
-from task_synth.editable_install import SCRATCH
+from task_synth.repository.editable_install import SCRATCH
 
 log = logging.getLogger(__name__)
 PLUGIN_DIR = f"{SCRATCH}/plugins"
