@@ -1,5 +1,10 @@
 """`synthesize`: a repository in, validated leak-free tasks out (records, workspace archives, hidden files), all on one
-repository image."""
+repository image.
+
+The recipe, stage by stage: prepare the repository and its baseline (repository/, validation/repo_context.py), delete
+each candidate unit (candidates/), validate the deletion (validation/), then build its task and write the store
+(store/).
+"""
 
 from __future__ import annotations
 
