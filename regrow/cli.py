@@ -61,7 +61,7 @@ def images_build(
     from sandbox import DockerBackend, SandboxError
     from sandbox.lifecycle.base_image import BASE_IMAGE, build_base_image
     from task_synth.errors import SynthError
-    from task_synth.repo_image import build_store_images
+    from task_synth.repository.repo_image import build_store_images
 
     try:
         backend = DockerBackend()

@@ -13,7 +13,7 @@ _EXPORTS = {
     "SynthReport": "task_synth.pipeline",
     "SynthSettings": "task_synth.settings",
     "SynthError": "task_synth.errors",
-    "export_parquet": "task_synth.store_writer",
+    "export_parquet": "task_synth.store.store_writer",
     "read_records": "proto.task_files",
 }
 __all__ = list(_EXPORTS)

@@ -82,7 +82,7 @@ def _print_summary(console, title: str, report_rows: list[tuple[str, object]]) -
 def _print_difficulty(console, records) -> None:
     from rich.table import Table
 
-    from task_synth.difficulty import spread
+    from task_synth.store.difficulty import spread
 
     signals = spread(records)
     if not signals:

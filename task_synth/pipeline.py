@@ -1,5 +1,10 @@
 """`synthesize`: a repository in, validated leak-free tasks out (records, workspace archives, hidden files), all on one
-repository image."""
+repository image.
+
+The recipe, stage by stage: prepare the repository and its baseline (repository/, validation/repo_context.py), delete
+each candidate unit (candidates/), validate the deletion (validation/), then build its task and write the store
+(store/).
+"""
 
 from __future__ import annotations
 
@@ -15,16 +20,16 @@ from pathlib import Path
 
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
-from task_synth.candidates import Unit, enumerate_units, rank_weight, sample_units
-from task_synth.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
+from task_synth.candidates.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
+from task_synth.candidates.units import Unit, enumerate_units, rank_weight, sample_units
 from task_synth.errors import SynthError
-from task_synth.repo_context import RepoContext, prepare_repo
+from task_synth.repository.source import require_source
 from task_synth.settings import SynthSettings
-from task_synth.source import require_source
-from task_synth.store_writer import RepoFiles, write_store
-from task_synth.task_builder import BuiltTask, build_task, repo_dir
-from task_synth.twins import twin_of
-from task_synth.validation import REJECTIONS, validate
+from task_synth.store.store_writer import RepoFiles, write_store
+from task_synth.store.task_builder import BuiltTask, build_task, repo_dir
+from task_synth.store.twins import twin_of
+from task_synth.validation.repo_context import RepoContext, prepare_repo
+from task_synth.validation.verdict import REJECTIONS, validate
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]

@@ -23,7 +23,7 @@ def tasks_export(
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
     """Export every task as a dataset with SWE-bench's field names (instance_id, patch, FAIL_TO_PASS, ...)."""
-    from task_synth.task_export import TaskExportError, export_tasks
+    from task_synth.store.task_export import TaskExportError, export_tasks
 
     try:
         count = export_tasks(store, out, format, force)

@@ -196,7 +196,7 @@ def _git_workspace(root: Path) -> Path:
     for path, text in workspace_files().items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
         (root / path).write_text(text)
-    from task_synth.workspace import GIT_ENV
+    from task_synth.store.workspace import GIT_ENV
 
     git = ["git", "-c", "init.templateDir=", "-C", str(root)]
     subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
@@ -209,8 +209,8 @@ def _git_workspace(root: Path) -> Path:
 
 def build_demo_archives(backend, image: str) -> tuple[bytes, bytes]:
     """(workspace archive, install archive) of the demo task, made as `regrow synth` makes them."""
-    from task_synth.suite_runs import capture_install, install_workspace
-    from task_synth.task_builder import workspace_archive
+    from task_synth.repository.editable_install import capture_install, install_workspace
+    from task_synth.store.task_builder import workspace_archive
 
     with tempfile.TemporaryDirectory() as scratch:
         workspace = _git_workspace(Path(scratch) / "workspace")

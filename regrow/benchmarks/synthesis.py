@@ -10,12 +10,12 @@ from pathlib import Path
 
 from proto.tasks import TaskRecord
 from sandbox import DockerBackend
-from task_synth.candidates import enumerate_units
-from task_synth.deletion import DeletionError, delete_unit
+from task_synth.candidates.deletion import DeletionError, delete_unit
+from task_synth.candidates.units import enumerate_units
 from task_synth.pipeline import ordered_candidates, synthesize
-from task_synth.repo_context import prepare_repo
 from task_synth.settings import SynthSettings
-from task_synth.validation import validate
+from task_synth.validation.repo_context import prepare_repo
+from task_synth.validation.verdict import validate
 
 
 def run_throughput_bench(

@@ -15,7 +15,7 @@ from proto.actions import ToolCall
 from proto.call_values import replay_program
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
-from task_synth.twins import twin_of
+from task_synth.store.twins import twin_of
 from tests.env_server.conftest import make_runtime, make_settings
 from tests.env_server.test_reward_hacks import LIE
 

@@ -88,7 +88,7 @@ def test_workspace_layers_split_what_every_task_shares_from_each_tasks_rest(tmp_
     import subprocess
 
     from env_server.workspace_layers import WorkspaceLayers
-    from task_synth.task_builder import workspace_archive
+    from task_synth.store.task_builder import workspace_archive
 
     archives = {}
     for name, ops in (("a", "def f():\n    raise NotImplementedError\n"), ("b", "def f():\n    return 1\n")):

@@ -15,7 +15,7 @@ from env_server.task_store import TaskStore
 from proto.actions import ToolCall
 from proto.task_files import IO_CHECKS, TWIN_OF, TWINS, hidden_dir
 from proto.tasks import IoCheck
-from task_synth.twins import twin_of
+from task_synth.store.twins import twin_of
 from tests.env_server.conftest import make_runtime, make_settings
 from tests.env_server.test_reward_hacks import LIE, OPS_HEAD, UNIT_IS_STUB
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS

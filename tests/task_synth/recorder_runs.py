@@ -9,7 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from proto.call_values import SHIPPED_NAME
-from task_synth.io_recording import PROGRAMS, PROGRAMS_SOURCE, RECORDER, RECORDER_SOURCE, VALUES_SOURCE
+from task_synth.validation.io_recording import PROGRAMS, PROGRAMS_SOURCE, RECORDER, RECORDER_SOURCE, VALUES_SOURCE
 
 
 def recorded_raw_calls(

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from task_synth.errors import SynthError
 from task_synth.pipeline import synthesize
-from task_synth.repo_image import SYNTH_LABEL
+from task_synth.repository.repo_image import SYNTH_LABEL
 from task_synth.settings import SynthSettings
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"

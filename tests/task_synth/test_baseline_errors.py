@@ -1,8 +1,8 @@
 """A baseline that cannot lead to any task says why, with the real error and the remedy."""
 
-from task_synth import suite_runs
-from task_synth.baseline import suite_error, unmeasured_package_error
-from task_synth.repo_layout import read_layout
+from task_synth.repository.repo_layout import read_layout
+from task_synth.validation import suite_runs
+from task_synth.validation.baseline import suite_error, unmeasured_package_error
 
 
 def test_a_baseline_whose_coverage_missed_the_package_says_why(tmp_path):
@@ -39,7 +39,7 @@ def test_a_suite_that_reports_no_test_shows_pytests_error_and_exit_code():
 
 
 def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypatch):
-    import task_synth.baseline as baseline
+    import task_synth.validation.baseline as baseline
 
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "__init__.py").write_text("def f():\n    return 1\n")

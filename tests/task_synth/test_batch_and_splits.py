@@ -7,12 +7,12 @@ import pytest
 from proto.tasks import TaskRecord, TaskStats
 from task_synth import batch
 from task_synth.batch import read_sources, read_state, synthesize_many
-from task_synth.difficulty import spread
 from task_synth.errors import SynthError
 from task_synth.pipeline import SynthReport
 from task_synth.settings import SynthSettings
-from task_synth.splits import mixed_snapshots, split_of
-from task_synth.store_writer import RepoFiles, write_store
+from task_synth.store.difficulty import spread
+from task_synth.store.splits import mixed_snapshots, split_of
+from task_synth.store.store_writer import RepoFiles, write_store
 
 
 def _record(identifier: str, repo="r", commit="c" * 40, split="train", lines=3, statement="p") -> TaskRecord:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from task_synth.errors import SynthError
-from task_synth.suite_runs import pip_error_lines
-from task_synth.wheelhouse import build_system, build_wheelhouse, editable_requirements
+from task_synth.repository.editable_install import pip_error_lines
+from task_synth.repository.wheelhouse import build_system, build_wheelhouse, editable_requirements
 
 # An in-tree backend that asks for an extra package only to build editable, as hatchling asks for `editables`.
 IN_TREE_BACKEND = """
@@ -136,7 +136,7 @@ def test_a_hatchling_wheelhouse_holds_editables_and_installs_editable_offline(tm
 
 
 def test_editable_requirements_are_resolved_with_the_build_table_so_versions_cannot_conflict(tmp_path, monkeypatch):
-    import task_synth.wheelhouse as wheelhouse
+    import task_synth.repository.wheelhouse as wheelhouse
 
     # python-dateutil: the build table pins setuptools_scm<8, setup.cfg's setup_requires names it unpinned.
     root = _project(
@@ -168,7 +168,7 @@ class _InstallThatDies:
 
 
 def test_an_install_that_ends_with_no_output_says_how_it_ended(tmp_path):
-    from task_synth.suite_runs import install_workspace
+    from task_synth.repository.editable_install import install_workspace
 
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '1'\n")
     with pytest.raises(SynthError, match=r"does not install editable in its image \(no output; exit 137 after 42 s\)"):

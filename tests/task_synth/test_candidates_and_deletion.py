@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.candidates import enumerate_units, sample_units
-from task_synth.deletion import MODE_KINDS, DeletionError, delete_unit
-from task_synth.repo_layout import read_layout
+from task_synth.candidates.deletion import MODE_KINDS, DeletionError, delete_unit
+from task_synth.candidates.units import enumerate_units, sample_units
+from task_synth.repository.repo_layout import read_layout
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 MODULES = [

@@ -6,9 +6,9 @@ import sys
 from env_server.grading.checks import judge
 from proto.call_values import replay_program
 from proto.tasks import IoCheck
-from task_synth.io_recording import _call_outcomes, _reproduced
-from task_synth.recorded_calls import parsed_call, raised_in
-from task_synth.unseen_calls import perturbed_calls, recorded_arguments
+from task_synth.validation.io_recording import _call_outcomes, _reproduced
+from task_synth.validation.recorded_calls import parsed_call, raised_in
+from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
 from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
 
 FUNCTIONS = {"geo.vec": ["Vec"]}

@@ -10,7 +10,7 @@ from task_synth import pipeline
 from task_synth.errors import SynthError
 from task_synth.pipeline import EARLY_STOP_CANDIDATES, repeated_setup_failure
 from task_synth.settings import SynthSettings
-from task_synth.task_builder import BuiltTask
+from task_synth.store.task_builder import BuiltTask
 
 ORACLE_ERROR = "3 tests fail with the solution, e.g. tests/test_data.py::test_load (FileNotFoundError: data/table.csv)"
 

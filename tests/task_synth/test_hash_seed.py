@@ -7,7 +7,7 @@ import sys
 from env_server.grading.pytest_command import GRADING_ENV
 from proto.tasks import HASH_SEED, TaskRecord
 from sandbox import ExecResult
-from task_synth.suite_runs import PLUGIN_DIR, TEST_ENV, run_tests
+from task_synth.validation.suite_runs import PLUGIN_DIR, TEST_ENV, run_tests
 
 
 class RecordingSandbox:

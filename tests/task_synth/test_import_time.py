@@ -3,10 +3,10 @@ at import time); they are tried after every other unit, so that a small budget i
 
 from types import SimpleNamespace
 
-from task_synth.baseline import Baseline
-from task_synth.candidates import module_units
+from task_synth.candidates.units import module_units
 from task_synth.pipeline import ordered_candidates
-from task_synth.suite_runs import IMPORT_TIME
+from task_synth.validation.baseline import Baseline
+from task_synth.validation.suite_runs import IMPORT_TIME
 
 SOURCE = """\
 class Moved:

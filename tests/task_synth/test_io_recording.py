@@ -18,10 +18,12 @@ import pytest
 
 from proto.call_values import literal_text
 from proto.tasks import IoCheck, TaskRecord, TaskStats
-from task_synth.candidates import enumerate_units
-from task_synth.deletion import delete_unit
-from task_synth.io_recording import PROBE_CALL_S, _call_outcomes, _probed, _reproduced, recorded_functions
-from task_synth.recorded_calls import (
+from task_synth.candidates.deletion import delete_unit
+from task_synth.candidates.units import enumerate_units
+from task_synth.repository.repo_layout import read_layout
+from task_synth.store.store_writer import RepoFiles, write_store
+from task_synth.validation.io_recording import PROBE_CALL_S, _call_outcomes, _probed, _reproduced, recorded_functions
+from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
     calls_in_both,
     canonical,
@@ -30,9 +32,13 @@ from task_synth.recorded_calls import (
     selected_checks,
     unique_calls,
 )
-from task_synth.repo_layout import read_layout
-from task_synth.store_writer import RepoFiles, write_store
-from task_synth.unseen_calls import MAX_UNSEEN, perturbed_calls, perturbed_values, recorded_arguments, unseen_checks
+from task_synth.validation.unseen_calls import (
+    MAX_UNSEEN,
+    perturbed_calls,
+    perturbed_values,
+    recorded_arguments,
+    unseen_checks,
+)
 from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from task_synth.candidates import enumerate_units
-from task_synth.repo_layout import read_layout
+from task_synth.candidates.units import enumerate_units
+from task_synth.repository.repo_layout import read_layout
 
 FUNCTION = "def double(x):\n    y = x * 2\n    z = y + 0\n    return z\n"
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.repo_image import build_repo_image
-from task_synth.wheelhouse import OWN_WHEELS, set_aside_own_wheels
+from task_synth.repository.repo_image import build_repo_image
+from task_synth.repository.wheelhouse import OWN_WHEELS, set_aside_own_wheels
 
 # The task image has no pip: the installed distributions, as name==version lines.
 LIST_DISTRIBUTIONS = [
@@ -74,7 +74,7 @@ def test_the_repo_image_installs_what_needs_the_project_then_uninstalls_the_proj
 
 
 def test_the_project_is_known_by_its_poetry_name_or_its_sdists_pkg_info(tmp_path):
-    from task_synth.wheelhouse import project_name
+    from task_synth.repository.wheelhouse import project_name
 
     (tmp_path / "poetry").mkdir()
     (tmp_path / "poetry" / "pyproject.toml").write_text('[tool.poetry]\nname = "tomlkit"\nversion = "0.13.2"\n')

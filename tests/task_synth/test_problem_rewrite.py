@@ -2,8 +2,8 @@
 
 import pytest
 
-from task_synth.problem_rewrite import rewrite_problem_statement
 from task_synth.settings import SynthSettings
+from task_synth.store.problem_rewrite import rewrite_problem_statement
 
 TEMPLATE = (
     "The function `clamp` in `calc/ops.py` is not implemented.\nImplement it so that the test suite passes again.\n"

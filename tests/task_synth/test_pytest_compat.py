@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from task_synth.pytest_compat import BEFORE_LEGACY_REMOVAL, legacy_hooks, pytest_requirement
-from task_synth.wheelhouse import suite_tools, wheelhouse_key
+from task_synth.repository.pytest_compat import BEFORE_LEGACY_REMOVAL, legacy_hooks, pytest_requirement
+from task_synth.repository.wheelhouse import suite_tools, wheelhouse_key
 
 # boltons 24.1.0's conftest, in spirit: pytest 9 refuses the whole suite over this signature
 LEGACY = "def pytest_ignore_collect(path, config):\n    return path.basename.endswith('_py2.py')\n"
@@ -39,7 +39,7 @@ def test_conftests_in_virtualenvs_do_not_count(tmp_path: Path):
 
 
 def test_addopts_are_read_from_the_file_pytest_would_read(tmp_path: Path):
-    from task_synth.pytest_compat import project_addopts
+    from task_synth.repository.pytest_compat import project_addopts
 
     (tmp_path / "setup.cfg").write_text("[tool:pytest]\naddopts = --import-mode=append\n")
     assert project_addopts(tmp_path) == ["--import-mode=append"]
@@ -52,7 +52,7 @@ def test_addopts_are_read_from_the_file_pytest_would_read(tmp_path: Path):
 
 
 def test_only_import_options_are_kept_and_doctests_are_noticed():
-    from task_synth.pytest_compat import dropped_doctests, kept_options
+    from task_synth.repository.pytest_compat import dropped_doctests, kept_options
 
     addopts = ["--doctest-modules", "--import-mode", "importlib", "-p", "xdist", "-m", "not slow", "--cov=lib"]
     assert kept_options(addopts) == ["--import-mode", "importlib"]
@@ -62,8 +62,8 @@ def test_only_import_options_are_kept_and_doctests_are_noticed():
 
 
 def test_the_default_command_gains_the_projects_import_mode_and_a_users_command_does_not(tmp_path: Path):
-    from task_synth.repo_context import with_project_options
     from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
+    from task_synth.validation.repo_context import with_project_options
 
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = --doctest-modules --import-mode=importlib\n")
     assert (

@@ -3,12 +3,12 @@
 import subprocess
 from pathlib import Path
 
-from task_synth.canary_scan import canaries_for
-from task_synth.candidates import enumerate_units
-from task_synth.deletion import delete_unit
-from task_synth.repo_layout import read_layout
-from task_synth.validation import importing_test_files
-from task_synth.workspace import build_workspace, solution_patch
+from task_synth.candidates.deletion import delete_unit
+from task_synth.candidates.units import enumerate_units
+from task_synth.repository.repo_layout import read_layout
+from task_synth.store.workspace import build_workspace, solution_patch
+from task_synth.validation.canary_scan import canaries_for
+from task_synth.validation.verdict import importing_test_files
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 
@@ -50,8 +50,8 @@ def test_a_copy_of_the_deleted_code_inside_a_wheel_is_scanned_and_found_vendored
     import io
     import zipfile
 
-    from task_synth.canary_scan import ImageIndex, is_vendored, scan_files, vendored_copy, with_zip_members
-    from task_synth.task_builder import removed_source
+    from task_synth.store.task_builder import removed_source
+    from task_synth.validation.canary_scan import ImageIndex, is_vendored, scan_files, vendored_copy, with_zip_members
 
     layout = read_layout(MINILIB)
     deletion = delete_unit(layout, _unit(layout, "feature", "slugify"), "remove")
@@ -74,13 +74,13 @@ def test_a_copy_of_the_deleted_code_inside_a_wheel_is_scanned_and_found_vendored
 
 
 def test_a_damaged_zip_is_scanned_as_plain_bytes():
-    from task_synth.canary_scan import with_zip_members
+    from task_synth.validation.canary_scan import with_zip_members
 
     assert list(with_zip_members("opt/x.whl", b"PK\x03\x04 not really")) == [("opt/x.whl", b"PK\x03\x04 not really")]
 
 
 def test_a_unit_too_small_for_a_distinctive_name_is_marked_by_its_lines():
-    from task_synth.canary_scan import ImageIndex, scan_files
+    from task_synth.validation.canary_scan import ImageIndex, scan_files
 
     layout = read_layout(MINILIB)
     deletion = delete_unit(layout, _unit(layout, "function", "lcm"), "stub")

@@ -7,7 +7,7 @@ import sys
 
 import coverage
 
-from task_synth.suite_runs import COVERAGE_LINES_SCRIPT, IMPORT_TIME, coverage_lines
+from task_synth.validation.suite_runs import COVERAGE_LINES_SCRIPT, IMPORT_TIME, coverage_lines
 
 MODULE = "def double(x):\n    y = x * 2\n    return y\n\n\ndef half(x):\n    return x / 2\n"
 
@@ -63,7 +63,7 @@ class RecordingSandbox:
 
 def test_test_runs_print_one_line_per_failure():
     # Rendering a long traceback per failure took minutes when a deletion failed thousands of tests.
-    from task_synth.suite_runs import run_tests
+    from task_synth.validation.suite_runs import run_tests
 
     sb = RecordingSandbox()
     run = run_tests(sb, "python -m pytest", ["tests/test_a.py::test_x"], timeout=60)
@@ -74,7 +74,7 @@ def test_test_runs_print_one_line_per_failure():
 
 def test_the_coverage_settings_name_each_package_apart(tmp_path):
     # toolz ships two packages, tlz and toolz: "tlz toolz" was read as one name, and nothing was measured.
-    from task_synth.suite_runs import coverage_rc
+    from task_synth.validation.suite_runs import coverage_rc
 
     (tmp_path / "coverage.rc").write_text(coverage_rc(["tlz", "toolz"]))
     settings = coverage.Coverage(config_file=str(tmp_path / "coverage.rc"))

@@ -7,8 +7,8 @@ import git
 import pytest
 
 from task_synth.errors import SynthError
-from task_synth.source import checkout
-from task_synth.workspace import GIT_ENV
+from task_synth.repository.source import checkout
+from task_synth.store.workspace import GIT_ENV
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 

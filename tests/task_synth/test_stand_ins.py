@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.candidates import Unit, enumerate_units
-from task_synth.deletion import Deletion, delete_unit
-from task_synth.repo_layout import read_layout
-from task_synth.stand_ins import stand_ins
+from task_synth.candidates.deletion import Deletion, delete_unit
+from task_synth.candidates.units import Unit, enumerate_units
+from task_synth.repository.repo_layout import read_layout
+from task_synth.validation.stand_ins import stand_ins
 
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 TOOLS = textwrap.dedent(

@@ -19,18 +19,18 @@ from env_server.task_store import TaskStore
 from proto.call_values import described_text, state_text
 from proto.task_files import read_records
 from proto.tasks import IoCheck, TaskRecord
-from task_synth.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
-from task_synth.candidates import enumerate_units
-from task_synth.deletion import delete_unit
+from task_synth.candidates.deletion import delete_unit
+from task_synth.candidates.units import enumerate_units
 from task_synth.pipeline import synthesize
-from task_synth.recorded_calls import MAX_CHECKS
-from task_synth.repo_context import prepare_repo
-from task_synth.repo_layout import read_layout
+from task_synth.repository.repo_layout import read_layout
 from task_synth.settings import SynthSettings
-from task_synth.suite_runs import run_tests
-from task_synth.task_builder import build_task, workspace_text
-from task_synth.unseen_calls import MAX_UNSEEN
-from task_synth.validation import validate
+from task_synth.store.task_builder import build_task, workspace_text
+from task_synth.validation.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
+from task_synth.validation.recorded_calls import MAX_CHECKS
+from task_synth.validation.repo_context import prepare_repo
+from task_synth.validation.suite_runs import run_tests
+from task_synth.validation.unseen_calls import MAX_UNSEEN
+from task_synth.validation.verdict import validate
 
 pytestmark = pytest.mark.docker
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"

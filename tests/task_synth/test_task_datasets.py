@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from proto.dataset_files import DatasetFormat
 from proto.task_files import RECORDS
 from regrow.cli import app as regrow_app
-from task_synth.task_export import SWE_BENCH_FIELDS, TaskExportError, export_tasks
+from task_synth.store.task_export import SWE_BENCH_FIELDS, TaskExportError, export_tasks
 from tests.task_fixture import DEMO_TASK_ID, F2P, P2P, SOLUTION_PATCH, demo_record
 
 IMAGE = "regrow/demo-repo:test"

@@ -5,9 +5,9 @@ import uuid
 
 import pytest
 
-from task_synth.build_tools import removable, requirement_names
-from task_synth.repo_image import build_repo_image, build_stage_tag
-from task_synth.wheelhouse import BUILD_ONLY, OWN_WHEELS, build_only, set_aside_own_wheels
+from task_synth.repository.build_tools import removable, requirement_names
+from task_synth.repository.repo_image import build_repo_image, build_stage_tag
+from task_synth.repository.wheelhouse import BUILD_ONLY, OWN_WHEELS, build_only, set_aside_own_wheels
 from tests.task_synth.test_own_wheel import LIST_DISTRIBUTIONS, build_wheel
 
 INSTALLED = {

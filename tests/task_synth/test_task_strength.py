@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from task_synth.mutants import mutants_of
-from task_synth.task_strength import measured_strength, strongest
+from task_synth.validation.mutants import mutants_of
+from task_synth.validation.task_strength import measured_strength, strongest
 from tests.task_fixture import ORIGINAL_OPS
 
 STACK = '''"""Stacks."""

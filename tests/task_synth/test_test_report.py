@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.suite_runs import REPORT_PLUGIN, REPORT_PLUGIN_NAME, files_of_tests, read_report
+from task_synth.validation.suite_runs import REPORT_PLUGIN, REPORT_PLUGIN_NAME, files_of_tests, read_report
 
 SUITE = {
     "Tests/__init__.py": "",

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.candidates import enumerate_units
-from task_synth.deletion import delete_unit
-from task_synth.repo_context import prepare_repo
+from task_synth.candidates.deletion import delete_unit
+from task_synth.candidates.units import enumerate_units
 from task_synth.settings import SynthSettings
-from task_synth.validation import validate
+from task_synth.validation.repo_context import prepare_repo
+from task_synth.validation.verdict import validate
 
 pytestmark = pytest.mark.docker
 MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
@@ -96,7 +96,7 @@ def test_tests_a_trivial_answer_passes_are_dropped_and_a_task_left_with_none_is_
 def test_a_repeated_run_reports_each_round_and_tells_the_tests_their_round(
     docker_backend, base_image, words_repo, tmp_path
 ):
-    from task_synth.suite_runs import run_tests
+    from task_synth.validation.suite_runs import run_tests
 
     (words_repo / "tests" / "test_rounds.py").write_text(
         "import os\n\n\ndef test_passes_in_round_one_only():\n    assert os.environ['REGROW_ROUND'] == '1'\n"

@@ -13,7 +13,7 @@ import pytest
 from env_server.task_store import TaskStore
 from proto.task_files import IO_CHECKS, TWIN_OF, TWINS, hidden_dir
 from proto.tasks import IoCheck
-from task_synth.twins import contradicted, twin_id, twin_of
+from task_synth.store.twins import contradicted, twin_id, twin_of
 from tests.task_fixture import DEMO_TASK_ID, F2P, demo_record
 from tests.task_fixture import IO_CHECKS as DEMO_CHECKS
 

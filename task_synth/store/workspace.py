@@ -9,8 +9,8 @@ from pathlib import Path
 
 import git
 
-from task_synth.deletion import Deletion
-from task_synth.source import CACHE_NAMES
+from task_synth.candidates.deletion import Deletion
+from task_synth.repository.source import CACHE_NAMES
 
 # Fixed identity and dates make the workspace commit, and so the task, reproducible.
 GIT_ENV = {

@@ -6,12 +6,13 @@ import logging
 from dataclasses import dataclass, field
 
 from sandbox import Sandbox
-from task_synth.candidates import Unit
+from task_synth.candidates.mention_index import mention_index
+from task_synth.candidates.units import Unit
 from task_synth.errors import SynthError
-from task_synth.mention_index import mention_index
-from task_synth.pytest_compat import dropped_doctests, project_addopts
-from task_synth.repo_layout import RepoLayout
-from task_synth.suite_runs import EXCEPTION_LINE, IMPORT_TIME, SuiteRun, coverage_map, run_tests
+from task_synth.repository.editable_install import EXCEPTION_LINE
+from task_synth.repository.pytest_compat import dropped_doctests, project_addopts
+from task_synth.repository.repo_layout import RepoLayout
+from task_synth.validation.suite_runs import IMPORT_TIME, SuiteRun, coverage_map, run_tests
 
 log = logging.getLogger(__name__)
 # A SIGKILL that was not the sandbox's OOM killer (seen on an engine shared with other test runs): worth one retry.

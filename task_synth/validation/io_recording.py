@@ -1,12 +1,12 @@
 """Input/output checks of the deleted unit (functions, methods, or a class's programs), recorded in the oracle sandbox
 for the grader to replay as hidden checks.
 
-The F2P tests run with the solution applied and the recorder plugin loaded (task_synth/io_recorder_plugin.py), twice,
-under two hash seeds; the second time only the tests that made candidate calls run. Each recorded call is linked to the
-first F2P test, by node id, that made it. Unseen calls, which no visible test makes, change one argument of a recorded
-call a little and take their expected outcome from running them where the solution is applied. A call becomes a check
-when a fresh interpreter under another hash seed reproduces its outcome, so that a check depends neither on hash order
-nor on state a test set up.
+The F2P tests run with the solution applied and the recorder plugin loaded (io_recorder_plugin.py, beside this module),
+twice, under two hash seeds; the second time only the tests that made candidate calls run. Each recorded call is linked
+to the first F2P test, by node id, that made it. Unseen calls, which no visible test makes, change one argument of a
+recorded call a little and take their expected outcome from running them where the solution is applied. A call becomes a
+check when a fresh interpreter under another hash seed reproduces its outcome, so that a check depends neither on hash
+order nor on state a test set up.
 """
 
 from __future__ import annotations
@@ -23,11 +23,14 @@ from proto.call_values import SHIPPED_NAME
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
-from task_synth.deletion import Deletion
-from task_synth.io_recorder_plugin import MAX_RECORDS
-from task_synth.mutants import mutants_of
-from task_synth.python_ast import parse_python
-from task_synth.recorded_calls import (
+from task_synth.candidates.deletion import Deletion
+from task_synth.candidates.python_ast import parse_python
+from task_synth.repository.editable_install import SCRATCH
+from task_synth.repository.repo_layout import RepoLayout
+from task_synth.settings import SynthSettings
+from task_synth.validation.io_recorder_plugin import MAX_RECORDS
+from task_synth.validation.mutants import mutants_of
+from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
     Call,
     calls_in_both,
@@ -37,18 +40,22 @@ from task_synth.recorded_calls import (
     raised_in,
     selected_checks,
 )
-from task_synth.repo_layout import RepoLayout
-from task_synth.settings import SynthSettings
-from task_synth.suite_runs import PLUGIN_DIR, SCRATCH
-from task_synth.task_strength import Strength, measured_strength, strongest
-from task_synth.unseen_calls import MAX_UNSEEN, NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments, unseen_checks
+from task_synth.validation.suite_runs import PLUGIN_DIR
+from task_synth.validation.task_strength import Strength, measured_strength, strongest
+from task_synth.validation.unseen_calls import (
+    MAX_UNSEEN,
+    NOISE_EXCEPTIONS,
+    perturbed_calls,
+    recorded_arguments,
+    unseen_checks,
+)
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
 RECORDER_SOURCE = Path(__file__).with_name("io_recorder_plugin.py")
 PROGRAMS = "regrow_program_recorder"
 PROGRAMS_SOURCE = Path(__file__).with_name("program_recorder.py")
-VALUES_SOURCE = Path(__file__).parents[1] / "proto" / "call_values.py"
+VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
-from task_synth.candidates import referenced_names
-from task_synth.repo_layout import RepoLayout
+from task_synth.candidates.units import referenced_names
+from task_synth.repository.repo_layout import RepoLayout
 
 
 def _is_gone_module(name: str, gone_modules: set[str]) -> bool:

@@ -12,10 +12,10 @@ from pathlib import Path
 from proto.task_files import WHEELS
 from sandbox import DockerBackend, ImageBuildFailed
 from sandbox.lifecycle.base_image import BASE_IMAGE
-from task_synth import build_tools
 from task_synth.errors import SynthError
-from task_synth.suite_runs import pip_error_lines
-from task_synth.wheelhouse import BUILD_ONLY
+from task_synth.repository import build_tools
+from task_synth.repository.editable_install import pip_error_lines
+from task_synth.repository.wheelhouse import BUILD_ONLY
 
 log = logging.getLogger(__name__)
 # Beside the modules, so that the package-data pattern "*.Dockerfile" ships them in the wheel.

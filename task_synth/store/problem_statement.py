@@ -6,7 +6,7 @@ import re
 
 import libcst as cst
 
-from task_synth.deletion import Deletion
+from task_synth.candidates.deletion import Deletion
 
 MAX_LISTED = 6
 

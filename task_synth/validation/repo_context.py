@@ -14,17 +14,17 @@ from pathlib import Path
 
 from sandbox import DockerBackend, Limits, Sandbox
 from sandbox.layout import WORKSPACE
-from task_synth.baseline import Baseline, run_baseline
-from task_synth.canary_scan import Hit, ImageIndex, index_image
 from task_synth.errors import SynthError
-from task_synth.pytest_compat import dropped_doctests, kept_options, project_addopts
-from task_synth.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
-from task_synth.repo_layout import RepoLayout, read_layout
+from task_synth.repository.editable_install import capture_install, install_workspace, seed_workspace, tree_archive
+from task_synth.repository.pytest_compat import dropped_doctests, kept_options, project_addopts
+from task_synth.repository.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
+from task_synth.repository.repo_layout import RepoLayout, read_layout
+from task_synth.repository.source import Checkout, checkout
+from task_synth.repository.wheelhouse import build_wheelhouse
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
-from task_synth.source import Checkout, checkout
 from task_synth.stage_clock import StageClock
-from task_synth.suite_runs import capture_install, install_workspace, seed_workspace, tree_archive
-from task_synth.wheelhouse import build_wheelhouse
+from task_synth.validation.baseline import Baseline, run_baseline
+from task_synth.validation.canary_scan import Hit, ImageIndex, index_image
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field, replace
 
 from sandbox import Sandbox
 from sandbox.layout import WORKSPACE
-from task_synth.baseline import Baseline
-from task_synth.deletion import Deletion
-from task_synth.python_ast import parse_python
+from task_synth.candidates.deletion import Deletion
+from task_synth.candidates.python_ast import parse_python
 from task_synth.settings import SynthSettings
 from task_synth.stage_clock import StageClock
-from task_synth.stand_ins import combined_stand_in, stand_ins
-from task_synth.suite_runs import SuiteRun, run_tests
+from task_synth.validation.baseline import Baseline
+from task_synth.validation.stand_ins import combined_stand_in, stand_ins
+from task_synth.validation.suite_runs import SuiteRun, run_tests
 
 log = logging.getLogger(__name__)
 REJECTIONS = (

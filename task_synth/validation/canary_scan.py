@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from sandbox import DockerBackend
 from sandbox.layout import CACHE_NAMES as CACHE_NAME_GLOBS
-from task_synth.deletion import Deletion
-from task_synth.python_ast import parse_python
+from task_synth.candidates.deletion import Deletion
+from task_synth.candidates.python_ast import parse_python
 
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5

@@ -11,7 +11,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from task_synth.repo_layout import RepoLayout
+from task_synth.repository.repo_layout import RepoLayout
 
 MIN_STATEMENTS = 3
 _BRANCHES = (

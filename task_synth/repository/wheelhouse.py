@@ -15,9 +15,9 @@ from pathlib import Path
 
 from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 
-from task_synth.build_tools import requirement_names
 from task_synth.errors import SynthError
-from task_synth.pytest_compat import pytest_requirement
+from task_synth.repository.build_tools import requirement_names
+from task_synth.repository.pytest_compat import pytest_requirement
 
 log = logging.getLogger(__name__)
 

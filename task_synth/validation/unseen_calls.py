@@ -1,6 +1,6 @@
 """Unseen calls: calls no visible test makes, which change one argument of a recorded call a little, so that a table
 of the visible answers earns nothing on them. Their expected outcomes come from running them where the solution is
-applied (task_synth/io_recording.py)."""
+applied (task_synth/validation/io_recording.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 from proto.call_values import MAX_PROGRAM_TEXT, literal_text
 from proto.tasks import IoCheck
-from task_synth.python_ast import literal_value
-from task_synth.recorded_calls import Call, canonical, check_key, selected_checks
+from task_synth.candidates.python_ast import literal_value
+from task_synth.validation.recorded_calls import Call, canonical, check_key, selected_checks
 
 MAX_UNSEEN = 8  # checks of calls no visible test makes
 MAX_PROBES = 48  # perturbed calls run to find the unseen checks among

@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from task_synth.candidates import Unit
-from task_synth.import_fixups import fix_imports
-from task_synth.repo_layout import RepoLayout
+from task_synth.candidates.import_fixups import fix_imports
+from task_synth.candidates.units import Unit
+from task_synth.repository.repo_layout import RepoLayout
 
 MODE_KINDS = {
     "stub": ("function", "method", "class", "feature"),

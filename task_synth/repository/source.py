@@ -12,7 +12,7 @@ import git
 
 from sandbox.layout import CACHE_NAMES as LEFT_BY_TOOLS
 from task_synth.errors import SynthError
-from task_synth.repo_layout import SKIPPED_DIRS
+from task_synth.repository.repo_layout import SKIPPED_DIRS
 
 CACHE_NAMES = (*LEFT_BY_TOOLS, "*.egg-info")
 

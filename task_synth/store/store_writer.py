@@ -29,7 +29,7 @@ from proto.task_files import (
 )
 from proto.tasks import IoCheck, TaskRecord
 from task_synth.errors import SynthError
-from task_synth.splits import mixed_snapshots
+from task_synth.store.splits import mixed_snapshots
 
 
 @dataclass(frozen=True)

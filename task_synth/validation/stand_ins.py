@@ -8,7 +8,7 @@ from typing import cast
 
 import libcst as cst
 
-from task_synth.deletion import Deletion, _stubbed
+from task_synth.candidates.deletion import Deletion, _stubbed
 
 # Equal to everything, truthy, empty, and itself under any attribute or call: it passes any test that only compares.
 _ALWAYS_EQUAL = """

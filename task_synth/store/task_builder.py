@@ -21,18 +21,27 @@ from proto import task_files
 from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
 from sandbox.layout import WORKSPACE
 from sandbox.lifecycle.base_image import regrow_version
-from task_synth.canary_scan import Canaries, Hit, archive_files, canaries_for, is_vendored, scan_files, vendored_copy
-from task_synth.deletion import Deletion
-from task_synth.io_recording import pytest_plugin_modules, record_io_checks
-from task_synth.problem_rewrite import rewrite_problem_statement
-from task_synth.problem_statement import problem_statement
-from task_synth.repo_context import SANDBOX_LIMITS, RepoContext
-from task_synth.repo_image import SYNTH_LABEL, slug
-from task_synth.splits import split_of
-from task_synth.suite_runs import SCRATCH, run_tests, seed_workspace, tree_archive
-from task_synth.task_strength import Strength
-from task_synth.validation import Verdict
-from task_synth.workspace import build_workspace, solution_patch
+from task_synth.candidates.deletion import Deletion
+from task_synth.repository.editable_install import SCRATCH, seed_workspace, tree_archive
+from task_synth.repository.repo_image import SYNTH_LABEL, slug
+from task_synth.store.problem_rewrite import rewrite_problem_statement
+from task_synth.store.problem_statement import problem_statement
+from task_synth.store.splits import split_of
+from task_synth.store.workspace import build_workspace, solution_patch
+from task_synth.validation.canary_scan import (
+    Canaries,
+    Hit,
+    archive_files,
+    canaries_for,
+    is_vendored,
+    scan_files,
+    vendored_copy,
+)
+from task_synth.validation.io_recording import pytest_plugin_modules, record_io_checks
+from task_synth.validation.repo_context import SANDBOX_LIMITS, RepoContext
+from task_synth.validation.suite_runs import run_tests
+from task_synth.validation.task_strength import Strength
+from task_synth.validation.verdict import Verdict
 
 log = logging.getLogger(__name__)
 # The workspace must be one commit on one branch, with nothing outside it.
