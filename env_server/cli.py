@@ -72,7 +72,7 @@ def traces_export(
 ) -> None:
     """Export every recorded episode as a dataset: chat messages, tool trace, reward and details, and the policy's
     tokens where a trainer recorded them."""
-    from env_server.trace_export import TraceExportError, export_traces
+    from env_server.traces.export import TraceExportError, export_traces
 
     try:
         with console.status(f"exporting the episodes in {db}..."):

@@ -33,7 +33,7 @@ from env_server.provisioning import SandboxSupply
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.tools import ToolResult, call_tool
-from env_server.trace_store import TraceStore
+from env_server.traces.store import TraceStore
 from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation, RewardDetails

@@ -32,7 +32,7 @@ def make_settings(store: Path, tmp_path: Path, **overrides):
 def make_runtime(docker_backend, settings):
     from env_server.episodes import EpisodeRuntime
     from env_server.task_store import TaskStore
-    from env_server.trace_store import TraceStore
+    from env_server.traces.store import TraceStore
 
     return EpisodeRuntime(
         settings, TaskStore(settings.tasks_dir), docker_backend, TraceStore(settings.trace_path())
