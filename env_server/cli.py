@@ -16,7 +16,7 @@ traces_app = typer.Typer(help="Recorded episodes.", no_args_is_help=True)
 
 
 def _use_json_logs() -> None:
-    from env_server.event_log import JsonLineFormatter
+    from env_server.observability.event_log import JsonLineFormatter
 
     for handler in logging.getLogger().handlers:
         handler.setFormatter(JsonLineFormatter())

@@ -25,10 +25,10 @@ from env_server.episode_errors import (
     EpisodeOver,
     TaskNotFound,
 )
-from env_server.event_log import log_event
 from env_server.grading import PristineCache, failing_summary, grade
-from env_server.live_stats import LiveStats
-from env_server.metrics import ServerMetrics
+from env_server.observability.event_log import log_event
+from env_server.observability.live_stats import LiveStats
+from env_server.observability.metrics import ServerMetrics
 from env_server.provisioning import SandboxSupply
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore, UnknownTask

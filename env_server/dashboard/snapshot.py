@@ -19,7 +19,7 @@ from env_server.dashboard.trace_summaries import (
     reward_summary,
     task_pass_rates,
 )
-from env_server.live_stats import MinuteFigures
+from env_server.observability.live_stats import MinuteFigures
 from proto.health import ServerHealth
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ from env_server.dashboard.trace_summaries import (
     reward_summary,
     task_pass_rates,
 )
-from env_server.live_stats import LiveStats, percentile
+from env_server.observability.live_stats import LiveStats, percentile
 from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails

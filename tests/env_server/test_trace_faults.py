@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from env_server.metrics import ServerMetrics
+from env_server.observability.metrics import ServerMetrics
 from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation
