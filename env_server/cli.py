@@ -33,7 +33,7 @@ def serve(
     traces: Path = typer.Option(None, help="SQLite trace file [default: TASKS/traces.sqlite]."),
 ) -> None:
     """Serve the tasks in TASKS as OpenEnv episodes over HTTP, WebSocket and gRPC."""
-    from env_server.server import serve as run_server
+    from env_server.lifecycle.server import serve as run_server
     from env_server.settings import ServerSettings
     from sandbox import SandboxError
 

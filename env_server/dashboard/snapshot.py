@@ -23,7 +23,7 @@ from env_server.observability.live_stats import MinuteFigures
 from proto.health import ServerHealth
 
 if TYPE_CHECKING:
-    from env_server.episodes import EpisodeRuntime
+    from env_server.lifecycle.runtime import EpisodeRuntime
 
 log = logging.getLogger(__name__)
 

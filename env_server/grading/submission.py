@@ -26,10 +26,10 @@ from env_server.grading.scan.flags import scan_change_set
 from env_server.grading.verdict import RunReport, score
 from env_server.settings import GradeLimits
 from env_server.task_store import Task
-from env_server.tools import WORKSPACE
 from proto.observations import RefusedPath, RewardDetails
 from proto.tasks import IoCheck
 from sandbox import Sandbox, SandboxError
+from sandbox.layout import WORKSPACE
 
 CHECK_CALL_S = 5.0  # one replayed call; synthesis kept only calls that took well under its 10 s
 

@@ -1,6 +1,6 @@
 """Live episodes of one server: capacity, budgets, steps, grading on submit, idle reaping.
 
-Sandboxes come from env_server.provisioning; the errors the API answers are env_server.episode_errors.
+Sandboxes come from env_server.lifecycle.provisioning; the errors the API answers are env_server.stepping.errors.
 """
 
 from __future__ import annotations
@@ -15,9 +15,15 @@ from datetime import UTC, datetime
 
 from pydantic import ValidationError
 
-from env_server.engine_watch import EngineWatch, server_health
-from env_server.episode import Episode, has_invalid_text, is_terminal
-from env_server.episode_errors import (
+from env_server.grading import PristineCache, failing_summary, grade
+from env_server.lifecycle.engine_watch import EngineWatch, server_health
+from env_server.lifecycle.provisioning import SandboxSupply
+from env_server.observability.event_log import log_event
+from env_server.observability.live_stats import LiveStats
+from env_server.observability.metrics import ServerMetrics
+from env_server.settings import ServerSettings
+from env_server.stepping.episode import Episode, has_invalid_text, is_terminal
+from env_server.stepping.errors import (
     CapacityReached,
     EngineUnreachable,
     EpisodeError,
@@ -25,14 +31,8 @@ from env_server.episode_errors import (
     EpisodeOver,
     TaskNotFound,
 )
-from env_server.grading import PristineCache, failing_summary, grade
-from env_server.observability.event_log import log_event
-from env_server.observability.live_stats import LiveStats
-from env_server.observability.metrics import ServerMetrics
-from env_server.provisioning import SandboxSupply
-from env_server.settings import ServerSettings
+from env_server.stepping.tools import ToolResult, call_tool
 from env_server.task_store import Task, TaskStore, UnknownTask
-from env_server.tools import ToolResult, call_tool
 from env_server.traces.store import TraceStore
 from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
