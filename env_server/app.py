@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import datetime
 from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
@@ -14,10 +13,10 @@ from openenv.core.env_server.types import ConcurrencyConfig
 
 from env_server.dashboard.access import PageAccess
 from env_server.dashboard.pages import add_dashboard
-from env_server.disconnect_watch import AbortOnDisconnect
-from env_server.environment import PER_REQUEST, CodingEnvironment
-from env_server.episode_errors import EpisodeError
-from env_server.episodes import EpisodeRuntime
+from env_server.environment import CodingEnvironment
+from env_server.lifecycle.runtime import EpisodeRuntime
+from env_server.middleware import AbortOnDisconnect, MarkPerRequestCalls
+from env_server.stepping.errors import EpisodeError
 from proto.actions import ToolCall
 from proto.health import ServerHealth
 from proto.observations import CodingObservation, EpisodeState
@@ -39,21 +38,6 @@ def token_check(runtime: EpisodeRuntime):
             )
 
     return check
-
-
-class MarkPerRequestCalls:
-    """Tells the environment OpenEnv builds for a plain HTTP /reset or /step that it lives for one request."""
-
-    def __init__(self, app: Callable[..., Awaitable[None]]):
-        self.app = app
-
-    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
-        per_request = scope["type"] == "http" and scope["path"] in ("/reset", "/step")
-        token = PER_REQUEST.set(per_request)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            PER_REQUEST.reset(token)
 
 
 def build_app(runtime: EpisodeRuntime) -> FastAPI:

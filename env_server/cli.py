@@ -16,7 +16,7 @@ traces_app = typer.Typer(help="Recorded episodes.", no_args_is_help=True)
 
 
 def _use_json_logs() -> None:
-    from env_server.event_log import JsonLineFormatter
+    from env_server.observability.event_log import JsonLineFormatter
 
     for handler in logging.getLogger().handlers:
         handler.setFormatter(JsonLineFormatter())
@@ -33,7 +33,7 @@ def serve(
     traces: Path = typer.Option(None, help="SQLite trace file [default: TASKS/traces.sqlite]."),
 ) -> None:
     """Serve the tasks in TASKS as OpenEnv episodes over HTTP, WebSocket and gRPC."""
-    from env_server.server import serve as run_server
+    from env_server.lifecycle.server import serve as run_server
     from env_server.settings import ServerSettings
     from sandbox import SandboxError
 
@@ -72,7 +72,7 @@ def traces_export(
 ) -> None:
     """Export every recorded episode as a dataset: chat messages, tool trace, reward and details, and the policy's
     tokens where a trainer recorded them."""
-    from env_server.trace_export import TraceExportError, export_traces
+    from env_server.traces.export import TraceExportError, export_traces
 
     try:
         with console.status(f"exporting the episodes in {db}..."):

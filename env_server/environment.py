@@ -14,9 +14,9 @@ from openenv.core.env_server import Environment
 from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from env_server.episode import Episode
-from env_server.episode_errors import NoEpisode
-from env_server.episodes import EpisodeRuntime
+from env_server.lifecycle.runtime import EpisodeRuntime
+from env_server.stepping.episode import Episode
+from env_server.stepping.errors import NoEpisode
 from proto.actions import ToolCall, tool_specs
 from proto.observations import CodingObservation, EpisodeState
 

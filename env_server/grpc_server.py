@@ -16,8 +16,8 @@ from openenv.core.env_server.types import WSErrorCode
 from pydantic import ValidationError
 
 from env_server.environment import CodingEnvironment
-from env_server.episode_errors import EpisodeError, EpisodeNotFound
-from env_server.episodes import EpisodeRuntime
+from env_server.lifecycle.runtime import EpisodeRuntime
+from env_server.stepping.errors import EpisodeError, EpisodeNotFound
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from proto.actions import ToolCall

@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from env_server.dashboard.access import SECURITY_HEADERS, PageAccess
 from env_server.dashboard.episode_view import episode_view
 from env_server.dashboard.snapshot import SnapshotCache
-from env_server.episodes import EpisodeRuntime
+from env_server.lifecycle.runtime import EpisodeRuntime
 
 HERE = Path(__file__).parent
 # An open event stream ends after this long and the browser reconnects: no page holds a connection forever, and a

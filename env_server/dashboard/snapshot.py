@@ -19,11 +19,11 @@ from env_server.dashboard.trace_summaries import (
     reward_summary,
     task_pass_rates,
 )
-from env_server.live_stats import MinuteFigures
+from env_server.observability.live_stats import MinuteFigures
 from proto.health import ServerHealth
 
 if TYPE_CHECKING:
-    from env_server.episodes import EpisodeRuntime
+    from env_server.lifecycle.runtime import EpisodeRuntime
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from env_server.trace_store import TraceStore
+from env_server.traces.store import TraceStore
 
 PASSED = 1.0 - 1e-9  # a reward this high passed every test it was graded on
 # Bin edges of the reward histogram: 0 and 1 are bins of their own, the rest are tenths.

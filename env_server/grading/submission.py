@@ -3,7 +3,7 @@ fresh containers run the same tests and checks (one with the change set, one wit
 task's stub), and the server judges the checks and scores.
 
 Read top to bottom, `grade` is the whole path: change set (change_set.py), path policy (path_policy.py), run
-(run.py, and the programs in inside/), checks (checks.py), verdict (verdict.py); the scan (scan.py) and the diff
+(run.py, and the programs in inside/), checks (checks.py), verdict (verdict.py); the scan (scan/) and the diff
 (diff.py) only describe the submission for people.
 """
 
@@ -22,14 +22,14 @@ from env_server.grading.path_policy import PathPolicy
 from env_server.grading.pristine import Pristine, PristineCache
 from env_server.grading.pytest_command import GRADING_ENV, pytest_arguments
 from env_server.grading.run import GradingFolder, launch, write_grading_tree
-from env_server.grading.scan import scan_change_set
+from env_server.grading.scan.flags import scan_change_set
 from env_server.grading.verdict import RunReport, score
 from env_server.settings import GradeLimits
 from env_server.task_store import Task
-from env_server.tools import WORKSPACE
 from proto.observations import RefusedPath, RewardDetails
 from proto.tasks import IoCheck
 from sandbox import Sandbox, SandboxError
+from sandbox.layout import WORKSPACE
 
 CHECK_CALL_S = 5.0  # one replayed call; synthesis kept only calls that took well under its 10 s
 

@@ -15,8 +15,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from env_server.dashboard.trace_summaries import recent_episodes, reward_summary, task_pass_rates
-from env_server.live_stats import MAX_STEPS, LiveStats
-from env_server.trace_store import TraceStore
+from env_server.observability.live_stats import MAX_STEPS, LiveStats
+from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
 from regrow.benchmarks.load_stats import latency_ms

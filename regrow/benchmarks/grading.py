@@ -10,8 +10,8 @@ from pathlib import Path
 from env_server.grading import PristineCache, grade
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
-from env_server.tools import WORKSPACE
 from sandbox import DockerBackend, Sandbox
+from sandbox.layout import WORKSPACE
 from sandbox.settings import SandboxSettings
 
 

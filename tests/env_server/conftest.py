@@ -30,9 +30,9 @@ def make_settings(store: Path, tmp_path: Path, **overrides):
 
 
 def make_runtime(docker_backend, settings):
-    from env_server.episodes import EpisodeRuntime
+    from env_server.lifecycle.runtime import EpisodeRuntime
     from env_server.task_store import TaskStore
-    from env_server.trace_store import TraceStore
+    from env_server.traces.store import TraceStore
 
     return EpisodeRuntime(
         settings, TaskStore(settings.tasks_dir), docker_backend, TraceStore(settings.trace_path())
@@ -51,7 +51,7 @@ def runtime(docker_backend, demo_task_store, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(docker_backend, demo_task_store, tmp_path_factory):
     """The whole server (HTTP, WebSocket, gRPC) on free local ports, stopped after the module."""
-    from env_server.server import start_in_background
+    from env_server.lifecycle.server import start_in_background
 
     settings = make_settings(demo_task_store, tmp_path_factory.mktemp("srv"), host="127.0.0.1", port=0, grpc_port=0)
     with start_in_background(settings, docker_backend) as running:

@@ -17,8 +17,8 @@ from env_server.dashboard.trace_summaries import (
     reward_summary,
     task_pass_rates,
 )
-from env_server.live_stats import LiveStats, percentile
-from env_server.trace_store import TraceStore
+from env_server.observability.live_stats import LiveStats, percentile
+from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
 from proto.observations import TestOutcome as Outcome  # not named Test*: pytest would try to collect it

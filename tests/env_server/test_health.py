@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 from fastapi.testclient import TestClient
 
-from env_server.engine_watch import EngineStatus, EngineWatch, server_health
-from env_server.metrics import ServerMetrics
+from env_server.lifecycle.engine_watch import EngineStatus, EngineWatch, server_health
+from env_server.observability.metrics import ServerMetrics
 from env_server.settings import ServerSettings
 from proto.health import ServerHealth
 

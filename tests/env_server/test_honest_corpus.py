@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from env_server.grading.scan import FORGERY_RULES, scan_change_set
+from env_server.grading.scan.flags import scan_change_set
+from env_server.grading.scan.rules import FORGERY_RULES
 from env_server.grading.submission import excused_source
 from tests.task_fixture import DELETED_OPS, ORIGINAL_OPS, SOLUTION_PATCH
 

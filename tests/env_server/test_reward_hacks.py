@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 from openenv.core.generic_client import GenericEnvClient
 
-from env_server.grading.scan import FORGERY_RULES
+from env_server.grading.scan.rules import FORGERY_RULES
 from tests.task_fixture import DELETED_OPS, DEMO_TASK_ID, ORIGINAL_OPS, PYPROJECT, TESTS, WRONG_OPS
 
 pytestmark = pytest.mark.docker

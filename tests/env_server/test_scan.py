@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from env_server.grading.scan import TamperFlag, scan_change_set
+from env_server.grading.scan.flags import TamperFlag, scan_change_set
 
 PATH = "pkg/impl.py"
 

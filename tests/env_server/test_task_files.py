@@ -87,7 +87,7 @@ def _tree(archive: bytes) -> dict[str, tuple]:
 def test_workspace_layers_split_what_every_task_shares_from_each_tasks_rest(tmp_path):
     import subprocess
 
-    from env_server.workspace_layers import WorkspaceLayers
+    from env_server.lifecycle.workspace_layers import WorkspaceLayers
     from task_synth.store.task_builder import workspace_archive
 
     archives = {}

@@ -3,7 +3,7 @@
 import inspect
 from pathlib import Path
 
-from env_server.tools import IMPLEMENTATIONS
+from env_server.stepping.tools import IMPLEMENTATIONS
 from proto.actions import TOOL_ARGS, tool_description, tool_specs
 from trainer_client.env.trl_environment import RegrowCodingEnv
 

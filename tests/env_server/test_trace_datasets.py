@@ -8,9 +8,9 @@ import pytest
 from datasets import load_dataset, load_from_disk
 from typer.testing import CliRunner
 
-from env_server.trace_datasets import REWARD_DETAILS
-from env_server.trace_export import TraceExportError, export_traces
-from env_server.trace_store import TraceStore
+from env_server.traces.datasets import REWARD_DETAILS
+from env_server.traces.export import TraceExportError, export_traces
+from env_server.traces.store import TraceStore
 from proto.actions import TOOL_ARGS, ToolCall
 from proto.dataset_files import DatasetFormat
 from proto.observations import CodingObservation, RewardDetails

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from env_server.metrics import ServerMetrics
-from env_server.trace_store import TraceStore
+from env_server.observability.metrics import ServerMetrics
+from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace, StepTrace
@@ -77,7 +77,7 @@ def timed_steps(store: TraceStore, episode_id: str, indexes: range, output_bytes
 
 
 def failure_logs(caplog: pytest.LogCaptureFixture, words: str) -> list[logging.LogRecord]:
-    return [r for r in caplog.records if r.name == "env_server.trace_backlog" and words in r.getMessage()]
+    return [r for r in caplog.records if r.name == "env_server.traces.backlog" and words in r.getMessage()]
 
 
 def open_store(path: Path, backlog_bytes: int = 64 * 1024 * 1024) -> tuple[TraceStore, ServerMetrics]:
@@ -116,7 +116,7 @@ def fill(disk: Path, db_path: Path) -> Path:
 
 
 def test_a_locked_database_delays_the_records_but_not_the_steps(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "env_server.trace_backlog")
+    caplog.set_level(logging.INFO, "env_server.traces.backlog")
     path = tmp_path / "traces.sqlite"
     store, metrics = open_store(path)
     store.start_episode(episode("before", minute=0))
@@ -154,7 +154,7 @@ def test_a_locked_database_delays_the_records_but_not_the_steps(tmp_path, caplog
 
 
 def test_a_full_disk_keeps_steps_answering_and_writes_their_records_once_space_is_freed(tiny_disk, caplog):
-    caplog.set_level(logging.INFO, "env_server.trace_backlog")
+    caplog.set_level(logging.INFO, "env_server.traces.backlog")
     path = tiny_disk / "traces.sqlite"
     store, metrics = open_store(path)
     try:
@@ -175,7 +175,7 @@ def test_a_full_disk_keeps_steps_answering_and_writes_their_records_once_space_i
 
 
 def test_records_beyond_the_backlog_bound_are_counted_as_dropped(tiny_disk, caplog):
-    caplog.set_level(logging.INFO, "env_server.trace_backlog")
+    caplog.set_level(logging.INFO, "env_server.traces.backlog")
     path = tiny_disk / "traces.sqlite"
     store, metrics = open_store(path, backlog_bytes=64 * 1024)
     try:
@@ -213,7 +213,7 @@ def test_shutdown_writes_the_backlog_once_more(tmp_path):
 
 
 def test_records_still_refused_at_shutdown_are_counted_as_dropped_and_logged(tmp_path, caplog):
-    caplog.set_level(logging.INFO, "env_server.trace_backlog")
+    caplog.set_level(logging.INFO, "env_server.traces.backlog")
     path = tmp_path / "traces.sqlite"
     store, metrics = open_store(path)
     holder = sqlite3.connect(path, isolation_level=None)

@@ -6,7 +6,7 @@ import pytest
 from datasets import load_dataset, load_from_disk
 from typer.testing import CliRunner
 
-from env_server.trace_store import TraceStore
+from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.dataset_files import DatasetFormat
 from proto.observations import CodingObservation

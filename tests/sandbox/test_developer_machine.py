@@ -3,7 +3,7 @@
 import pytest
 
 from env_server.settings import ServerSettings
-from env_server.tools import call_tool
+from env_server.stepping.tools import call_tool
 from proto.actions import RunArgs
 
 pytestmark = pytest.mark.docker

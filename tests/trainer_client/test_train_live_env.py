@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from env_server.trace_export import export_traces
+from env_server.traces.export import export_traces
 from proto.dataset_files import DatasetFormat
 from proto.traces import EpisodeTokens
 

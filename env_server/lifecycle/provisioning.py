@@ -8,10 +8,10 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from env_server.metrics import ServerMetrics
+from env_server.lifecycle.workspace_layers import WorkspaceLayers
+from env_server.observability.metrics import ServerMetrics
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
-from env_server.workspace_layers import WorkspaceLayers
 from sandbox import DockerBackend, Sandbox, SandboxError, WarmPool
 from sandbox.settings import SandboxSettings
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from env_server.metrics import ServerMetrics
+from env_server.observability.metrics import ServerMetrics
 from proto.traces import EpisodeTrace
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """`regrow traces export`: the recorded episodes of a trace database as a Hugging Face `datasets` dataset.
 
-Every format has the columns of `trace_datasets.EPISODE_SCHEMA`. A JSON Lines row is also a whole
+Every format has the columns of `traces.datasets.EPISODE_SCHEMA`. A JSON Lines row is also a whole
 `proto.traces.EpisodeTrace` (it adds `tools` and `steps`), the file `regrow replay` reads. The token columns come
 from the trainer's `episode_tokens.jsonl` files (`proto.traces.EpisodeTokens` lines), joined by episode id.
 """
@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from env_server.trace_datasets import EPISODE_SCHEMA, episode_row
-from env_server.trace_store import TraceStore
+from env_server.traces.datasets import EPISODE_SCHEMA, episode_row
+from env_server.traces.store import TraceStore
 from proto.dataset_files import DatasetFormat, check_output, write_dataset
 from proto.traces import EpisodeTokens, EpisodeTrace
 

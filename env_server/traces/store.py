@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
-from env_server.metrics import ServerMetrics
-from env_server.trace_backlog import MIB, RecordKind, SqlValue, TraceBacklog, TraceWrite
+from env_server.observability.metrics import ServerMetrics
+from env_server.traces.backlog import MIB, RecordKind, SqlValue, TraceBacklog, TraceWrite
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace

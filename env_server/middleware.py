@@ -1,4 +1,5 @@
-"""ASGI middleware that ends a /ws client's episode as soon as the client disconnects, even mid-step."""
+"""The ASGI middleware around the app: plain HTTP calls marked as per-request, and a /ws client's episode ended as
+soon as the client disconnects, even mid-step."""
 
 from __future__ import annotations
 
@@ -7,11 +8,27 @@ import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from env_server.episode_errors import EpisodeError
-from env_server.episodes import EpisodeRuntime
+from env_server.environment import PER_REQUEST
+from env_server.lifecycle.runtime import EpisodeRuntime
+from env_server.stepping.errors import EpisodeError
 
 # Observations carry the episode id in their metadata; text from the sandbox is JSON-escaped, so it cannot forge this.
 _EPISODE_ID = re.compile(r'"episode_id":\s*"([^"\\]+)"')
+
+
+class MarkPerRequestCalls:
+    """Tells the environment OpenEnv builds for a plain HTTP /reset or /step that it lives for one request."""
+
+    def __init__(self, app: Callable[..., Awaitable[None]]):
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Callable, send: Callable) -> None:
+        per_request = scope["type"] == "http" and scope["path"] in ("/reset", "/step")
+        token = PER_REQUEST.set(per_request)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            PER_REQUEST.reset(token)
 
 
 class AbortOnDisconnect:

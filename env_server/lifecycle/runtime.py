@@ -1,52 +1,44 @@
-"""Live episodes of one server: capacity, budgets, steps, grading on submit, idle reaping.
+"""The server's lifecycle and its live episodes: start, engine recovery, health, capacity, resets, idle reaping, close.
 
-Sandboxes come from env_server.provisioning; the errors the API answers are env_server.episode_errors.
+Sandboxes come from lifecycle/provisioning.py. An episode's steps are stepping/episode.py's `Stepper`, and what
+episodes leave behind goes through one StepRecorder (stepping/recorder.py).
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import tarfile
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 
-from pydantic import ValidationError
-
-from env_server.engine_watch import EngineWatch, server_health
-from env_server.episode import Episode, has_invalid_text, is_terminal
-from env_server.episode_errors import (
+from env_server.lifecycle.engine_watch import EngineWatch, server_health
+from env_server.lifecycle.provisioning import SandboxSupply
+from env_server.observability.event_log import log_event
+from env_server.observability.live_stats import LiveStats
+from env_server.observability.metrics import ServerMetrics
+from env_server.settings import ServerSettings
+from env_server.stepping.episode import Episode, Stepper
+from env_server.stepping.errors import (
     CapacityReached,
     EngineUnreachable,
     EpisodeError,
     EpisodeNotFound,
-    EpisodeOver,
     TaskNotFound,
 )
-from env_server.event_log import log_event
-from env_server.grading import PristineCache, failing_summary, grade
-from env_server.live_stats import LiveStats
-from env_server.metrics import ServerMetrics
-from env_server.provisioning import SandboxSupply
-from env_server.settings import ServerSettings
+from env_server.stepping.recorder import StepRecorder
+from env_server.stepping.tools import ToolResult
 from env_server.task_store import Task, TaskStore, UnknownTask
-from env_server.tools import ToolResult, call_tool
-from env_server.trace_store import TraceStore
-from proto.actions import TOOL_ARGS, ToolCall, tool_specs
+from env_server.traces.store import TraceStore
+from proto.actions import ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
-from proto.observations import CodingObservation, RewardDetails
-from proto.traces import EpisodeTrace, StepTrace
-from sandbox import DockerBackend, Reaper, SandboxError, SandboxGone
+from proto.observations import CodingObservation
+from proto.traces import EpisodeTrace
+from sandbox import DockerBackend, Reaper, SandboxGone
 
 log = logging.getLogger(__name__)
 
 SERVER_LABEL = "regrow.server"
-
-
-def _joined(*hints: str | None) -> str | None:
-    return "; ".join(h for h in hints if h) or None
 
 
 def _now() -> datetime:
@@ -54,7 +46,7 @@ def _now() -> datetime:
 
 
 class EpisodeRuntime:
-    """Everything the episodes of one server share; every transport goes through it."""
+    """Everything the episodes of one server share; every transport goes through it; it hands steps to the Stepper."""
 
     def __init__(
         self,
@@ -67,10 +59,10 @@ class EpisodeRuntime:
         self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
         self.metrics = metrics or ServerMetrics()
         self.live_stats = LiveStats()
+        self.recorder = StepRecorder(self.metrics, self.live_stats, traces)
         traces.report_to(self.metrics, backlog_bytes=settings.trace_backlog_mib * 1024 * 1024)
         self.server_id = uuid.uuid4().hex[:12]
         self.sandboxes = SandboxSupply(settings, store, backend, self.metrics, {SERVER_LABEL: self.server_id})
-        self.pristine = PristineCache()
         self.reaper = Reaper(backend, interval_s=settings.reaper_interval_s)
         self.engine = EngineWatch(
             backend.ping, settings.engine_check_s, recover=self._recover, restarted=self._engine_restarted
@@ -81,6 +73,7 @@ class EpisodeRuntime:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._idle_thread = threading.Thread(target=self._reap_idle_forever, name="idle-episodes", daemon=True)
+        self.stepper = Stepper(settings, self.recorder, self.sandboxes.sandbox, self.environment_failure, self._release)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -227,8 +220,7 @@ class EpisodeRuntime:
             episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)
         with self._lock:
             self._episodes[new_id] = episode
-        self.traces.start_episode(trace)
-        log_event("episode.start", new_id, task_id=task.id, sandbox=sandbox.id[:12])
+        self.recorder.started(episode)
         return episode
 
     def get(self, episode_id: str) -> Episode:
@@ -254,91 +246,14 @@ class EpisodeRuntime:
         )
 
     def take_step(self, episode: Episode, action: ToolCall) -> CodingObservation:
-        """One step: run the tool (or grade on submit or an exhausted budget) and record it."""
-        with episode.lock:
-            if episode.done:
-                raise EpisodeOver(f"episode {episode.id} is over; reset to start another")
-            started_at, started = _now(), time.monotonic()
-            episode.last_activity = started
-            if started > episode.deadline:
-                observation = self._finish(
-                    episode,
-                    "budget_exhausted",
-                    ToolResult(
-                        feedback="the wall-clock budget ran out before this step; the workspace was graded as it was"
-                    ),
-                )
-            else:
-                result = self._run_tool(episode, action)
-                episode.steps_taken += 1
-                episode.steps_left -= 1
-                if is_terminal(action):
-                    observation = self._finish(episode, "submitted", result)
-                elif episode.steps_left <= 0 and not episode.done:
-                    result.feedback = _joined(result.feedback, "step budget used up; graded as is")
-                    observation = self._finish(episode, "budget_exhausted", result)
-                else:
-                    observation = self._observation(episode, result)
-            duration = time.monotonic() - started
-            if has_invalid_text(action):  # recorded with the bad characters replaced, so the trace stays valid JSON
-                action = ToolCall(
-                    tool=action.tool,
-                    args=json.loads(json.dumps(action.args, ensure_ascii=False).encode("utf-8", "replace").decode()),
-                )
-            self.metrics.step_seconds.labels(action.tool if action.tool in TOOL_ARGS else "unknown").observe(duration)
-            self.live_stats.record_step(duration)
-            step = StepTrace(
-                index=len(episode.trace.steps),
-                action=action,
-                observation=observation,
-                started_at=started_at,
-                duration_s=duration,
-            )
-            self.traces.add_step(episode.id, step)
-            episode.trace.steps.append(step)
-            episode.last_activity = time.monotonic()
-            log_event(
-                "episode.step",
-                episode.id,
-                tool=action.tool,
-                duration_s=round(duration, 4),
-                error=observation.metadata.get("tool_error"),
-                done=observation.done,
-            )
-            return observation
+        """One step of `episode`: stepping/episode.py's Stepper runs it, grades at the end and records it."""
+        return self.stepper.take_step(episode, action)
 
-    def _run_tool(self, episode: Episode, action: ToolCall) -> ToolResult:
-        args_model = TOOL_ARGS.get(action.tool)
-        if args_model is None:
-            return ToolResult(
-                feedback=f"unknown tool {action.tool!r}; tools: {', '.join(TOOL_ARGS)}", error="UNKNOWN_TOOL"
-            )
-        try:
-            args = args_model.model_validate(action.args)
-        except ValidationError as error:
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'args'}: {e['msg']}" for e in error.errors())
-            schema = json.dumps(args_model.model_json_schema(), separators=(",", ":"))
-            return ToolResult(
-                feedback=f"arguments don't fit {action.tool}: {problems}; schema: {schema}", error="VALIDATION_ERROR"
-            )
-        if has_invalid_text(action):
-            return ToolResult(
-                feedback="arguments are not valid UTF-8 text (they hold a lone surrogate); send valid text",
-                error="VALIDATION_ERROR",
-            )
-        if args_model.terminal:
-            return ToolResult(output="submitted")
-        try:
-            return call_tool(episode.sandbox_ready(), args, self.settings)
-        except Exception as error:
-            lost = self._environment_failure(episode, error)
-            if lost is None:
-                raise
-            self.metrics.sandbox_failures.labels("exec").inc()
-            self.abort(episode, f"{lost.error}: {error}", lock_held=True)
-            return lost
+    def abort(self, episode: Episode, reason: str) -> None:
+        """End `episode` without grading and destroy its sandbox (disconnects, timeouts, shutdown)."""
+        self.stepper.abort(episode, reason)
 
-    def _environment_failure(self, episode: Episode, error: Exception) -> ToolResult | None:
+    def environment_failure(self, episode: Episode, error: Exception) -> ToolResult | None:
         """What ended the episode when the engine or the sandbox failed under it; None when both are fine."""
         engine = self.engine.check(force=True)
         if not engine.up:
@@ -363,88 +278,10 @@ class EpisodeRuntime:
         except Exception:  # the engine failed this question too: the episode's sandbox is lost to it
             return False
 
-    def _observation(self, episode: Episode, result: ToolResult, **extra: object) -> CodingObservation:
-        metadata = {"episode_id": episode.id, "step": episode.steps_taken, "steps_left": episode.steps_left}
-        if result.error:
-            metadata["tool_error"] = result.error
-        metadata.update(extra)
-        return CodingObservation(
-            output=result.output,
-            exit_code=result.exit_code,
-            truncated=result.truncated,
-            feedback=result.feedback,
-            done=episode.done,
-            reward=episode.details.reward if episode.details else None,
-            metadata=metadata,
-        )
-
-    def _finish(self, episode: Episode, status: str, result: ToolResult) -> CodingObservation:
-        """Grade the workspace, end the episode, and build the final observation."""
-        try:
-            details = grade(
-                episode.task,
-                episode.sandbox_ready(),
-                lambda: self.sandboxes.sandbox(episode.task),
-                self.pristine,
-                self.settings.grade_limits(),
-            )
-        except (SandboxError, OSError, ValueError, tarfile.TarError) as error:
-            self.metrics.sandbox_failures.labels("grade").inc()
-            log.warning("grading episode %s failed: %s", episode.id, error)
-            lost = self._environment_failure(episode, error)
-            if lost is not None and lost.error != SANDBOX_GONE:
-                # No reward: the engine, not the submission, failed; the trainer replays such an episode.
-                self._end(episode, "aborted")
-                lost.output = result.output
-                return self._observation(episode, lost)
-            details = RewardDetails(
-                reward=0.0,
-                mode=self.settings.reward_mode,
-                f2p_passed=0,
-                p2p_passed=0,
-                f2p_total=len(episode.task.record.FAIL_TO_PASS),
-                p2p_total=len(episode.task.record.PASS_TO_PASS),
-                error=str(error),
-            )
-        episode.details = details
-        self.metrics.reward.observe(details.reward)
-        for reason in details.tamper_reasons:
-            self.metrics.tampered.labels(reason).inc()
-        if details.tampered:
-            log_event("episode.tampered", episode.id, reasons=details.tamper_reasons, flags=details.tamper_flags[:10])
-        if episode.task.twin_of is not None:
-            forged = "twin_rewarded" in details.tamper_reasons
-            self.metrics.twins_graded.labels("forged" if forged else "held").inc()
-            self.live_stats.record_twin(forged)
-        self._end(episode, status)
-        summary = failing_summary(details)
-        result.feedback = _joined(result.feedback, summary)
-        result.output = (result.output + "\n" if result.output else "") + f"graded: reward {details.reward:g}"
-        return self._observation(episode, result, reward_details=details.model_dump(mode="json"))
-
-    def _end(self, episode: Episode, status: str) -> None:
-        episode.done = True
+    def _release(self, episode: Episode) -> None:
+        """An ended episode frees its slot."""
         with self._lock:
             self._episodes.pop(episode.id, None)
-        episode.sandbox.destroy()
-        self.traces.end_episode(episode.id, status, _now(), episode.details)
-        self.metrics.episodes_total.labels(status).inc()
-        self.live_stats.record_end()
-        log_event("episode.end", episode.id, status=status, reward=episode.details.reward if episode.details else None)
-
-    def abort(self, episode: Episode, reason: str, lock_held: bool = False) -> None:
-        """End `episode` without grading and destroy its sandbox (disconnects, timeouts, shutdown)."""
-        if episode.done:
-            return
-        # Destroy first: a step blocked inside the sandbox then fails fast and releases the lock.
-        episode.sandbox.destroy()
-        if lock_held:
-            self._end(episode, "aborted")
-        else:
-            with episode.lock:
-                if not episode.done:
-                    self._end(episode, "aborted")
-        log_event("episode.abort", episode.id, reason=reason)
 
     def _reap_idle_forever(self) -> None:
         interval = min(self.settings.idle_timeout_s / 4, 5.0)

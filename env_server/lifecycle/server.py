@@ -11,11 +11,11 @@ import grpc
 import uvicorn
 
 from env_server.app import build_app
-from env_server.episodes import EpisodeRuntime
 from env_server.grpc_server import start_grpc_server
+from env_server.lifecycle.runtime import EpisodeRuntime
 from env_server.settings import ServerSettings
 from env_server.task_store import TaskStore
-from env_server.trace_store import TraceStore
+from env_server.traces.store import TraceStore
 from sandbox import DockerBackend
 
 log = logging.getLogger(__name__)

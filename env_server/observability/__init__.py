@@ -1,0 +1,1 @@
+"""What the server tells its operators: Prometheus metrics, rolling live stats, and the JSON event log."""
