@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainer_client.train.policy_forward import head_logits, last_token_logits
-from trainer_client.train.prefix_cache import Prefix, continue_prefix
+from trainer_client.policy.policy_forward import head_logits, last_token_logits
+from trainer_client.policy.prefix_cache import Prefix, continue_prefix
 
 if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
     from transformers import PreTrainedModel
