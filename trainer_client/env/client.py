@@ -270,6 +270,9 @@ class EnvClient:
             except (EnvTransportError, EnvRequestError, EnvEpisodeLost) as error:  # stale pooled socket: a fresh one
                 logger.debug("pooled connection failed on reset (%s); opening a fresh one", error)
                 await _close_quietly(connection)
+            except BaseException:
+                await _close_quietly(connection)  # cancelled mid-reset: the socket OpenEnv dropped still closes
+                raise
         try:
             connection = await self._open()
         except EnvTransportError as error:
