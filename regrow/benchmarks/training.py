@@ -127,7 +127,7 @@ def _bench_model(spec: str) -> tuple[Any, Any]:
     if spec == "tiny":
         from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-        from trainer_client.train.policy_loading import demo_gguf_path
+        from trainer_client.policy.policy_loading import demo_gguf_path
 
         gguf = demo_gguf_path()  # the demo tokenizer and chat template, with a small random model
         tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, local_files_only=True)
@@ -144,7 +144,7 @@ def _bench_model(spec: str) -> tuple[Any, Any]:
         )
         tokenizer.padding_side = "left"
         return Qwen2ForCausalLM(config), tokenizer
-    from trainer_client.train.policy_loading import load_policy
+    from trainer_client.policy.policy_loading import load_policy
 
     return load_policy(spec, "cpu")
 

@@ -9,9 +9,9 @@ from tests.replay.test_preference_pairs import make_pair  # noqa: E402
 from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
 from trainer_client.channels.preference_pairs import completion_ids, write_pairs  # noqa: E402
 from trainer_client.channels.reference_policy import weights_dtype, weights_sha256  # noqa: E402
+from trainer_client.policy.policy_loading import load_policy  # noqa: E402
 from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
 from trainer_client.rollout.chat_format import format_tool_call, messages_from_trace  # noqa: E402
-from trainer_client.train.policy_loading import load_policy  # noqa: E402
 
 pytestmark = pytest.mark.train
 

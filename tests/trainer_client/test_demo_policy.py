@@ -13,9 +13,9 @@ def test_smollm2_loads_offline_and_answers_the_demo_prompt_with_a_tool_call():
     import torch
 
     from proto import TOOL_ARGS
+    from trainer_client.policy.policy_loading import demo_messages, load_policy
     from trainer_client.rollout.chat_format import parse_tool_calls
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
-    from trainer_client.train.policy_loading import demo_messages, load_policy
 
     model, tokenizer = load_policy("smollm2", "cpu")
     tokens = EpisodeTokenizer(tokenizer)
@@ -39,7 +39,7 @@ def test_smollm2_loads_offline_and_answers_the_demo_prompt_with_a_tool_call():
 
 
 def test_unknown_model_spec_says_what_it_takes(tmp_path):
-    from trainer_client.train.policy_loading import load_policy
+    from trainer_client.policy.policy_loading import load_policy
 
     with pytest.raises(FileNotFoundError, match="save_pretrained"):
         load_policy(str(tmp_path / "nowhere"))

@@ -85,7 +85,7 @@ def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures
     docker_backend, base_image, tmp_path_factory
 ):
     from trainer_client.channels.reference_policy import weights_sha256
-    from trainer_client.train.policy_loading import load_policy
+    from trainer_client.policy.policy_loading import load_policy
 
     store = with_held_out_copy(build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks")))
     policy = save_tiny_policy(tmp_path_factory.mktemp("tiny-policy"))

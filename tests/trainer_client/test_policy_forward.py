@@ -9,9 +9,10 @@ pytest.importorskip("transformers")
 
 from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
 from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
-from trainer_client.channels.hinted_self import HintedTurn, SDPOTeacher, TeacherWeights, teacher_row  # noqa: E402
-from trainer_client.train.policy_forward import head_logits, left_padded, pair_logps  # noqa: E402
-from trainer_client.train.prefix_cache import recorded_forward  # noqa: E402
+from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row  # noqa: E402
+from trainer_client.policy.policy_forward import head_logits, left_padded, pair_logps  # noqa: E402
+from trainer_client.policy.prefix_cache import recorded_forward  # noqa: E402
+from trainer_client.rollout.rows import HintedTurn  # noqa: E402
 
 pytestmark = pytest.mark.train
 

@@ -224,7 +224,7 @@ def test_ema_teacher_follows_the_policy_and_initial_teacher_stays(tokenizer):
 
 def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
     from trainer_client.channels.dpo_loss import completion_logps
-    from trainer_client.train.policy_forward import pair_logps
+    from trainer_client.policy.policy_forward import pair_logps
 
     model = tiny_qwen2(tokenizer)
     prompts = [

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainer_client.train.policy_forward import head_logits, last_token_logits
-from trainer_client.train.prefix_cache import Prefix, continue_prefix
+from trainer_client.policy.policy_forward import head_logits, last_token_logits
+from trainer_client.policy.prefix_cache import Prefix, continue_prefix
+from trainer_client.rollout.rows import HintedTurn
 
 if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
     from transformers import PreTrainedModel
@@ -27,16 +28,6 @@ class TeacherWeights(str, Enum):
     live = "live"
     ema = "ema"
     initial = "initial"
-
-
-@dataclass(frozen=True)
-class HintedTurn:
-    """A turn the env gave feedback on; offsets index the row's completion ids."""
-
-    hint_at: int  # where the hint goes: before the turn's generation prompt (negative: inside the prompt)
-    start: int
-    end: int
-    hint_ids: tuple[int, ...]
 
 
 @dataclass(frozen=True)

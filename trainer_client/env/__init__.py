@@ -1,1 +1,1 @@
-"""The env server seen from the trainer: the WebSocket and gRPC clients, and TRL's environment class."""
+"""The env server seen from the trainer: OpenEnv's WebSocket client, a gRPC one, the server pool, TRL's env class."""

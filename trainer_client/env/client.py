@@ -1,7 +1,7 @@
 """Async client for the coding environment: a pool of connections, one episode at a time on each.
 
-`EnvClient(url)` speaks OpenEnv's WebSocket protocol (`ws://`, `http://` URLs; path `/ws`) or gRPC
-(`grpc://host:port`). `async with client.episode(task_id=...) as episode:` lends a connection,
+`EnvClient(url)` speaks OpenEnv's WebSocket protocol (`ws://`, `http://` URLs; path `/ws`) through OpenEnv's own
+async client, or gRPC (`grpc://host:port`). `async with client.episode(task_id=...) as episode:` lends a connection,
 resets it and yields an `Episode`. A connection whose request was left without its reply (timed out,
 cancelled by the caller, dropped) is never used again, so a late reply can never answer a later request.
 A step the env could not play for reasons of its own (proto.ENVIRONMENT_FAILURES) raises `EnvEpisodeLost`.
@@ -10,16 +10,17 @@ A step the env could not play for reasons of its own (proto.ENVIRONMENT_FAILURES
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
 from urllib.parse import urlsplit, urlunsplit
 
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient as OpenEnvClient
 from pydantic import ValidationError
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
+from websockets.exceptions import ConnectionClosed
 
-from proto import ENVIRONMENT_FAILURES, CodingObservation, ToolCall
+from proto import ENVIRONMENT_FAILURES, CodingObservation, EpisodeState, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -96,11 +97,53 @@ def observation_from_wire(data: dict[str, Any]) -> CodingObservation:
         ) from error
 
 
-class WebSocketConnection:
-    """One OpenEnv `/ws` session."""
+class ErrorFrame(Exception):
+    """The server's `error` reply to a request, kept whole: its code (and counts) decide which EnvError it becomes."""
 
-    def __init__(self, socket: ClientConnection, url: str, request_timeout: float):
-        self._socket = socket
+    def __init__(self, data: dict[str, Any]):
+        super().__init__(data.get("message"))
+        self.data = data
+
+
+class CodingEnvClient(OpenEnvClient[ToolCall, CodingObservation, EpisodeState]):
+    """OpenEnv's async `/ws` client, typed with proto's models, for one session.
+
+    Its request step is ours in two ways: a request goes on the socket its session lives on (OpenEnv
+    would reopen a closed one, a new session that has never seen our reset), and an error frame is
+    raised whole (OpenEnv folds it into a RuntimeError's text, where the code and the counts are lost).
+    """
+
+    def _step_payload(self, action: ToolCall) -> dict[str, Any]:
+        return action.model_dump()
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[CodingObservation]:
+        observation = observation_from_wire(payload)
+        return StepResult(observation, observation.reward, observation.done, observation.metadata)
+
+    def _parse_state(self, payload: dict[str, Any]) -> EpisodeState:
+        return EpisodeState.model_validate(payload)
+
+    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        if self._ws is None:
+            raise ConnectionError(f"the WebSocket to {self._ws_url} is closed; start a fresh episode")
+        try:
+            await self._ws.send(json.dumps(message))
+        except ConnectionClosed:
+            pass  # a server that refused the session has already said why: read it below
+        reply = await self._receive()  # OpenEnv's: a reply not waited out drops the socket, so none arrives late
+        if reply.get("type") == "error":
+            raise ErrorFrame(reply.get("data") or {})
+        expected = "state" if message["type"] == "state" else "observation"
+        if reply.get("type") != expected:
+            raise EnvRequestError(f"expected an {expected} from {self._ws_url}, got a {reply.get('type')!r} frame")
+        return reply
+
+
+class WebSocketConnection:
+    """One OpenEnv `/ws` session on `CodingEnvClient`: a request left without its reply breaks it for good."""
+
+    def __init__(self, client: CodingEnvClient, url: str, request_timeout: float):
+        self._client = client
         self._url = url
         self._request_timeout = request_timeout
         self._lock = asyncio.Lock()
@@ -108,75 +151,68 @@ class WebSocketConnection:
 
     @classmethod
     async def open(cls, url: str, open_timeout: float, request_timeout: float) -> "WebSocketConnection":
+        client = CodingEnvClient(
+            base_url=url.removesuffix("/ws"),  # OpenEnv adds /ws
+            connect_timeout_s=open_timeout,
+            message_timeout_s=None,  # each request's timeout is ours: 3.11's wait_for can swallow a cancel
+            max_message_size_mb=64,
+            websocket_ping_interval_s=None,  # no keepalive pings: the request timeout decides when a server is silent
+            websocket_ping_timeout_s=None,
+        )
         try:
-            socket = await connect(url, open_timeout=open_timeout, max_size=64 * 2**20, ping_interval=None)
-        except (OSError, InvalidHandshake, InvalidURI, TimeoutError) as error:
+            await client.connect()
+        except ConnectionError as error:
             raise EnvTransportError(
-                f"cannot open a WebSocket to {url}: {error}; is `regrow serve` running there?"
+                f"cannot open a WebSocket to {url}: {error.__cause__ or error}; is `regrow serve` running there?"
             ) from error
-        return cls(socket, url, request_timeout)
+        return cls(client, url, request_timeout)
 
-    async def _request(self, frame: dict[str, Any]) -> dict[str, Any]:
+    async def _request(self, what: str, send: Callable[[], Awaitable[StepResult]]) -> CodingObservation:
         if self.broken:
             raise EnvTransportError(f"connection to {self._url} is broken; start a fresh episode")
         async with self._lock:
             try:
-                try:
-                    await self._socket.send(json.dumps(frame))
-                except ConnectionClosed:
-                    pass  # a server that refused the session has already said why: read it below
                 # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel that races a reply
                 async with asyncio.timeout(self._request_timeout):
-                    raw = await self._socket.recv()
+                    result = await send()
             except TimeoutError as error:
                 self.broken = True
                 raise EnvTransportError(
-                    f"no reply to {frame['type']!r} from {self._url} within {self._request_timeout:.0f}s"
+                    f"no reply to {what!r} from {self._url} within {self._request_timeout:.0f}s"
                 ) from error
             except (ConnectionClosed, OSError) as error:
                 self.broken = True
-                raise EnvTransportError(
-                    f"connection to {self._url} dropped during {frame['type']!r}: {error}"
-                ) from error
+                raise EnvTransportError(f"connection to {self._url} dropped during {what!r}: {error}") from error
             except asyncio.CancelledError:
                 # the caller gave up (its own timeout): the reply still due would answer the next request
                 self.broken = True
                 raise
-        reply = json.loads(raw)
-        if reply.get("type") == "error":
-            data = reply.get("data") or {}
-            if data.get("code") == CAPACITY_REACHED:
-                self.broken = True
-                raise EnvAtCapacity(
-                    f"env server at {self._url} is at capacity ({data.get('active_sessions')} of "
-                    f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session "
-                    "limit"
-                )
-            if data.get("code") in ENVIRONMENT_FAILURES:
-                self.broken = True
-                raise lost_episode_error(self._url, data["code"], data.get("message"))
-            raise EnvRequestError(f"env server rejected {frame['type']!r} [{data.get('code')}]: {data.get('message')}")
-        if reply.get("type") != "observation":
+            except ErrorFrame as frame:
+                raise self._refusal(what, frame.data) from None
+        return checked_observation(result.observation, self._url)
+
+    def _refusal(self, what: str, data: dict[str, Any]) -> EnvError:
+        """The error a refused request raises; at capacity or with the episode lost, the session is done."""
+        if data.get("code") == CAPACITY_REACHED:
             self.broken = True
-            raise EnvRequestError(f"expected an observation from {self._url}, got a {reply.get('type')!r} frame")
-        return reply.get("data") or {}
+            return EnvAtCapacity(
+                f"env server at {self._url} is at capacity ({data.get('active_sessions')} of "
+                f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session limit"
+            )
+        if data.get("code") in ENVIRONMENT_FAILURES:
+            self.broken = True
+            return lost_episode_error(self._url, data["code"], data.get("message"))
+        return EnvRequestError(f"env server rejected {what!r} [{data.get('code')}]: {data.get('message')}")
 
     async def reset(self, options: dict[str, Any]) -> CodingObservation:
-        return checked_observation(
-            observation_from_wire(await self._request({"type": "reset", "data": options})), self._url
-        )
+        return await self._request("reset", lambda: self._client.reset(**options))
 
     async def step(self, call: ToolCall) -> CodingObservation:
-        observation = observation_from_wire(await self._request({"type": "step", "data": call.model_dump()}))
-        return checked_observation(observation, self._url)
+        return await self._request("step", lambda: self._client.step(call))
 
     async def close(self) -> None:
         self.broken = True
-        try:
-            await self._socket.send(json.dumps({"type": "close"}))
-        except (ConnectionClosed, OSError):
-            pass
-        await self._socket.close()
+        await self._client.close()  # sends OpenEnv's close frame, then closes the socket
 
 
 class Episode:
@@ -234,6 +270,9 @@ class EnvClient:
             except (EnvTransportError, EnvRequestError, EnvEpisodeLost) as error:  # stale pooled socket: a fresh one
                 logger.debug("pooled connection failed on reset (%s); opening a fresh one", error)
                 await _close_quietly(connection)
+            except BaseException:
+                await _close_quietly(connection)  # cancelled mid-reset: the socket OpenEnv dropped still closes
+                raise
         try:
             connection = await self._open()
         except EnvTransportError as error:

@@ -23,7 +23,7 @@ class PolicyScorer:
     def __init__(self, path: Path, device: str = "cpu") -> None:
         import torch
 
-        from trainer_client.train.policy_loading import load_policy
+        from trainer_client.policy.policy_loading import load_policy
 
         if not Path(path).is_dir():
             raise ValueError(f"policy folder {path} does not exist; pass the model you are about to train")

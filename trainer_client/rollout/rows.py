@@ -5,14 +5,24 @@ times; the rows here are placeholders, since the env picks the task, and each gr
 `num_generations` rows is filled with one streamed group (the same task played that many times).
 """
 
+from dataclasses import dataclass
 from typing import Any
 
-from trainer_client.channels.hinted_self import HintedTurn
 from trainer_client.rollout.agent_loop import Trajectory
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 from trainer_client.rollout.stream import RolloutStream
 
 EPISODE_SLOT = [{"role": "user", "content": "(an episode streamed from the env server)"}]
+
+
+@dataclass(frozen=True)
+class HintedTurn:
+    """A turn the env gave feedback on; offsets index the row's completion ids."""
+
+    hint_at: int  # where the hint goes: before the turn's generation prompt (negative: inside the prompt)
+    start: int
+    end: int
+    hint_ids: tuple[int, ...]
 
 
 def episode_slots(count: int) -> Any:

@@ -1,1 +1,1 @@
-"""The training step and run: settings, policy loading and forwards, the prefix cache, the GRPO trainer."""
+"""The training step and run: settings, the GRPO trainer and its channel gradients, progress, the ladder."""

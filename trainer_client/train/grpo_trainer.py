@@ -23,9 +23,9 @@ from trainer_client.channels.dpo_loss import sigmoid_dpo_loss
 from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row
 from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair, encode_pair
 from trainer_client.channels.sdpo_loss import sdpo_token_loss
+from trainer_client.policy.policy_forward import head_logits, pair_logps
+from trainer_client.policy.prefix_cache import Prefix, recorded_forward
 from trainer_client.train.channel_gradients import ChannelGradients
-from trainer_client.train.policy_forward import head_logits, pair_logps
-from trainer_client.train.prefix_cache import Prefix, recorded_forward
 from trainer_client.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)

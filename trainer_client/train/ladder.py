@@ -151,11 +151,11 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
     """Play k samples of each held-out draw with the trained policy; pass@1 counts episodes that pass every test."""
     import torch
 
+    from trainer_client.policy.policy_loading import load_policy
     from trainer_client.rollout.agent_loop import EpisodeLimits
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
-    from trainer_client.train.policy_loading import load_policy
     from trainer_client.train.run import resolve_device
 
     torch.manual_seed(train.seed)  # the same sampling seed for every arm
@@ -191,7 +191,7 @@ def start_weights(train: TrainSettings) -> str:
     """sha256 of the initial weights every arm starts from; the pairs are checked against them before any arm runs."""
     from trainer_client.channels.preference_pairs import read_pairs
     from trainer_client.channels.reference_policy import check_reference_policy, weights_sha256
-    from trainer_client.train.policy_loading import load_policy
+    from trainer_client.policy.policy_loading import load_policy
 
     model, _ = load_policy(train.model, "cpu")
     if train.pairs is not None:

@@ -95,6 +95,7 @@ def run_training(
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
     from trainer_client.channels.preference_pairs import PairBatches, read_pairs
     from trainer_client.channels.reference_policy import check_reference_policy
+    from trainer_client.policy.policy_loading import load_policy
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.hf_sampler import HFTurnSampler
@@ -103,7 +104,6 @@ def run_training(
     from trainer_client.rollout.token_log import TokenLog
     from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, check_vllm_ready
     from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
-    from trainer_client.train.policy_loading import load_policy
 
     device = resolve_device(settings.device)
     if settings.vllm_server:

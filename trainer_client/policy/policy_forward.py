@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from trainer_client.train.prefix_cache import Prefix, backbone_of, branched_hidden, continue_prefix, empty_prefix
+from trainer_client.policy.prefix_cache import Prefix, backbone_of, branched_hidden, continue_prefix, empty_prefix
 
 if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
     from transformers import PreTrainedModel

@@ -1,0 +1,1 @@
+"""Running the policy model: loading it, its forward passes beside GRPOTrainer's, and the prefix cache they continue."""
