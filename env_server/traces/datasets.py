@@ -1,11 +1,11 @@
-"""Recorded episodes as dataset rows: the chat transcript, the tool trace, the reward and its details.
+"""Recorded episodes as dataset rows: the transcript the policy saw, the tool trace, the reward and its details.
 
-Field names follow OpenEnv's episode collection (`openenv.core.harness.collect.EpisodeRecord`) where it
-defines them: `episode_id`, `messages`, `reward`, `done`, `tool_trace` with `tool_name`, `arguments` and a
-`result` of `data`, `done`, `metadata`, `error`. Values of no fixed shape (tool arguments, metadata, tool
-specs) are JSON strings, so that every row has one Arrow type and Parquet holds it. A tool call's
-`arguments` is therefore JSON text, as in OpenAI's chat format; a chat template that applies `tojson` to
-them (Llama 3.1's, Qwen2.5's) wants them `json.loads`-ed first, and `tools_json` too before `tools=`.
+`messages` is `proto.transcript`, the very text the trainer renders for the policy (system prompt, task, each
+turn's assistant text and one user message of tool responses); the env's feedback is never in it, but sits beside
+each tool-response message in `feedback`. Other field names follow OpenEnv's episode collection
+(`openenv.core.harness.collect.EpisodeRecord`) where it defines them: `episode_id`, `reward`, `done`, `tool_trace`
+with `tool_name`, `arguments` and a `result` of `data`, `done`, `metadata`, `error`. Values of no fixed shape (tool
+arguments, metadata, tool specs) are JSON strings, so that every row has one Arrow type and Parquet holds it.
 """
 
 from __future__ import annotations
@@ -15,33 +15,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from proto.observations import CodingObservation
 from proto.traces import EpisodeTokens, EpisodeTrace, StepTrace
-
-# The trainer marks each call with the index of the model turn that made it (trainer_client's chat_format.TURN_KEY).
-TURN_KEY = "turn"
-SYSTEM_TEXT = (
-    "You are a software engineer. The repository is in /workspace. Fix the task by calling the tools; "
-    "call submit when you are done."
-)
+from proto.transcript import assistant_text, initial_messages, tool_response_message, turn_feedback, turns
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
-_TOOL_CALL = pa.struct(
-    [
-        ("id", pa.string()),
-        ("type", pa.string()),
-        ("function", pa.struct([("name", pa.string()), ("arguments", pa.string())])),
-    ]
-)
-MESSAGE = pa.struct(
-    [
-        ("role", pa.string()),
-        ("content", pa.string()),
-        ("tool_calls", pa.list_(_TOOL_CALL)),
-        ("tool_call_id", pa.string()),
-        ("name", pa.string()),
-    ]
-)
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("feedback", pa.string())])
 TOOL_TRACE_ENTRY = pa.struct(
     [
         ("index", pa.int32()),
@@ -128,7 +106,7 @@ def episode_row(trace: EpisodeTrace, tokens: EpisodeTokens | None = None) -> dic
         "reward": trace.reward,
         "reward_details": trace.reward_details.model_dump(mode="json") if trace.reward_details else None,
         "problem_statement": trace.problem_statement,
-        "messages": chat_messages(trace.problem_statement, steps),
+        "messages": chat_messages(trace),
         "tools_json": json.dumps([{"type": "function", "function": spec} for spec in trace.tools]),
         "tool_trace": [_tool_trace_entry(step) for step in steps],
         "num_steps": len(steps),
@@ -142,62 +120,14 @@ def episode_row(trace: EpisodeTrace, tokens: EpisodeTokens | None = None) -> dic
     }
 
 
-def chat_messages(problem_statement: str, steps: list[StepTrace]) -> list[dict[str, Any]]:
-    """The episode in OpenAI/HF chat form: system, user (the task), then per model turn one assistant message
-    with its tool calls and one tool message per call. Calls the trainer marked with one turn share a message."""
-    messages = [_message("system", SYSTEM_TEXT), _message("user", problem_statement)]
-    for turn in _turns(steps):
-        calls = [
-            {
-                "id": _call_id(step),
-                "type": "function",
-                "function": {"name": step.action.tool, "arguments": json.dumps(step.action.args)},
-            }
-            for step in turn
-        ]
-        messages.append(_message("assistant", "", tool_calls=calls))
-        messages += [
-            _message("tool", tool_text(step.observation), tool_call_id=_call_id(step), name=step.action.tool)
-            for step in turn
-        ]
+def chat_messages(trace: EpisodeTrace) -> list[dict[str, Any]]:
+    """The policy's transcript of the episode; each tool-response message carries the feedback on its turn."""
+    messages = [{**message, "feedback": None} for message in initial_messages(trace.problem_statement, trace.tools)]
+    for turn in turns(trace.steps):
+        observations = [step.observation for step in turn]
+        messages.append({"role": "assistant", "content": assistant_text(turn), "feedback": None})
+        messages.append({**tool_response_message(observations), "feedback": turn_feedback(observations)})
     return messages
-
-
-def tool_text(observation: CodingObservation) -> str:
-    """A tool message's content: the output, then the exit code, truncation and feedback the agent was sent."""
-    parts = [observation.output.rstrip("\n")] if observation.output else []
-    if observation.exit_code is not None:
-        parts.append(f"[exit code: {observation.exit_code}]")
-    if observation.truncated:
-        parts.append("[output truncated]")
-    if observation.feedback:
-        parts.append(f"[feedback: {observation.feedback}]")
-    return "\n".join(parts) if parts else "[no output]"
-
-
-def _turns(steps: list[StepTrace]) -> list[list[StepTrace]]:
-    turns: list[list[StepTrace]] = []
-    for step in steps:
-        turn = step.action.metadata.get(TURN_KEY)
-        if turns and turn is not None and turns[-1][0].action.metadata.get(TURN_KEY) == turn:
-            turns[-1].append(step)
-        else:
-            turns.append([step])
-    return turns
-
-
-def _call_id(step: StepTrace) -> str:
-    return f"call_{step.index}"
-
-
-def _message(
-    role: str,
-    content: str,
-    tool_calls: list[dict[str, Any]] | None = None,
-    tool_call_id: str | None = None,
-    name: str | None = None,
-) -> dict[str, Any]:
-    return {"role": role, "content": content, "tool_calls": tool_calls, "tool_call_id": tool_call_id, "name": name}
 
 
 def _tool_trace_entry(step: StepTrace) -> dict[str, Any]:

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from proto import ToolCall, tool_specs
+from proto.transcript import format_tool_call, initial_messages
 from trainer_client.rollout.agent_loop import Trajectory, TurnRecord
-from trainer_client.rollout.chat_format import format_tool_call, hint_message, initial_messages
+from trainer_client.rollout.chat_format import hint_message
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 TURN_TOKENS = 40

@@ -16,6 +16,7 @@ from proto.dataset_files import DatasetFormat
 from proto.observations import CodingObservation, RewardDetails
 from proto.observations import TestOutcome as Outcome  # not collected as a test class
 from proto.traces import EpisodeTrace, StepTrace
+from proto.transcript import system_prompt, transcript
 from regrow.cli import app as regrow_app
 from tests.replay.recorded_traces import START, recorded_traces
 from trainer_client.replay.replay_run import read_traces
@@ -95,44 +96,44 @@ def test_every_format_loads_with_datasets_one_row_per_episode(trace_db, tmp_path
     solved = rows["ep-3"]
     assert solved["task_id"] == "mathlib-add" and solved["reward"] == 1.0 and solved["done"] is True
     assert solved["num_steps"] == 4 and solved["duration_s"] == 5.0
-    assert [m["role"] for m in solved["messages"]] == [
-        "system",
-        "user",
-        "assistant",
-        "tool",
-        "tool",
-        "assistant",
-        "tool",
-        "assistant",
-        "tool",
-    ]
+    assert [m["role"] for m in solved["messages"]] == ["system", "user", *["assistant", "user"] * 3]
     assert solved["messages"][1]["content"] == "Make add return the sum."
-    calls = [call for message in solved["messages"] if message["tool_calls"] for call in message["tool_calls"]]
-    assert [json.loads(call["function"]["arguments"]) for call in calls] == [
-        s.action.args for s in solved_episode().steps
-    ]
     assert [t["tool_name"] for t in solved["tool_trace"]] == ["read_file", "edit_file", "run", "submit"]
     assert [t["outcome"] for t in solved["reward_details"]["tests"]] == ["passed", "passed"]
     assert solved["completion_ids"] is None and solved["logprobs"] is None
     assert [tool["function"]["name"] for tool in json.loads(solved["tools_json"])] == list(TOOL_ARGS)
 
 
-def test_calls_of_one_model_turn_share_one_assistant_message_and_each_gets_its_tool_reply(trace_db, tmp_path):
+@pytest.mark.parametrize("fmt", list(DatasetFormat))
+def test_the_exported_messages_are_the_transcript_the_policy_saw_word_for_word(trace_db, tmp_path, fmt):
+    """The export and the trainer render an episode with the same code: same system prompt, same tool responses."""
+    out = tmp_path / f"episodes.{fmt.value}"
+    export_traces(trace_db, out, fmt)
+    rows = {row["episode_id"]: row for row in load(fmt, out)}
+    for trace in [*recorded_traces(), solved_episode()]:
+        exported = [{"role": m["role"], "content": m["content"]} for m in rows[trace.episode_id]["messages"]]
+        assert exported == transcript(trace)
+    assert rows["ep-3"]["messages"][0]["content"] == system_prompt(solved_episode().tools)
+
+
+def test_calls_of_one_model_turn_share_one_assistant_message_and_one_reply_message(trace_db, tmp_path):
     export_traces(trace_db, tmp_path / "out.parquet", DatasetFormat.parquet)
     messages = next(r for r in load(DatasetFormat.parquet, tmp_path / "out.parquet") if r["episode_id"] == "ep-3")[
         "messages"
     ]
-    first_turn = messages[2]
-    assert [c["function"]["name"] for c in first_turn["tool_calls"]] == ["read_file", "edit_file"]
-    assert [(m["tool_call_id"], m["name"]) for m in messages[3:5]] == [("call_0", "read_file"), ("call_1", "edit_file")]
+    first_turn, replies = messages[2]["content"], messages[3]["content"]
+    assert first_turn.count("<tool_call>") == 2 and '"read_file"' in first_turn and '"edit_file"' in first_turn
+    assert replies.count("<tool_response>") == 2
 
 
-def test_tool_messages_carry_the_exit_code_truncation_and_feedback(trace_db, tmp_path):
+def test_feedback_sits_beside_the_replies_never_inside_them(trace_db, tmp_path):
     export_traces(trace_db, tmp_path / "out.parquet", DatasetFormat.parquet)
     rows = {r["episode_id"]: r for r in load(DatasetFormat.parquet, tmp_path / "out.parquet")}
-    replies = [m["content"] for m in rows["ep-3"]["messages"] if m["role"] == "tool"]
-    assert replies[2] == "1 passed\n[exit code: 0]\n[output truncated]"
-    assert replies[3] == "submitted\n[feedback: all tests pass]"
+    replies = [m for m in rows["ep-3"]["messages"] if m["role"] == "user"][1:]
+    assert replies[1]["content"] == "<tool_response>\n1 passed\n[exit code: 0]\n[output truncated]\n</tool_response>"
+    assert replies[2]["content"] == "<tool_response>\nsubmitted\n[episode finished]\n</tool_response>"
+    assert replies[2]["feedback"] == "all tests pass" and replies[0]["feedback"] is None
+    assert all("feedback" not in m["content"] for m in rows["ep-3"]["messages"][1:])
     bad_edit = rows["ep-2"]["tool_trace"][1]["result"]
     assert bad_edit["feedback"].startswith("edit_file: `old` text not found") and bad_edit["exit_code"] is None
 

@@ -18,8 +18,8 @@ def tiny_model_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def read_teacher_dir(tiny_model_dir, tmp_path_factory) -> Path:
     """A tiny teacher that always answers read_file(mathlib/core.py)."""
+    from proto.transcript import format_tool_call
     from tests.replay.tool_caller import READ_CORE, train_tool_caller
-    from trainer_client.rollout.chat_format import format_tool_call
 
     return train_tool_caller(tiny_model_dir, tmp_path_factory.mktemp("read-teacher"), format_tool_call(READ_CORE))
 
@@ -27,8 +27,8 @@ def read_teacher_dir(tiny_model_dir, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def run_teacher_dir(read_teacher_dir, tmp_path_factory) -> Path:
     """A tiny teacher that always answers run(python -m pytest -q)."""
+    from proto.transcript import format_tool_call
     from tests.replay.tool_caller import READ_CORE, RUN_TESTS, relabel_reply
-    from trainer_client.rollout.chat_format import format_tool_call
 
     return relabel_reply(
         read_teacher_dir,

@@ -4,6 +4,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from proto.transcript import format_tool_call, transcript  # noqa: E402
 from tests.replay.recorded_traces import recorded_traces  # noqa: E402
 from tests.replay.test_preference_pairs import make_pair  # noqa: E402
 from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
@@ -11,7 +12,6 @@ from trainer_client.channels.preference_pairs import completion_ids, write_pairs
 from trainer_client.channels.reference_policy import weights_dtype, weights_sha256  # noqa: E402
 from trainer_client.policy.policy_loading import load_policy  # noqa: E402
 from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
-from trainer_client.rollout.chat_format import format_tool_call, messages_from_trace  # noqa: E402
 
 pytestmark = pytest.mark.train
 
@@ -29,7 +29,7 @@ def bf16_policy_dir(tiny_model_dir, tmp_path_factory):
 
 def test_the_scorer_stores_the_logprobs_of_the_policy_as_training_loads_it(bf16_policy_dir):
     trace = recorded_traces()[0]
-    messages = messages_from_trace(trace, before_step=1)
+    messages = transcript(trace, before_step=1)
     text = format_tool_call(trace.steps[1].action)
     scorer = PolicyScorer(bf16_policy_dir)
     trained, tokenizer = load_policy(str(bf16_policy_dir))

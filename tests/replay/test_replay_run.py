@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from proto.actions import ToolCall  # noqa: E402
+from proto.transcript import ASSISTANT_TEXT_KEY, PARSE_ERROR_KEY, TURN_KEY, format_tool_call, transcript  # noqa: E402
 from tests.replay.recorded_traces import recorded_traces  # noqa: E402
 from tests.replay.tool_caller import READ_CORE  # noqa: E402
 from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
@@ -18,13 +19,6 @@ from trainer_client.replay.replay_run import ReplayRun, ReplaySettings, turn_sta
 from trainer_client.replay.spending import SpendingCap  # noqa: E402
 from trainer_client.replay.teachers import open_teacher  # noqa: E402
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
-from trainer_client.rollout.chat_format import (  # noqa: E402
-    ASSISTANT_TEXT_KEY,
-    PARSE_ERROR_KEY,
-    TURN_KEY,
-    format_tool_call,
-    messages_from_trace,
-)
 
 pytestmark = pytest.mark.train
 
@@ -132,7 +126,7 @@ def test_gating_between_the_extremes_asks_teachers_only_where_the_student_was_un
     for trace in recorded_traces():
         for step in turn_starts(trace):
             text = step.action.metadata.get(ASSISTANT_TEXT_KEY) or format_tool_call(step.action)
-            messages = messages_from_trace(trace, before_step=step.index)
+            messages = transcript(trace, before_step=step.index)
             entropy[(trace.episode_id, step.index)] = scorer.score(messages, text).mean_entropy
     ranked = sorted(entropy.values())
     split = next(i for i in range(len(ranked) // 2, len(ranked) - 1) if ranked[i] < ranked[i + 1])

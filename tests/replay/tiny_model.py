@@ -19,7 +19,7 @@ CORPUS = [
 def training_corpus() -> list[str]:
     """CORPUS plus the agent's real system prompt, so that the long tool schemas become few tokens."""
     from proto.actions import tool_specs
-    from trainer_client.rollout.chat_format import system_prompt
+    from proto.transcript import system_prompt
 
     return CORPUS + [system_prompt(tool_specs())]
 

@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from proto.actions import ToolCall
+from proto.transcript import format_tool_call, transcript
 from tests.replay.recorded_traces import recorded_traces
 from trainer_client.channels.preference_pairs import completion_ids
-from trainer_client.rollout.chat_format import format_tool_call, messages_from_trace
 
 READ_CORE = ToolCall(tool="read_file", args={"path": "mathlib/core.py"})
 RUN_TESTS = ToolCall(tool="run", args={"command": "python -m pytest -q"})
@@ -14,7 +14,7 @@ WHOLE_REPLIES = (format_tool_call(READ_CORE), format_tool_call(RUN_TESTS))
 
 def replay_contexts() -> list[list[dict[str, str]]]:
     """Every context the replay tests show a teacher: each step prefix of the recorded traces."""
-    return [messages_from_trace(trace, before_step=step.index) for trace in recorded_traces() for step in trace.steps]
+    return [transcript(trace, before_step=step.index) for trace in recorded_traces() for step in trace.steps]
 
 
 def train_tool_caller(base: Path, out: Path, reply: str, max_steps: int = 100) -> Path:

@@ -137,3 +137,9 @@ def test_memory_commands_are_answered_by_the_script_and_capped_like_docker():
     assert made.executed == [["sh", "-c", "yes | head"]]
     assert result.truncated and len(result.stdout) == SMALL.output_cap_bytes
     assert MemorySandbox().exec(["git", "status"]).exit_code == 127
+
+
+def test_the_transcript_names_the_workspace_every_sandbox_has():
+    from proto.transcript import WORKSPACE as PROMPTED
+
+    assert PROMPTED == WORKSPACE

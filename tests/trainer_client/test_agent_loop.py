@@ -3,10 +3,10 @@
 import pytest
 
 from proto import CodingObservation, tool_specs
+from proto.transcript import initial_messages, tool_response_message
 from tests.trainer_client.conftest import ScriptedSampler
 from trainer_client.env.client import EnvClient
 from trainer_client.rollout.agent_loop import EpisodeLimits, play_episode
-from trainer_client.rollout.chat_format import initial_messages, tool_response_message
 
 RUN_LS = '<tool_call>\n{"name": "run", "arguments": {"command": "ls"}}\n</tool_call>'
 WRITE = '<tool_call>\n{"name": "write_file", "arguments": {"path": "calc/ops.py", "content": "x = 1"}}\n</tool_call>'

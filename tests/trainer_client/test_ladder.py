@@ -36,10 +36,10 @@ def with_held_out_copy(store: Path) -> Path:
 def tiny_pairs(policy_dir: Path, out: Path) -> Path:
     """Two replay pairs on the demo task, scored by the tiny policy as `regrow replay` scores them."""
     from proto import ToolCall, tool_specs
+    from proto.transcript import format_tool_call, initial_messages
     from tests.task_fixture import demo_record
     from trainer_client.channels.preference_pairs import ChatMessage, PreferencePair, write_pairs
     from trainer_client.replay.policy_scorer import PolicyScorer
-    from trainer_client.rollout.chat_format import format_tool_call, initial_messages
 
     scorer = PolicyScorer(policy_dir)
     messages = initial_messages(demo_record("unused").problem_statement, tool_specs())

@@ -187,8 +187,9 @@ def test_teacher_context_is_the_template_rendering_with_the_turns_own_feedback_b
     tokenizer, trajectories, episode_tokens
 ):
     from proto import CodingObservation, tool_specs
+    from proto.transcript import initial_messages, tool_response_message
     from trainer_client.channels.hinted_self import teacher_context
-    from trainer_client.rollout.chat_format import hint_message, initial_messages, tool_response_message
+    from trainer_client.rollout.chat_format import hint_message
     from trainer_client.rollout.rows import hinted_turns
 
     trajectory = trajectories[3]  # malformed call, then submit: both turns draw feedback

@@ -159,7 +159,7 @@ def policy_logprobs(model, context: list[int], ids: list[int], temperature: floa
 
 def chat_context(episode_tokens, text="Implement clamp in calc/ops.py."):
     from proto import tool_specs
-    from trainer_client.rollout.chat_format import initial_messages
+    from proto.transcript import initial_messages
 
     return episode_tokens.prompt_ids(initial_messages(text, tool_specs()))
 

@@ -68,7 +68,7 @@ def _drop_dequantized_gguf_quantizer(model: Any) -> None:
 def demo_messages() -> list[dict[str, str]]:
     """The demo prompt: the tool prompt, one worked call, then a task the demo policy answers with a call."""
     from proto import ToolCall, tool_specs
-    from trainer_client.rollout.chat_format import format_tool_call, system_prompt
+    from proto.transcript import format_tool_call, system_prompt
 
     return [
         {"role": "system", "content": system_prompt(tool_specs())},

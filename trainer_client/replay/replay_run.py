@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from proto.traces import EpisodeTrace, StepTrace
+from proto.transcript import ASSISTANT_TEXT_KEY, PARSE_ERROR_KEY, format_tool_call, transcript, turns
 from trainer_client.channels.preference_pairs import ChatMessage, PreferencePair
 from trainer_client.replay.pair_decision import Outcome, StepDecision, TeacherVote, decide_step
 from trainer_client.replay.policy_scorer import ActionScore, PolicyScorer
@@ -18,14 +19,7 @@ from trainer_client.replay.replay_report import ReplayReport, TeacherTally, Trac
 from trainer_client.replay.spending import BudgetExhausted, Reservation, SpendingCap
 from trainer_client.replay.teachers import Teacher, TeacherError, worst_case_cost_usd
 from trainer_client.replay.teachers_config import TeacherConfig
-from trainer_client.rollout.chat_format import (
-    ASSISTANT_TEXT_KEY,
-    PARSE_ERROR_KEY,
-    TURN_KEY,
-    format_tool_call,
-    messages_from_trace,
-    parse_tool_calls,
-)
+from trainer_client.rollout.chat_format import parse_tool_calls
 
 log = logging.getLogger(__name__)
 
@@ -44,13 +38,7 @@ class ReplaySettings:
 
 def turn_starts(trace: EpisodeTrace) -> list[StepTrace]:
     """The steps where the student chose a new turn (later calls of one turn follow from its first)."""
-    starts: list[StepTrace] = []
-    for step in sorted(trace.steps, key=lambda s: s.index):
-        turn = step.action.metadata.get(TURN_KEY)
-        if starts and turn is not None and starts[-1].action.metadata.get(TURN_KEY) == turn:
-            continue
-        starts.append(step)
-    return starts
+    return [turn[0] for turn in turns(trace.steps)]
 
 
 def read_traces(path: Path) -> list[EpisodeTrace]:
@@ -122,7 +110,7 @@ class ReplayRun:
     ) -> tuple[StepDecision, PreferencePair | None]:
         if self.stopped_by_budget:
             return StepDecision(Outcome.BUDGET_EXHAUSTED), None
-        messages = messages_from_trace(trace, before_step=step.index)
+        messages = transcript(trace, before_step=step.index)
         raw_text = step.action.metadata.get(ASSISTANT_TEXT_KEY) or format_tool_call(step.action)
         if self._settings.entropy_threshold is not None:
             # the gate reads the student's uncertainty on the turn it really wrote

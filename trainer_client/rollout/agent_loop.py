@@ -10,16 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proto import CodingObservation, tool_specs
+from proto.transcript import ASSISTANT_TEXT_KEY, TURN_KEY, initial_messages, tool_response_message, turn_feedback
 from trainer_client.env.client import Episode, EpisodeSource
-from trainer_client.rollout.chat_format import (
-    ASSISTANT_TEXT_KEY,
-    TURN_KEY,
-    ParsedToolCall,
-    initial_messages,
-    parse_tool_calls,
-    tool_response_message,
-    turn_feedback,
-)
+from trainer_client.rollout.chat_format import ParsedToolCall, parse_tool_calls
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 logger = logging.getLogger(__name__)
