@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import io
 import json
 import subprocess
 import sys
+import tarfile
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -247,12 +249,28 @@ def demo_record(image: str) -> TaskRecord:
     )
 
 
+MEMORY_IMAGE = "memory/calc:demo"
+
+
 def build_demo_task_store(backend, base_image: str, out_dir: Path) -> Path:
     """Write a one-task store to `out_dir` (image built or reused) and return `out_dir`."""
-    out_dir = Path(out_dir)
     image = build_demo_image(backend, base_image)
-    record = demo_record(image)
-    workspace, install = build_demo_archives(backend, image)
+    return _write_demo_store(Path(out_dir), demo_record(image), *build_demo_archives(backend, image))
+
+
+def build_memory_task_store(out_dir: Path) -> Path:
+    """The same store for the in-memory backend: no image, and an install archive with nothing in it."""
+    from task_synth.store.task_builder import workspace_archive
+
+    with tempfile.TemporaryDirectory() as scratch:
+        workspace = workspace_archive(_git_workspace(Path(scratch) / "workspace"))
+    empty = io.BytesIO()
+    with tarfile.open(fileobj=empty, mode="w:gz"):
+        pass
+    return _write_demo_store(Path(out_dir), demo_record(MEMORY_IMAGE), workspace, empty.getvalue())
+
+
+def _write_demo_store(out_dir: Path, record: TaskRecord, workspace: bytes, install: bytes) -> Path:
     (out_dir / "workspaces").mkdir(parents=True, exist_ok=True)
     (out_dir / record.workspace_archive).write_bytes(workspace)
     (out_dir / REPO_DIR).mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,6 @@
-"""Every kind of bad input gets a clear error frame, feedback or 4xx, and the session and server stay healthy."""
+"""Every kind of bad input gets a clear error frame, feedback or 4xx, and the session and server stay healthy.
+
+The wire is what is under test, so the server runs on the in-memory sandbox."""
 
 import json
 
@@ -8,7 +10,10 @@ from websockets.sync.client import connect
 
 from tests.task_fixture import DEMO_TASK_ID
 
-pytestmark = pytest.mark.docker
+
+@pytest.fixture(scope="module")
+def server(memory_server):
+    return memory_server
 
 
 def ws_url(server) -> str:

@@ -1,4 +1,7 @@
-"""The tools, their feedback when a step goes wrong, and the per-episode step and wall-clock budgets."""
+"""The tools, their feedback when a step goes wrong, and the per-episode step and wall-clock budgets.
+
+The tools run on the in-memory sandbox (its contract with the Docker one is tests/sandbox/test_sandbox_contract.py);
+the budgets grade, so they run on the engine."""
 
 import time
 
@@ -7,26 +10,26 @@ import pytest
 from proto.actions import ToolCall
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
-pytestmark = pytest.mark.docker
-
 
 @pytest.fixture
-def episode(runtime):
-    live = runtime.start_episode(task_id=DEMO_TASK_ID)
+def episode(memory_runtime):
+    live = memory_runtime.start_episode(task_id=DEMO_TASK_ID)
     yield live
-    runtime.abort(live, "test over")
+    memory_runtime.abort(live, "test over")
 
 
 def act(runtime, episode, tool, **args):
     return runtime.take_step(episode, ToolCall(tool=tool, args=args))
 
 
-def test_read_file_shows_a_line_range(runtime, episode):
+def test_read_file_shows_a_line_range(memory_runtime, episode):
+    runtime = memory_runtime
     observation = act(runtime, episode, "read_file", path="calc/ops.py", start_line=4, end_line=5)
     assert observation.output == "def add(a, b):\n    return a + b\n"
 
 
-def test_edit_file_fails_clearly_when_text_is_missing_or_ambiguous(runtime, episode):
+def test_edit_file_fails_clearly_when_text_is_missing_or_ambiguous(memory_runtime, episode):
+    runtime = memory_runtime
     missing = act(runtime, episode, "edit_file", path="calc/ops.py", old="def divide(", new="x")
     assert missing.feedback.startswith("edit text not found in calc/ops.py")
     ambiguous = act(runtime, episode, "edit_file", path="calc/ops.py", old="return a", new="return b")
@@ -34,13 +37,15 @@ def test_edit_file_fails_clearly_when_text_is_missing_or_ambiguous(runtime, epis
     assert "return a + b" in act(runtime, episode, "read_file", path="calc/ops.py").output
 
 
-def test_a_python_file_that_no_longer_parses_gets_the_line(runtime, episode):
+def test_a_python_file_that_no_longer_parses_gets_the_line(memory_runtime, episode):
+    runtime = memory_runtime
     observation = act(runtime, episode, "write_file", path="calc/ops.py", content="def add(a, b):\n    return (a +\n")
     assert observation.feedback.startswith("calc/ops.py no longer parses: line 2")
     assert observation.metadata["tool_error"] == "SYNTAX"
 
 
-def test_run_reports_exit_code_and_a_timeout_as_feedback(runtime, episode):
+def test_run_reports_exit_code_and_a_timeout_as_feedback(memory_runtime, episode):
+    runtime = memory_runtime
     failed = act(runtime, episode, "run", command="echo out; echo err >&2; exit 3")
     assert failed.exit_code == 3 and failed.output == "out\nerr\n" and failed.feedback is None
     slow = act(runtime, episode, "run", command="sleep 30", timeout=1)
@@ -48,14 +53,16 @@ def test_run_reports_exit_code_and_a_timeout_as_feedback(runtime, episode):
     assert act(runtime, episode, "run", command="pwd").output == "/workspace\n"
 
 
-def test_search_finds_lines_and_says_when_nothing_matches(runtime, episode):
+def test_search_finds_lines_and_says_when_nothing_matches(memory_runtime, episode):
+    runtime = memory_runtime
     found = act(runtime, episode, "search", pattern="def (add|sub)")
     assert "calc/ops.py:4:def add(a, b):" in found.output
     assert act(runtime, episode, "search", pattern="no_such_name_anywhere").output == "no matches"
     assert act(runtime, episode, "search", pattern="(unclosed").feedback.startswith("search failed")
 
 
-def test_list_dir_marks_directories(runtime, episode):
+def test_list_dir_marks_directories(memory_runtime, episode):
+    runtime = memory_runtime
     assert act(runtime, episode, "list_dir").output.splitlines()[:3] == [".git/", "calc/", "tests/"]
 
 

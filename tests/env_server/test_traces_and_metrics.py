@@ -14,9 +14,6 @@ from proto.traces import EpisodeTrace
 from regrow.cli import app as regrow_app
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
-pytestmark = pytest.mark.docker
-
-
 # Package code that makes every test pass without running it: a forgery the grader must flag.
 FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
 
@@ -100,7 +97,8 @@ def test_metrics_report_episodes_latency_rewards_pool_and_failures(server, playe
     assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
 
 
-def test_events_are_logged_one_json_line_each_with_the_episode_id(server, caplog):
+def test_events_are_logged_one_json_line_each_with_the_episode_id(memory_server, caplog):
+    server = memory_server  # the wire alone: no grading, no engine
     with caplog.at_level(logging.INFO, logger="regrow.events"):
         with GenericEnvClient(base_url=server.http_url).sync() as env:
             episode_id = env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"]

@@ -10,7 +10,7 @@ from trainer_client.env.trl_environment import RegrowCodingEnv
 
 transformers_utils = pytest.importorskip("transformers.utils", reason="the train extra is not installed")
 pytest.importorskip("trl", reason="the train extra is not installed")
-pytestmark = [pytest.mark.docker, pytest.mark.train]
+pytestmark = [pytest.mark.train]  # the engine where a test grades (its fixtures say so)
 
 
 def trl_tool_methods(instance) -> list:
@@ -23,7 +23,8 @@ def trl_tool_methods(instance) -> list:
     ]
 
 
-def test_trl_extracts_a_json_schema_per_tool_matching_the_server(server, monkeypatch):
+def test_trl_extracts_a_json_schema_per_tool_matching_the_server(memory_server, monkeypatch):
+    server = memory_server  # the wire alone: no grading, no engine
     monkeypatch.setattr(RegrowCodingEnv, "base_url", server.http_url)
     env = RegrowCodingEnv()
     schemas = {

@@ -8,7 +8,8 @@ import pytest
 
 from sandbox import FileTooLarge, Limits, Sandbox, SandboxFileNotFound, SandboxGone
 from sandbox.layout import WORKSPACE
-from sandbox.runtime.memory_sandbox import MemoryBackend, MemorySandbox
+from sandbox.lifecycle.memory_backend import MemoryBackend
+from sandbox.runtime.memory_sandbox import MemorySandbox
 
 SMALL = Limits(file_size_bytes=4096, output_cap_bytes=1024)
 
@@ -143,3 +144,16 @@ def test_the_transcript_names_the_workspace_every_sandbox_has():
     from proto.transcript import WORKSPACE as PROMPTED
 
     assert PROMPTED == WORKSPACE
+
+
+def test_realpath_resolves_links_out_of_the_workspace_as_the_tools_check_them(sandbox):
+    sandbox.import_tree(WORKSPACE, _tar({"out": "/etc", "inner": "pkg", "pkg/mod.py": b""}))
+    resolved = {
+        path: sandbox.exec(["realpath", "-m", "--", f"{WORKSPACE}/{path}"]).stdout.strip()
+        for path in ("out/passwd", "inner/mod.py", "missing/x")
+    }
+    assert resolved == {
+        "out/passwd": "/etc/passwd",
+        "inner/mod.py": f"{WORKSPACE}/pkg/mod.py",
+        "missing/x": f"{WORKSPACE}/missing/x",
+    }
