@@ -11,6 +11,7 @@ from sandbox.errors import (
     SandboxFileNotFound,
     SandboxGone,
 )
+from sandbox.lifecycle.backend_protocol import SandboxBackend
 from sandbox.lifecycle.docker_backend import DockerBackend
 from sandbox.lifecycle.reaper import Reaper
 from sandbox.lifecycle.warm_pool import WarmPool
@@ -32,6 +33,7 @@ __all__ = [
     "Limits",
     "Reaper",
     "Sandbox",
+    "SandboxBackend",
     "SandboxError",
     "SandboxFileNotFound",
     "SandboxGone",

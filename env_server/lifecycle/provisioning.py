@@ -12,7 +12,7 @@ from env_server.lifecycle.workspace_layers import WorkspaceLayers
 from env_server.observability.metrics import ServerMetrics
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
-from sandbox import DockerBackend, Sandbox, SandboxError, WarmPool
+from sandbox import Sandbox, SandboxBackend, SandboxError, WarmPool
 from sandbox.settings import SandboxSettings
 
 
@@ -23,7 +23,7 @@ class SandboxSupply:
         self,
         settings: ServerSettings,
         store: TaskStore,
-        backend: DockerBackend,
+        backend: SandboxBackend,
         metrics: ServerMetrics,
         labels: dict[str, str],
     ):

@@ -34,7 +34,7 @@ from proto.actions import ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace
-from sandbox import DockerBackend, Reaper, SandboxGone
+from sandbox import Reaper, SandboxBackend, SandboxGone
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class EpisodeRuntime:
         self,
         settings: ServerSettings,
         store: TaskStore,
-        backend: DockerBackend,
+        backend: SandboxBackend,
         traces: TraceStore,
         metrics: ServerMetrics | None = None,
     ):

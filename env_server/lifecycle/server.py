@@ -16,7 +16,7 @@ from env_server.lifecycle.runtime import EpisodeRuntime
 from env_server.settings import ServerSettings
 from env_server.task_store import TaskStore
 from env_server.traces.store import TraceStore
-from sandbox import DockerBackend
+from sandbox import DockerBackend, SandboxBackend
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 GRACEFUL_SHUTDOWN_S = 5
 
 
-def start_runtime(settings: ServerSettings, backend: DockerBackend | None = None) -> EpisodeRuntime:
+def start_runtime(settings: ServerSettings, backend: SandboxBackend | None = None) -> EpisodeRuntime:
     store = TaskStore(settings.tasks_dir)
     return EpisodeRuntime(
         settings, store, backend or DockerBackend(wait_for_engine=True), TraceStore(settings.trace_path())
@@ -56,7 +56,7 @@ class RunningServer:
         self.stop()
 
 
-def start_in_background(settings: ServerSettings, backend: DockerBackend | None = None) -> RunningServer:
+def start_in_background(settings: ServerSettings, backend: SandboxBackend | None = None) -> RunningServer:
     """Start runtime, app and gRPC on the configured (or, for port 0, free) ports; `stop()` undoes it all."""
     runtime = start_runtime(settings, backend)
     config = uvicorn.Config(

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Mapping
 
-from sandbox.lifecycle.docker_backend import DockerBackend
+from sandbox.lifecycle.backend_protocol import SandboxBackend
 from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
 
 log = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ class Reaper:
 
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: SandboxBackend,
         interval_s: float = 60.0,
         foreign_ttl_s: float | None = None,
         creation_grace_s: float = CREATION_GRACE_S,

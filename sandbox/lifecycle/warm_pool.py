@@ -8,7 +8,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
 
-from sandbox.lifecycle.docker_backend import DockerBackend
+from sandbox.lifecycle.backend_protocol import SandboxBackend
 from sandbox.limits import Hardening, Limits
 from sandbox.runtime.sandbox_protocol import Sandbox
 
@@ -28,7 +28,7 @@ class WarmPool:
 
     def __init__(
         self,
-        backend: DockerBackend,
+        backend: SandboxBackend,
         image: str,
         size: int,
         limits: Limits | None = None,
