@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from collections import deque
@@ -21,12 +22,15 @@ class MinuteFigures:
     p95_s: float | None
 
 
-def percentile(sorted_values: list[float], fraction: float) -> float | None:
-    """The nearest-rank percentile of values sorted ascending; None for no values."""
-    if not sorted_values:
+def percentile(values: list[float], fraction: float) -> float | None:
+    """The `fraction` quantile (0..1), interpolated between ranks as `statistics.quantiles` does; None for none."""
+    if not values:
         return None
-    rank = max(1, -(-len(sorted_values) * fraction // 1))
-    return sorted_values[int(rank) - 1]
+    if len(values) == 1 or fraction <= 0:
+        return min(values)
+    if fraction >= 1:
+        return max(values)
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(fraction * 1000) - 1]
 
 
 class LiveStats:
@@ -91,7 +95,7 @@ class LiveStats:
             if (minute := int((now - at) // 60.0)) < count:
                 durations[minute].append(duration)
         return [
-            MinuteFigures(minute, ended[minute], percentile(sorted(durations[minute]), 0.95))
+            MinuteFigures(minute, ended[minute], percentile(durations[minute], 0.95))
             for minute in range(count - 1, -1, -1)
         ]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,11 +21,12 @@ class Sample:
 
 
 def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of `values`, linearly interpolated between the nearest ranks."""
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q
-    low, high = math.floor(rank), math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    """The q-quantile (0..1) of `values`, interpolated between ranks as `statistics.quantiles` does."""
+    if len(values) == 1 or q <= 0:
+        return min(values)
+    if q >= 1:
+        return max(values)
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
 
 
 def latency_ms(values: list[float]) -> dict[str, float | int]:

@@ -35,9 +35,9 @@ class Clock:
         return self.now
 
 
-def test_percentile_is_nearest_rank():
-    values = sorted(float(v) for v in range(1, 101))
-    assert percentile(values, 0.5) == 50.0 and percentile(values, 0.95) == 95.0
+def test_percentile_interpolates_between_ranks_as_statistics_quantiles_does():
+    values = [float(v) for v in range(100, 0, -1)]
+    assert percentile(values, 0.5) == pytest.approx(50.5) and percentile(values, 0.95) == pytest.approx(95.05)
     assert percentile([3.0], 0.95) == 3.0 and percentile([], 0.5) is None
 
 
@@ -51,12 +51,12 @@ def test_live_stats_rates_latency_and_minutes_follow_the_clock():
     stats.record_step(1.0)
     stats.record_end()
     stats.record_end()
-    assert stats.latency(300) == (0.3, 2.0, 6)
+    assert stats.latency(300) == pytest.approx((0.35, 1.75, 6))
     assert stats.latency(60) == (1.0, 1.0, 1)
     assert stats.episodes_per_minute(300) == pytest.approx(3 * 60 / 300)
     minutes = stats.minutes(3)
     assert [m.minute for m in minutes] == [2, 1, 0]
-    assert [m.episodes for m in minutes] == [0, 1, 2] and [m.p95_s for m in minutes] == [None, 2.0, 1.0]
+    assert [m.episodes for m in minutes] == [0, 1, 2] and [m.p95_s for m in minutes] == [None, pytest.approx(1.68), 1.0]
     clock.now += 700  # past the window: everything is forgotten
     assert stats.latency(300) == (None, None, 0) and stats.episodes_per_minute() == 0.0
     assert all(m.episodes == 0 for m in stats.minutes(30))

@@ -1,5 +1,6 @@
 """The JSON report of one replay run: decisions, cost, latency, errors and pairs, per trace and per teacher."""
 
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -58,14 +59,14 @@ class ReplayReport(BaseModel):
 
 
 def percentile(values: list[float], q: float) -> float | None:
-    """The q-th percentile (0..100) with linear interpolation between ranks."""
+    """The q-th percentile (0..100), interpolated between ranks as `statistics.quantiles` does; None for none."""
     if not values:
         return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+    if len(values) == 1 or q <= 0:
+        return min(values)
+    if q >= 100:
+        return max(values)
+    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 10) - 1]
 
 
 def summarize_latency(values: list[float]) -> LatencySummary:
