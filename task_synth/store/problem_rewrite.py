@@ -5,11 +5,14 @@ from __future__ import annotations
 import logging
 import os
 
-import httpx
+import openai
 
 from task_synth.settings import SynthSettings
 
 log = logging.getLogger(__name__)
+
+# The SDK refuses to start without a key; a keyless local server ignores this one.
+_KEYLESS = "no-key"
 
 INSTRUCTIONS = (
     "Rewrite this software task as a short issue report a developer would file. Keep every name, signature and "
@@ -26,21 +29,24 @@ def rewrite_problem_statement(template: str, settings: SynthSettings) -> str:
         return template
     key = os.environ.get(settings.rewrite_api_key_env, "") if settings.rewrite_api_key_env else ""
     try:
-        response = httpx.post(
-            f"{settings.rewrite_base_url.rstrip('/')}/chat/completions",
-            headers={"Authorization": f"Bearer {key}"} if key else {},
-            json={
-                "model": settings.rewrite_model,
-                "messages": [{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": template}],
-                "temperature": 0,
-                "max_tokens": settings.rewrite_max_tokens,
-            },
+        # one try, no retries: a failed rewrite only keeps the template
+        with openai.OpenAI(
+            base_url=settings.rewrite_base_url,
+            api_key=key or _KEYLESS,
             timeout=settings.rewrite_timeout_s,
-        )
-        response.raise_for_status()
-        text = (response.json()["choices"][0]["message"]["content"] or "").strip()
-    except (httpx.HTTPError, KeyError, IndexError, TypeError, ValueError) as error:
-        log.warning("problem statement rewrite failed (%s); keeping the template", error)
+            max_retries=0,
+        ) as client:
+            completion = client.chat.completions.create(
+                model=settings.rewrite_model,
+                messages=[{"role": "system", "content": INSTRUCTIONS}, {"role": "user", "content": template}],
+                temperature=0,
+                max_tokens=settings.rewrite_max_tokens,
+            )
+        # the SDK builds replies without validating them, so a malformed one fails here
+        text = (completion.choices[0].message.content or "").strip()
+    except (openai.OpenAIError, AttributeError, IndexError, TypeError, ValueError) as error:
+        # a connection error's own text is only "Connection error."; its cause says which
+        log.warning("problem statement rewrite failed (%s); keeping the template", error.__cause__ or error)
         return template
     if not text:
         log.warning("problem statement rewrite came back empty; keeping the template")

@@ -58,7 +58,7 @@ def test_openai_teacher_without_usage_figures_is_costed_at_its_worst_case(openai
 def test_openai_teacher_retries_overload_with_backoff_and_then_answers(openai_server):
     base_url, model = openai_server
     with FaultProxy(base_url, Faults(fail_first=2, fail_status=503)) as proxy:
-        teacher = OpenAITeacher(openai_config(proxy.base_url, model, max_retries=2, backoff_s=0.05))
+        teacher = OpenAITeacher(openai_config(proxy.base_url, model, max_retries=2))
         reply = ask(teacher, replay_contexts()[1])
     assert reply.attempts == 3
     assert proxy.requests == 3
@@ -68,7 +68,7 @@ def test_openai_teacher_retries_overload_with_backoff_and_then_answers(openai_se
 def test_openai_teacher_gives_up_after_its_retries(openai_server):
     base_url, model = openai_server
     with FaultProxy(base_url, Faults(fail_first=10, fail_status=429)) as proxy:
-        teacher = OpenAITeacher(openai_config(proxy.base_url, model, max_retries=2, backoff_s=0.01))
+        teacher = OpenAITeacher(openai_config(proxy.base_url, model, max_retries=2))
         with pytest.raises(TeacherError) as failure:
             ask(teacher, replay_contexts()[0])
     assert failure.value.kind == "http_429"
@@ -78,7 +78,7 @@ def test_openai_teacher_gives_up_after_its_retries(openai_server):
 def test_openai_teacher_does_not_retry_a_client_error(openai_server):
     base_url, model = openai_server
     with FaultProxy(base_url, Faults(fail_first=1, fail_status=400)) as proxy:
-        teacher = OpenAITeacher(openai_config(proxy.base_url, model, max_retries=3, backoff_s=0.01))
+        teacher = OpenAITeacher(openai_config(proxy.base_url, model, max_retries=3))
         with pytest.raises(TeacherError, match="HTTP 400") as failure:
             ask(teacher, replay_contexts()[0])
     assert failure.value.kind == "http_400"
@@ -88,7 +88,7 @@ def test_openai_teacher_does_not_retry_a_client_error(openai_server):
 def test_openai_teacher_times_out_each_attempt_of_a_stalled_server(openai_server):
     base_url, model = openai_server
     with FaultProxy(base_url, Faults(stall_s=3.0)) as proxy:
-        teacher = OpenAITeacher(openai_config(proxy.base_url, model, timeout_s=0.3, max_retries=1, backoff_s=0.01))
+        teacher = OpenAITeacher(openai_config(proxy.base_url, model, timeout_s=0.3, max_retries=1))
         with pytest.raises(TeacherError, match="no answer within 0.3s") as failure:
             ask(teacher, replay_contexts()[0])
     assert failure.value.kind == "timeout"
@@ -103,6 +103,14 @@ def test_openai_teacher_sends_the_key_from_the_named_variable(openai_server, mon
     assert proxy.authorization == "Bearer sk-local-test"
 
 
+def test_openai_teacher_without_a_key_variable_never_sends_openai_api_key(openai_server, monkeypatch):
+    base_url, model = openai_server
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-ambient-secret")  # the SDK's own default, not this teacher's key
+    with FaultProxy(base_url, Faults()) as proxy:
+        ask(OpenAITeacher(openai_config(proxy.base_url, model)), replay_contexts()[0])
+    assert "sk-ambient-secret" not in (proxy.authorization or "")
+
+
 def test_openai_teacher_names_a_missing_key_variable(monkeypatch):
     monkeypatch.delenv("REPLAY_TEST_MISSING_KEY", raising=False)
     with pytest.raises(ValueError, match="REPLAY_TEST_MISSING_KEY is empty"):
@@ -110,7 +118,7 @@ def test_openai_teacher_names_a_missing_key_variable(monkeypatch):
 
 
 def test_openai_teacher_reports_an_unreachable_server_as_a_connection_error():
-    teacher = OpenAITeacher(openai_config("http://127.0.0.1:9/v1", "m", max_retries=1, backoff_s=0.01))
+    teacher = OpenAITeacher(openai_config("http://127.0.0.1:9/v1", "m", max_retries=1))
     with pytest.raises(TeacherError, match="unreachable") as failure:
         ask(teacher, replay_contexts()[0])
     assert failure.value.kind == "connection"

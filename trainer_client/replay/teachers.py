@@ -24,10 +24,9 @@ class TeacherReply:
 class TeacherError(RuntimeError):
     """A teacher gave no usable answer; `kind` is what the report counts (timeout, http_503, ...)."""
 
-    def __init__(self, kind: str, message: str, retry_after_s: float = 0.0) -> None:
+    def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
-        self.retry_after_s = retry_after_s
 
 
 class Teacher(Protocol):

@@ -24,8 +24,12 @@ class OpenAITeacherConfig(_TeacherBase):
     base_url: str = Field(description="Up to and including /v1, e.g. http://127.0.0.1:8000/v1.")
     model: str
     api_key_env: str | None = Field(default=None, description="Env var holding the API key; none for local.")
-    max_retries: int = Field(default=3, ge=0, description="Extra attempts after a timeout, 429 or 5xx.")
-    backoff_s: float = Field(default=1.0, ge=0, description="First retry delay; doubles per attempt.")
+    max_retries: int = Field(
+        default=3,
+        ge=0,
+        description="Extra attempts after a timeout, connection fault, 408, 409, 429 or 5xx; the openai SDK waits "
+        "0.5 s doubling to 8 s (jittered) between them, or the server's Retry-After.",
+    )
     temperature: float = Field(default=0.0, ge=0)
 
 
