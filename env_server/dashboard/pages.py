@@ -9,9 +9,10 @@ from datetime import datetime
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
-from fastapi.responses import HTMLResponse, Response, StreamingResponse
+from fastapi.responses import HTMLResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.concurrency import run_in_threadpool
 
 from env_server.dashboard.access import SECURITY_HEADERS, PageAccess
@@ -84,19 +85,20 @@ def add_dashboard(app: FastAPI, runtime: EpisodeRuntime) -> None:
         return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
     @app.get("/dashboard/events", tags=["Dashboard"], summary="Server-sent events: one snapshot per refresh")
-    async def events(request: Request) -> StreamingResponse:
+    async def events(request: Request) -> EventSourceResponse:
         demand(request)
 
-        async def stream() -> AsyncIterator[str]:
-            yield f"retry: {int(settings.dashboard_refresh_s * 2000)}\n\n"
+        async def stream() -> AsyncIterator[ServerSentEvent]:
+            retry_ms = int(settings.dashboard_refresh_s * 2000)
             ends = time.monotonic() + STREAM_LIFETIME_S
-            while time.monotonic() < ends and not runtime.stopping and not await request.is_disconnected():
+            while time.monotonic() < ends and not runtime.stopping:
                 _, body = await run_in_threadpool(snapshots.get)
-                yield f"event: snapshot\ndata: {body}\n\n"
+                yield ServerSentEvent(
+                    body.decode() if isinstance(body, bytes) else body, event="snapshot", retry=retry_ms
+                )
                 await asyncio.sleep(settings.dashboard_refresh_s)
 
-        headers = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-        return StreamingResponse(stream(), media_type="text/event-stream", headers=headers)
+        return EventSourceResponse(stream(), headers={"Cache-Control": "no-store"}, sep="\n")
 
     @app.get(
         "/episodes/{episode_id}/view",
