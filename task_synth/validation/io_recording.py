@@ -63,10 +63,7 @@ MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second ru
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
 REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
-PLUGIN_MODULES_SCRIPT = (
-    "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in "
-    "m.entry_points(group='pytest11')})))"
-)
+PLUGIN_MODULES_SOURCE = Path(__file__).with_name("inside") / "pytest_plugin_modules.py"
 MAX_READS = 64  # attribute names the visible tests read that show a class's instances
 
 
@@ -275,7 +272,7 @@ def _reproduced(sb: Sandbox, calls: list[Call]) -> list[Call]:
 
 def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:
     """Modules of the pytest11 entry points installed in the sandbox's image; None when they cannot be read."""
-    result = sb.exec(["python", "-I", "-c", PLUGIN_MODULES_SCRIPT], timeout=60, cwd=WORKSPACE)
+    result = sb.exec(["python", "-I", "-c", PLUGIN_MODULES_SOURCE.read_text()], timeout=60, cwd=WORKSPACE)
     try:
         modules = json.loads(result.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
