@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from env_server.grading.change_set import Tree, read_tree
 from env_server.grading.pytest_command import PYTEST_CONFIGS, pytest_config
@@ -15,9 +16,7 @@ from sandbox.layout import WORKSPACE
 
 CONFIG_NAMES = frozenset(name for name, _ in PYTEST_CONFIGS)
 # Lists the modules of the pytest plugins the image installs, so that they can be named with -p (autoload is off).
-_PLUGIN_PROBE = (
-    "import importlib.metadata as m\nprint('\\n'.join(sorted({e.module for e in m.entry_points(group='pytest11')})))"
-)
+_PLUGIN_PROBE_SOURCE = Path(__file__).with_name("inside") / "pytest_plugin_modules.py"
 
 
 @dataclass(frozen=True)
@@ -58,7 +57,7 @@ class PristineCache:
                 tree.data[name] = sb.read_file(f"{WORKSPACE}/{name}")
         plugins = task.record.pytest_plugins
         if plugins is None:
-            probe = sb.exec(["python", "-I", "-c", _PLUGIN_PROBE], timeout=60, cwd="/")
+            probe = sb.exec(["python", "-I", "-c", _PLUGIN_PROBE_SOURCE.read_text()], timeout=60, cwd="/")
             plugins = probe.stdout.split() if probe.exit_code == 0 else []
         configs = {name: tree.data[name] for name in CONFIG_NAMES if name in tree.data}
         pristine = Pristine(tree, pytest_config(configs), tuple(plugins))

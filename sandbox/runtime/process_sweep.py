@@ -7,35 +7,10 @@ Where the image has no python3 it falls back to a shell loop, which forks a grep
 may miss stragglers while the container's pids limit is exhausted.
 """
 
-_STOP_THEN_KILL = """
-import os, signal, sys, time
-marker, me, stopped = sys.argv[1].encode(), os.getpid(), set()
-def marked():
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != me:
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if marker in f.read().split(b"\\0"):
-                        yield int(name)
-            except OSError:
-                pass
-deadline, settled = time.monotonic() + float(sys.argv[2]), False
-while not settled and time.monotonic() < deadline:
-    fresh = [pid for pid in marked() if pid not in stopped]
-    settled = not fresh
-    for pid in fresh:
-        try:
-            os.kill(pid, signal.SIGSTOP)
-            stopped.add(pid)
-        except OSError:
-            pass
-for pid in stopped:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-sys.exit(0 if settled else 3)
-"""
+from pathlib import Path
+
+# Passed as `python3 -c` text: the sweep needs nothing written into the container first.
+_STOP_THEN_KILL_SOURCE = Path(__file__).with_name("inside") / "stop_then_kill.py"
 
 # `command` and `exec` are shell builtins: the python path starts without a fork.
 _ENTRY = (
@@ -46,4 +21,4 @@ _ENTRY = (
 
 def sweep_command(marker: str, budget_s: float = 10.0) -> list[str]:
     """argv that ends every process carrying `marker` ("NAME=value"), spending at most `budget_s` rescanning."""
-    return ["sh", "-c", _ENTRY, marker, _STOP_THEN_KILL, f"{budget_s:g}"]
+    return ["sh", "-c", _ENTRY, marker, _STOP_THEN_KILL_SOURCE.read_text(), f"{budget_s:g}"]

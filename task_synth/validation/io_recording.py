@@ -1,7 +1,7 @@
 """Input/output checks of the deleted unit (functions, methods, or a class's programs), recorded in the oracle sandbox
 for the grader to replay as hidden checks.
 
-The F2P tests run with the solution applied and the recorder plugin loaded (io_recorder_plugin.py, beside this module),
+The F2P tests run with the solution applied and the recorder plugin loaded (inside/io_recorder_plugin.py),
 twice, under two hash seeds; the second time only the tests that made candidate calls run. Each recorded call is linked
 to the first F2P test, by node id, that made it. Unseen calls, which no visible test makes, change one argument of a
 recorded call a little and take their expected outcome from running them where the solution is applied. A call becomes a
@@ -28,7 +28,7 @@ from task_synth.candidates.python_ast import parse_python
 from task_synth.repository.editable_install import SCRATCH
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
-from task_synth.validation.io_recorder_plugin import MAX_RECORDS
+from task_synth.validation.inside.io_recorder_plugin import MAX_RECORDS
 from task_synth.validation.mutants import mutants_of
 from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
@@ -52,9 +52,9 @@ from task_synth.validation.unseen_calls import (
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
-RECORDER_SOURCE = Path(__file__).with_name("io_recorder_plugin.py")
+RECORDER_SOURCE = Path(__file__).with_name("inside") / "io_recorder_plugin.py"
 PROGRAMS = "regrow_program_recorder"
-PROGRAMS_SOURCE = Path(__file__).with_name("program_recorder.py")
+PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 HASH_SEEDS = ("1", "2")
@@ -63,10 +63,7 @@ MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second ru
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
 REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
-PLUGIN_MODULES_SCRIPT = (
-    "import importlib.metadata as m, json; print(json.dumps(sorted({e.module for e in "
-    "m.entry_points(group='pytest11')})))"
-)
+PLUGIN_MODULES_SOURCE = Path(__file__).with_name("inside") / "pytest_plugin_modules.py"
 MAX_READS = 64  # attribute names the visible tests read that show a class's instances
 
 
@@ -275,7 +272,7 @@ def _reproduced(sb: Sandbox, calls: list[Call]) -> list[Call]:
 
 def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:
     """Modules of the pytest11 entry points installed in the sandbox's image; None when they cannot be read."""
-    result = sb.exec(["python", "-I", "-c", PLUGIN_MODULES_SCRIPT], timeout=60, cwd=WORKSPACE)
+    result = sb.exec(["python", "-I", "-c", PLUGIN_MODULES_SOURCE.read_text()], timeout=60, cwd=WORKSPACE)
     try:
         modules = json.loads(result.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import libcst as cst
@@ -11,35 +12,7 @@ import libcst as cst
 from task_synth.candidates.deletion import Deletion, _stubbed
 
 # Equal to everything, truthy, empty, and itself under any attribute or call: it passes any test that only compares.
-_ALWAYS_EQUAL = """
-def _():
-    class _AlwaysEqual:
-        def __eq__(self, other):
-            return True
-
-        def __ne__(self, other):
-            return False
-
-        def __bool__(self):
-            return True
-
-        def __hash__(self):
-            return 0
-
-        def __iter__(self):
-            return iter(())
-
-        def __len__(self):
-            return 0
-
-        def __getattr__(self, name):
-            return self
-
-        def __call__(self, *args, **kwargs):
-            return self
-
-    return _AlwaysEqual()
-"""
+_ALWAYS_EQUAL_SOURCE = Path(__file__).with_name("inside") / "always_equal.py"
 
 
 _RETURN_NONE = "def _():\n    return None\n"
@@ -55,8 +28,8 @@ class StandIn:
 
 def _statements(source: str) -> list[cst.BaseStatement]:
     """The body of the one function that `source` defines."""
-    function = cst.parse_module(source).body[0]
-    assert isinstance(function, cst.FunctionDef) and isinstance(function.body, cst.IndentedBlock)
+    [function] = [statement for statement in cst.parse_module(source).body if isinstance(statement, cst.FunctionDef)]
+    assert isinstance(function.body, cst.IndentedBlock)
     return list(function.body.body)
 
 
@@ -112,7 +85,7 @@ class _Replacer(cst.CSTTransformer):
         return self.replacements.get(original_node, updated_node)
 
 
-# The round a repeated pytest run is in (suite_runs.REPORT_PLUGIN sets it): the combined stand-in answers as that one.
+# The round a repeated pytest run is in (the outcome report plugin sets it): the combined stand-in answers as that one.
 ROUND_VARIABLE = "REGROW_ROUND"
 
 
@@ -122,7 +95,7 @@ def _bodies(unit, definitions: list) -> dict[str, list[str]]:
         return {"return None": [_RETURN_NONE] * len(definitions)}
     # The always-equal object first: it passes the most tests, so the later runs have the fewest left to run.
     bodies = {
-        "return an always-equal object": [_ALWAYS_EQUAL] * len(definitions),
+        "return an always-equal object": [_ALWAYS_EQUAL_SOURCE.read_text()] * len(definitions),
         "return None": [_RETURN_NONE] * len(definitions),
     }
     arguments = [_first_argument(f, unit.kind == "method") for f in definitions]

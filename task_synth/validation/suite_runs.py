@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from proto.tasks import HASH_SEED
 from sandbox import Sandbox
@@ -20,29 +21,10 @@ COVERAGE_JSON = f"{SCRATCH}/coverage.json"
 RUN_OPTIONS = "-p no:cacheprovider --tb=line"
 # Every test run hashes strings the same way, so that ids and orders built from sets match from run to run.
 TEST_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
+# The Python that runs in the sandbox, as modules of inside/: written there under the names the commands below use.
+INSIDE = Path(__file__).with_name("inside")
 # Measures coverage inside pytest and switches its dynamic context to each test's node id, for any pytest command.
-CONTEXT_PLUGIN = """
-import os
-
-import coverage
-import pytest
-
-# Started on import, before the conftests load: what runs while the package is imported is measured too.
-_coverage = coverage.Coverage(config_file=os.environ["REGROW_COVERAGE_RC"])
-_coverage.start()
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item, nextitem):
-    _coverage.switch_context(item.nodeid)
-    yield
-    _coverage.switch_context("")
-
-
-def pytest_unconfigure(config):
-    _coverage.stop()
-    _coverage.save()
-"""
+CONTEXT_PLUGIN_SOURCE = INSIDE / "coverage_context_plugin.py"
 
 
 REPORT_PATH = f"{SCRATCH}/report.json"
@@ -54,47 +36,7 @@ REPORT_PLUGIN_NAME = "regrow_report"
 # and validates all of them in another) passes here as it does in a whole run. With REGROW_REPEAT > 1 it runs the
 # kept tests that many rounds in one process, tells each test its round (REGROW_ROUND) and keeps each round's
 # outcomes: reruns and trivial stand-ins cost one pytest start in all.
-REPORT_PLUGIN = """
-import json
-import os
-from collections import Counter
-
-import pytest
-
-_repeat = max(1, int(os.environ.get("REGROW_REPEAT", "1")))
-_seen = Counter()
-_rounds = [{} for _ in range(_repeat)]
-_current = [0]
-_selected = None
-if os.environ.get("REGROW_SELECTED"):
-    with open(os.environ["REGROW_SELECTED"]) as listed:
-        _selected = set(json.load(listed))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_modifyitems(session, config, items):
-    if _selected is not None:
-        config.hook.pytest_deselected(items=[item for item in items if item.nodeid not in _selected])
-        items[:] = [item for item in items if item.nodeid in _selected]
-    items[:] = items * _repeat
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtest_protocol(item, nextitem):
-    _current[0] = min(_seen[item.nodeid], _repeat - 1)
-    _seen[item.nodeid] += 1
-    os.environ["REGROW_ROUND"] = str(_current[0])
-
-
-def pytest_runtest_logreport(report):
-    outcomes = _rounds[_current[0]]
-    outcomes[report.nodeid] = outcomes.get(report.nodeid, True) and report.outcome == "passed"
-
-
-def pytest_sessionfinish(session):
-    with open(os.environ["REGROW_REPORT_OUT"], "w") as out:
-        json.dump(_rounds, out)
-"""
+REPORT_PLUGIN_SOURCE = INSIDE / "outcome_report_plugin.py"
 
 
 @dataclass
@@ -116,7 +58,7 @@ class SuiteRun:
 
 
 def read_report(data: bytes) -> list[dict[str, bool]]:
-    """Each round's outcomes, node id -> passed, from what REPORT_PLUGIN wrote; ValueError when it is not that."""
+    """Each round's outcomes, node id -> passed, from what the report plugin wrote; ValueError when it is not that."""
     rounds = json.loads(data)
     if not isinstance(rounds, list) or not all(isinstance(outcomes, dict) for outcomes in rounds):
         raise ValueError("a test report is a JSON list of {node id: passed} objects")
@@ -144,7 +86,7 @@ def run_tests(
     """
     if node_ids is not None and not node_ids:
         return SuiteRun()
-    sb.write_file(f"{PLUGIN_DIR}/{REPORT_PLUGIN_NAME}.py", REPORT_PLUGIN)
+    sb.write_file(f"{PLUGIN_DIR}/{REPORT_PLUGIN_NAME}.py", REPORT_PLUGIN_SOURCE.read_text())
     env = {**TEST_ENV, **(env or {})}
     env.update(
         REGROW_REPEAT=str(repeat),
@@ -180,20 +122,7 @@ def run_tests(
 
 # Reads coverage's data in the sandbox and prints line -> context indices per file: `coverage json --show-contexts`
 # repeats each node id per line and grew to 785 MB on a suite of 2,000 parametrized tests.
-COVERAGE_LINES_SCRIPT = """
-import json, sys
-import coverage
-
-data = coverage.CoverageData(basename=sys.argv[1])
-data.read()
-contexts = sorted(data.measured_contexts())
-index = {name: number for number, name in enumerate(contexts)}
-files = {}
-for path in data.measured_files():
-    by_line = data.contexts_by_lineno(path)
-    files[path] = {line: sorted(index[c] for c in names if c in index) for line, names in by_line.items()}
-json.dump({"contexts": contexts, "files": files}, open(sys.argv[2], "w"), separators=(",", ":"))
-"""
+COVERAGE_LINES_SOURCE = INSIDE / "coverage_lines.py"
 COVERAGE_LINES_PY = f"{SCRATCH}/regrow_coverage_lines.py"
 # The context of lines run outside any test: no node id looks like it.
 IMPORT_TIME = "<import>"
@@ -201,7 +130,7 @@ COVERAGE_DATA = f"{SCRATCH}/coverage.data"
 
 
 def coverage_lines(report: dict) -> dict[str, dict[int, set[str]]]:
-    """path -> line -> node ids, from what COVERAGE_LINES_SCRIPT printed (paths relative to /workspace); a line run
+    """path -> line -> node ids, from what the coverage lines script wrote (paths relative to /workspace); a line run
     outside any test (while modules are imported and collected) names IMPORT_TIME."""
     contexts = [name or IMPORT_TIME for name in report["contexts"]]
     lines: dict[str, dict[int, set[str]]] = {}
@@ -221,8 +150,8 @@ def coverage_map(
     sb: Sandbox, test_command: str, packages: list[str], timeout: float
 ) -> tuple[SuiteRun, dict[str, dict[int, set[str]]]]:
     """One suite run under coverage.py with per-test contexts: path -> line -> node ids that executed it."""
-    sb.write_file(f"{PLUGIN_DIR}/regrow_test_context.py", CONTEXT_PLUGIN)
-    sb.write_file(COVERAGE_LINES_PY, COVERAGE_LINES_SCRIPT)
+    sb.write_file(f"{PLUGIN_DIR}/regrow_test_context.py", CONTEXT_PLUGIN_SOURCE.read_text())
+    sb.write_file(COVERAGE_LINES_PY, COVERAGE_LINES_SOURCE.read_text())
     sb.write_file(COVERAGE_RC, coverage_rc(packages))
     env = {"PYTHONPATH": PLUGIN_DIR, "REGROW_COVERAGE_RC": COVERAGE_RC}
     run = run_tests(sb, f"{test_command} -p regrow_test_context", None, timeout, env=env)

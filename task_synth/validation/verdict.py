@@ -8,6 +8,7 @@ import random
 import shlex
 import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from sandbox import Sandbox
 from sandbox.layout import WORKSPACE
@@ -35,6 +36,8 @@ REJECTIONS = (
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3
 STAND_IN_MIN_TIMEOUT_S = 30.0
+# Imports each package named after it; run as `python -c` text, so nothing is written into the sandbox for it.
+PACKAGE_IMPORTS_SOURCE = Path(__file__).with_name("inside") / "package_imports.py"
 
 
 @dataclass
@@ -127,8 +130,7 @@ def apply_deletion(sb: Sandbox, deletion: Deletion, restore: bool = False) -> No
 
 def import_check(sb: Sandbox, packages: list[str], timeout: float) -> str | None:
     """None when every top-level package imports, else the error's last line."""
-    code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module(name)"
-    result = sb.exec(["python", "-c", code, *packages], timeout=timeout, cwd=WORKSPACE)
+    result = sb.exec(["python", "-c", PACKAGE_IMPORTS_SOURCE.read_text(), *packages], timeout=timeout, cwd=WORKSPACE)
     if result.exit_code == 0:
         return None
     lines = result.stderr.strip().splitlines()

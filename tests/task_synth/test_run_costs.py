@@ -7,7 +7,7 @@ import sys
 
 import coverage
 
-from task_synth.validation.suite_runs import COVERAGE_LINES_SCRIPT, IMPORT_TIME, coverage_lines
+from task_synth.validation.suite_runs import COVERAGE_LINES_SOURCE, IMPORT_TIME, coverage_lines
 
 MODULE = "def double(x):\n    y = x * 2\n    return y\n\n\ndef half(x):\n    return x / 2\n"
 
@@ -33,7 +33,7 @@ def test_each_line_maps_to_the_tests_that_ran_it(tmp_path, monkeypatch):
     measured.stop()
     measured.save()
     script = tmp_path / "lines.py"
-    script.write_text(COVERAGE_LINES_SCRIPT)
+    script.write_text(COVERAGE_LINES_SOURCE.read_text())
     subprocess.run([sys.executable, str(script), str(data_file), str(tmp_path / "out.json")], check=True)
     lines = coverage_lines(json.loads((tmp_path / "out.json").read_text()))
     assert lines["pkg/__init__.py"][2] == {"tests/test_pkg.py::test_double", "tests/test_pkg.py::test_both[a b]"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.validation.suite_runs import REPORT_PLUGIN, REPORT_PLUGIN_NAME, files_of_tests, read_report
+from task_synth.validation.suite_runs import REPORT_PLUGIN_NAME, REPORT_PLUGIN_SOURCE, files_of_tests, read_report
 
 SUITE = {
     "Tests/__init__.py": "",
@@ -65,7 +65,7 @@ def suite(tmp_path) -> Path:
         (tmp_path / "repo" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "repo" / name).write_text(text)
     (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / f"{REPORT_PLUGIN_NAME}.py").write_text(REPORT_PLUGIN)
+    (tmp_path / "plugins" / f"{REPORT_PLUGIN_NAME}.py").write_text(REPORT_PLUGIN_SOURCE.read_text())
     return tmp_path
 
 
@@ -107,7 +107,7 @@ def test_selected_tests_run_in_the_suites_order_whatever_order_they_are_given_in
         (tmp_path / "repo" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "repo" / name).write_text(text)
     (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / f"{REPORT_PLUGIN_NAME}.py").write_text(REPORT_PLUGIN)
+    (tmp_path / "plugins" / f"{REPORT_PLUGIN_NAME}.py").write_text(REPORT_PLUGIN_SOURCE.read_text())
     given = ["test_registry.py::test_custom_names_register", "test_registry.py::test_all_names_are_two_letters"]
     assert files_of_tests(given + ["test_other.py::test_other"]) == ["test_other.py", "test_registry.py"]
     _pytest(tmp_path, *files_of_tests(given), selected=given)

@@ -32,7 +32,7 @@ try:  # in a sandbox the values module is copied beside this one; in regrow it i
     from regrow_program_recorder import ProgramRecorder
 except ImportError:
     from proto.call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
-    from task_synth.validation.program_recorder import ProgramRecorder
+    from task_synth.validation.inside.program_recorder import ProgramRecorder
 
 MAX_RECORDS = 500
 MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
