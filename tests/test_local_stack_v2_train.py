@@ -11,7 +11,8 @@ import pytest
 from tests.compose_stack import REPO, ComposeProject, output_tail
 from tests.compose_v2 import compose_v2_command
 
-pytestmark = [pytest.mark.docker, pytest.mark.train]
+# Its fixture trains the demo policy on the CPU, beside the rest of the suite under `make test`: give it room.
+pytestmark = [pytest.mark.docker, pytest.mark.train, pytest.mark.timeout(2400)]
 
 
 @pytest.fixture(scope="module")
