@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from proto.health import ServerHealth
+from sandbox.lifecycle.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,7 @@ class EngineWatch:
         self._last_check = float("-inf")
         self._check_lock = threading.Lock()
         self._listeners: list[Callable[[bool], None]] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic("engine-watch", interval_s, self.check)
         self.pings = 0
 
     @property
@@ -120,18 +120,11 @@ class EngineWatch:
     def start(self) -> EngineWatch:
         """Check once now, then on every interval in a background thread."""
         self.check()
-        self._thread = threading.Thread(target=self._loop, name="engine-watch", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self.check()
-
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._loop.stop()
 
 
 def _regrow_version() -> str | None:

@@ -35,6 +35,7 @@ from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, Ser
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace
 from sandbox import Reaper, SandboxBackend, SandboxGone
+from sandbox.lifecycle.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +73,7 @@ class EpisodeRuntime:
         self._reserved = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._idle_thread = threading.Thread(target=self._reap_idle_forever, name="idle-episodes", daemon=True)
+        self._idle_sweep = Periodic("idle-episodes", min(settings.idle_timeout_s / 4, 5.0), self._abort_idle)
         self.stepper = Stepper(settings, self.recorder, self.sandboxes.sandbox, self.environment_failure, self._release)
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ class EpisodeRuntime:
         self.metrics.engine_up.set_function(lambda: float(self.engine.status.up))
         self.metrics.free_episode_slots.set_function(lambda: self.health().free_slots)
         self.metrics.max_episodes.set(self.settings.max_episodes)
-        self._idle_thread.start()
+        self._idle_sweep.start()
         return self
 
     def _missing_images_message(self, missing: list[str]) -> str:
@@ -142,6 +143,7 @@ class EpisodeRuntime:
         if self._stop.is_set():
             return
         self._stop.set()
+        self._idle_sweep.stop()
         for episode in list(self._episodes.values()):
             self.abort(episode, "server shutdown")
         self.sandboxes.close()
@@ -283,10 +285,8 @@ class EpisodeRuntime:
         with self._lock:
             self._episodes.pop(episode.id, None)
 
-    def _reap_idle_forever(self) -> None:
-        interval = min(self.settings.idle_timeout_s / 4, 5.0)
-        while not self._stop.wait(interval):
-            cutoff = time.monotonic() - self.settings.idle_timeout_s
-            for episode in self.live_episodes():
-                if episode.last_activity < cutoff and not episode.lock.locked():
-                    self.abort(episode, f"idle for more than {self.settings.idle_timeout_s:g}s")
+    def _abort_idle(self) -> None:
+        cutoff = time.monotonic() - self.settings.idle_timeout_s
+        for episode in self.live_episodes():
+            if episode.last_activity < cutoff and not episode.lock.locked():
+                self.abort(episode, f"idle for more than {self.settings.idle_timeout_s:g}s")

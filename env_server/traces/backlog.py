@@ -13,6 +13,7 @@ from typing import Literal
 
 from env_server.observability.metrics import ServerMetrics
 from proto.traces import EpisodeTrace
+from sandbox.lifecycle.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +63,7 @@ class TraceBacklog:
         self._failing_since: float | None = None
         self._written_late = 0
         self._dropped = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._retries = Periodic("trace-backlog", RETRY_INTERVAL_S, self._drain)
 
     def report_to(self, metrics: ServerMetrics) -> None:
         self.metrics = metrics
@@ -91,9 +91,7 @@ class TraceBacklog:
 
     def close(self) -> None:
         """Stop retrying, flush once more, and count what still cannot be written as dropped."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        self._retries.stop(timeout=None)  # a retry in progress finishes first
         error = self._drain()
         with self._lock:
             if not self._waiting:
@@ -112,7 +110,7 @@ class TraceBacklog:
             error,
         )
 
-    # --- internals: callers hold the lock, but for _drain and _retry_forever, which take it ---
+    # --- internals: callers hold the lock, but for _drain, which takes it ---
 
     def _add(self, write: TraceWrite) -> None:
         if self._bytes + write.size > self.limit_bytes:
@@ -145,9 +143,7 @@ class TraceBacklog:
             self.limit_bytes // MIB,
             RETRY_INTERVAL_S,
         )
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._retry_forever, name="trace-backlog", daemon=True)
-            self._thread.start()
+        self._retries.start()  # once; later failures find it running
 
     def _drop_rejected(self, rejected: list[tuple[TraceWrite, sqlite3.Error]]) -> None:
         for write, error in rejected:
@@ -196,7 +192,3 @@ class TraceBacklog:
             self._dropped,
         )
         self._failing_since, self._written_late, self._dropped = None, 0, 0
-
-    def _retry_forever(self) -> None:
-        while not self._stop.wait(RETRY_INTERVAL_S):
-            self._drain()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Mapping
 
 from sandbox.lifecycle.backend_protocol import SandboxBackend
 from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
+from sandbox.lifecycle.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,7 @@ class Reaper:
         self.interval_s = interval_s
         self.foreign_ttl_s = foreign_ttl_s
         self.reaped_total = 0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Periodic("sandbox-reaper", interval_s, self._reap_logged)
 
     def is_orphan(self, container: dict, now: float) -> bool:
         labels = container.get("Labels") or {}
@@ -96,13 +95,8 @@ class Reaper:
         """Reap once now (unless told not to), then every `interval_s` in a background thread."""
         if reap_now:
             self._reap_logged()
-        self._thread = threading.Thread(target=self._loop, name="sandbox-reaper", daemon=True)
-        self._thread.start()
+        self._loop.start()
         return self
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            self._reap_logged()
 
     def _reap_logged(self) -> None:
         try:
@@ -111,6 +105,4 @@ class Reaper:
             log.warning("reaper pass failed: %s", error)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread:
-            self._thread.join(timeout=10)
+        self._loop.stop()
