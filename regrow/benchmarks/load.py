@@ -10,28 +10,30 @@ import contextlib
 import json
 import logging
 import random
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
 from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import ClientConnection, connect
 
 from env_server.task_store import TaskStore
+from regrow.benchmarks.load_server import (
+    LoadedServer,
+    own_server,
+    process_metrics,
+    server_containers,
+    twin_counts,
+)
 from regrow.benchmarks.load_stats import MiB, Sample, latency_ms, rss_trend
 from sandbox import DockerBackend, SandboxError
-from sandbox.lifecycle.owner import OWNER_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,6 @@ MAX_STEPS = 200
 MAX_DURATION_S = 12 * 3600.0
 REQUEST_TIMEOUT_S = 600.0  # a submit grades in a fresh container, which a loaded engine may take minutes to start
 RETRY_S = 0.5
-SERVER_START_S = 180.0
-SERVER_STOP_S = 120.0
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 PROBE = "regrow_load_probe.txt"
 
@@ -214,111 +214,12 @@ def _client(
 # --- the server -----------------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Server:
-    """The server under load, and the owner label of its containers when the bench started it."""
-
-    url: str
-    owner_prefix: str | None = None
-    containers_left: int | None = None
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _wait_healthy(url: str, process: subprocess.Popen[bytes], log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            break
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
-                return
-        time.sleep(0.5)
-    tail = log_path.read_text(errors="replace")[-2000:]
-    raise RuntimeError(f"`regrow serve` did not come up at {url} within {SERVER_START_S:.0f} s; its log ends:\n{tail}")
-
-
-@contextlib.contextmanager
-def _own_server(tasks: Path, slots: int, scratch: Path, backend: DockerBackend | None) -> Iterator[_Server]:
-    """`regrow serve` on free loopback ports, stopped with SIGTERM afterwards; its leftover containers are counted."""
-    port = _free_port()
-    command = [sys.executable, "-m", "regrow", "serve", "--tasks", str(tasks), "--host", "127.0.0.1"]
-    command += ["--port", str(port), "--grpc-port", str(_free_port()), "--max-episodes", str(slots)]
-    command += ["--traces", str(scratch / "traces.sqlite")]
-    log_path = scratch / "server.log"
-    with log_path.open("wb") as server_log:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=server_log, stderr=subprocess.STDOUT)
-    server = _Server(f"http://127.0.0.1:{port}", owner_prefix=f"{socket.gethostname()}:{process.pid}:")
-    try:
-        _wait_healthy(server.url, process, log_path)
-        yield server
-    finally:
-        process.send_signal(signal.SIGTERM)  # the server destroys its containers on the way out
-        try:
-            process.wait(SERVER_STOP_S)
-        except subprocess.TimeoutExpired:
-            log.warning("`regrow serve` did not stop within %.0f s of SIGTERM; killing it", SERVER_STOP_S)
-            process.kill()
-            process.wait()
-        if backend is not None:
-            server.containers_left = _count_left(backend, server.owner_prefix)
-
-
-def _server_containers(backend: DockerBackend, owner_prefix: str | None) -> list[dict[str, Any]]:
-    containers = backend.managed_containers()
-    if owner_prefix is None:
-        return containers
-    return [c for c in containers if (c.get("Labels") or {}).get(OWNER_LABEL, "").startswith(owner_prefix)]
-
-
-def _count_left(backend: DockerBackend, owner_prefix: str | None) -> int:
-    """The stopped server's containers, once removals already under way have had time to finish; then removed."""
-    deadline = time.monotonic() + 30
-    while (left := _server_containers(backend, owner_prefix)) and time.monotonic() < deadline:
-        time.sleep(1)
-    if left:
-        log.warning("%d container(s) outlived the server; removing them: %s", len(left), [c["Id"][:12] for c in left])
-        for container in left:
-            backend.remove(container["Id"])
-    return len(left)
-
-
-def _process_metrics(url: str) -> tuple[float | None, float | None]:
-    """The server's resident memory in bytes and its open file descriptors, from its /metrics."""
-    try:
-        text = httpx.get(f"{url}/metrics", timeout=30).text
-    except httpx.HTTPError as error:
-        log.warning("could not read %s/metrics: %s", url, error)
-        return None, None
-    values = dict(line.split(" ", 1) for line in text.splitlines() if line.startswith("process_"))
-    rss, fds = values.get("process_resident_memory_bytes"), values.get("process_open_fds")
-    return (float(rss) if rss else None, float(fds) if fds else None)
-
-
-def _twin_counts(url: str) -> dict[str, float]:
-    """Impossible twins the server graded, by outcome (held, forged), from its /metrics; empty when it graded none."""
-    try:
-        text = httpx.get(f"{url}/metrics", timeout=30).text
-    except httpx.HTTPError:
-        return {}
-    prefix = 'regrow_twins_graded_total{outcome="'
-    return {
-        line[len(prefix) :].split('"', 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(prefix)
-    }
-
-
-def _sample(server: _Server, backend: DockerBackend | None, started: float, tally: _Tally) -> Sample:
-    rss, fds = _process_metrics(server.url)
+def _sample(server: LoadedServer, backend: DockerBackend | None, started: float, tally: _Tally) -> Sample:
+    rss, fds = process_metrics(server.url)
     containers = None
     if backend is not None:
         try:
-            containers = len(_server_containers(backend, server.owner_prefix))
+            containers = len(server_containers(backend, server.owner_prefix))
         except SandboxError as error:
             log.warning("could not list containers: %s", error)
     return Sample(round(time.monotonic() - started, 1), tally.episodes, rss, fds, containers)
@@ -337,11 +238,11 @@ def run_load_bench(plan: LoadPlan, on_progress: Callable[[float, int], None] | N
         backend = None
     with tempfile.TemporaryDirectory(prefix="regrow-bench-load-") as scratch:
         if plan.url:
-            server = _Server(plan.url.rstrip("/"))
+            server = LoadedServer(plan.url.rstrip("/"))
             result = _load(plan, server, task_ids, backend, on_progress)
         else:
             slots = plan.slots or plan.clients
-            with _own_server(plan.tasks, slots, Path(scratch), backend) as server:
+            with own_server(plan.tasks, slots, Path(scratch), backend) as server:
                 result = _load(plan, server, task_ids, backend, on_progress)
     result["containers_left_after_stop"] = server.containers_left
     return result
@@ -349,7 +250,7 @@ def run_load_bench(plan: LoadPlan, on_progress: Callable[[float, int], None] | N
 
 def _load(
     plan: LoadPlan,
-    server: _Server,
+    server: LoadedServer,
     task_ids: list[str],
     backend: DockerBackend | None,
     on_progress: Callable[[float, int], None] | None,
@@ -397,7 +298,7 @@ def _load(
         "error_count": sum(tally.errors.values()),
         "error_examples": tally.examples,
         "capacity_reached": tally.capacity_reached,
-        "twins": _twin_counts(server.url),
+        "twins": twin_counts(server.url),
         "rss": rss_trend(samples, plan.warmup_s),
         "open_fds": {"first": fds[0], "last": fds[-1], "max": max(fds)} if fds else None,
         "samples": [
