@@ -38,7 +38,10 @@ class GradeLimits:
 class ServerSettings(BaseSettings):
     """Limits and locations of one env server."""
 
-    model_config = SettingsConfigDict(env_prefix="REGROW_SERVER_")
+    # cli_shortcuts: the names `regrow serve` has always given these options, beside the field's own.
+    model_config = SettingsConfigDict(
+        env_prefix="REGROW_SERVER_", cli_shortcuts={"tasks-dir": "tasks", "trace-db": "traces"}
+    )
 
     tasks_dir: Path = Field(default=Path("tasks"), description="Task store directory (tasks.jsonl, hidden/)")
     host: str = Field(default="127.0.0.1", description="Bind address")

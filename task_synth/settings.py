@@ -22,7 +22,17 @@ def home_cache_dir() -> Path:
 class SynthSettings(BaseSettings):
     """How many tasks to make, how, and how hard to check them."""
 
-    model_config = SettingsConfigDict(env_prefix="REGROW_SYNTH_")
+    # cli_shortcuts: the names `regrow synth` has always given these options, beside the field's own.
+    model_config = SettingsConfigDict(
+        env_prefix="REGROW_SYNTH_",
+        cli_shortcuts={
+            "modes": "mode",
+            "kinds": "kind",
+            "max-tasks": "max-tasks-per-repo",
+            "test-command": "test-cmd",
+            "rewrite-base-url": "rewrite-url",
+        },
+    )
 
     ref: str | None = Field(None, description="Git ref to check out (branch, tag or commit).")
     modes: list[Mode] = Field(
