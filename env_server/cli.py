@@ -1,14 +1,14 @@
-"""The env server's commands: `regrow serve`, `regrow traces export`, `regrow bench server`."""
+"""What `regrow serve` does with its settings (regrow/ parses them), and `regrow traces export`."""
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
 
 import typer
 from rich.console import Console
 
+from env_server.settings import ServerSettings
 from proto.dataset_files import DatasetFormat
 
 console = Console(stderr=True)
@@ -22,29 +22,11 @@ def _use_json_logs() -> None:
         handler.setFormatter(JsonLineFormatter())
 
 
-def serve(
-    tasks: Path = typer.Option(
-        ..., "--tasks", exists=True, file_okay=False, help="Task store directory (tasks.jsonl, hidden/)."
-    ),
-    host: str = typer.Option(None, help="Bind address [default: REGROW_SERVER_HOST or 127.0.0.1]."),
-    port: int = typer.Option(None, help="HTTP/WebSocket port [default: 8000]."),
-    grpc_port: int = typer.Option(None, help="gRPC port [default: 50051]."),
-    max_episodes: int = typer.Option(None, min=1, help="Concurrent episodes [default: what host memory allows]."),
-    traces: Path = typer.Option(None, help="SQLite trace file [default: TASKS/traces.sqlite]."),
-) -> None:
-    """Serve the tasks in TASKS as OpenEnv episodes over HTTP, WebSocket and gRPC."""
+def serve(settings: ServerSettings) -> None:
+    """Serve until SIGINT or SIGTERM, logging JSON lines; a bad store or an unreachable engine is one error line."""
     from env_server.lifecycle.server import serve as run_server
-    from env_server.settings import ServerSettings
     from sandbox import SandboxError
 
-    overrides: dict[str, Any] = {
-        "host": host,
-        "port": port,
-        "grpc_port": grpc_port,
-        "max_episodes": max_episodes,
-        "trace_db": traces,
-    }
-    settings = ServerSettings(tasks_dir=tasks, **{k: v for k, v in overrides.items() if v is not None})
     _use_json_logs()
     try:
         run_server(settings)
@@ -87,5 +69,4 @@ def traces_export(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("serve")(serve)
     app.add_typer(traces_app, name="traces")

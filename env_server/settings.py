@@ -38,32 +38,50 @@ class GradeLimits:
 class ServerSettings(BaseSettings):
     """Limits and locations of one env server."""
 
-    model_config = SettingsConfigDict(env_prefix="REGROW_SERVER_")
+    # cli_shortcuts: the names `regrow serve` has always given these options, beside the field's own.
+    model_config = SettingsConfigDict(
+        env_prefix="REGROW_SERVER_", cli_shortcuts={"tasks-dir": "tasks", "trace-db": "traces"}
+    )
 
-    tasks_dir: Path = Path("tasks")
-    host: str = "127.0.0.1"
-    port: int = 8000
-    grpc_port: int = 50051
-    trace_db: Path | None = Field(default=None, description="SQLite file; default TASKS_DIR/traces.sqlite")
+    tasks_dir: Path = Field(default=Path("tasks"), description="Task store directory (tasks.jsonl, hidden/)")
+    host: str = Field(default="127.0.0.1", description="Bind address")
+    port: int = Field(default=8000, description="HTTP/WebSocket port")
+    grpc_port: int = Field(default=50051, description="gRPC port")
+    trace_db: Path | None = Field(default=None, description="SQLite trace file; default TASKS_DIR/traces.sqlite")
     trace_backlog_mib: int = Field(
         default=64, ge=1, description="Memory for trace records a locked or full database refused, kept to retry"
     )
-    max_episodes: int = Field(default_factory=default_max_episodes, ge=1)
-    idle_timeout_s: float = Field(default=600.0, gt=0)
-    step_budget: int = Field(default=100, ge=1)
-    wall_clock_budget_s: float = Field(default=1800.0, gt=0)
-    run_timeout_default_s: float = Field(default=30.0, gt=0)
-    run_timeout_cap_s: float = Field(default=120.0, gt=0)
-    grade_timeout_s: float = Field(default=300.0, gt=0)
-    max_write_bytes: int = Field(default=1024 * 1024, ge=1)
-    read_cap_chars: int = Field(default=64 * 1024, ge=1)
-    warm_pool_per_image: int = Field(default=2, ge=0)
-    warm_pool_total: int = Field(default=8, ge=0)
-    reaper_interval_s: float = Field(default=60.0, gt=0)
+    max_episodes: int = Field(
+        default_factory=default_max_episodes,
+        ge=1,
+        description="Concurrent episodes, more get CAPACITY_REACHED; default: what host memory allows",
+    )
+    idle_timeout_s: float = Field(
+        default=600.0, gt=0, description="An idle episode is ended and its sandbox destroyed after this many seconds"
+    )
+    step_budget: int = Field(default=100, ge=1, description="Steps an episode may take before it is graded")
+    wall_clock_budget_s: float = Field(
+        default=1800.0, gt=0, description="Seconds an episode may last before it is graded"
+    )
+    run_timeout_default_s: float = Field(default=30.0, gt=0, description="Timeout of a `run` that names none")
+    run_timeout_cap_s: float = Field(default=120.0, gt=0, description="The longest `run` timeout an agent may ask for")
+    grade_timeout_s: float = Field(default=300.0, gt=0, description="The most a graded run may take")
+    max_write_bytes: int = Field(default=1024 * 1024, ge=1, description="Largest content one `write_file` may write")
+    read_cap_chars: int = Field(
+        default=64 * 1024, ge=1, description="Characters of a read, search or listing returned before truncation"
+    )
+    warm_pool_per_image: int = Field(default=2, ge=0, description="Warm containers kept ready per repository image")
+    warm_pool_total: int = Field(default=8, ge=0, description="Warm containers kept ready over all images")
+    reaper_interval_s: float = Field(
+        default=60.0, gt=0, description="Seconds between two sweeps for containers no live episode owns"
+    )
     engine_check_s: float = Field(
         default=5.0, gt=0, description="Seconds between two pings of the Docker engine (GET /health reads the last)"
     )
-    reward_mode: RewardMode = "fraction"
+    reward_mode: RewardMode = Field(
+        default="fraction",
+        description="fraction: the share of FAIL_TO_PASS tests credited (0 if a PASS_TO_PASS test breaks); binary",
+    )
     twin_rate: float = Field(
         default=0.0,
         ge=0,

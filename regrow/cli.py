@@ -20,9 +20,16 @@ app.add_typer(bench_app, name="bench")
 
 
 def _register_parts() -> None:
-    """Each part adds its own commands; their heavy imports happen only when a command runs."""
+    """Each part adds its own commands; their heavy imports happen only when a command runs.
+
+    synth, serve, train and ladder are registered here, in regrow/, where the one parser that makes their options
+    from their parts' settings may import every part.
+    """
     import importlib
 
+    from regrow.settings_commands import register as register_settings_commands
+
+    register_settings_commands(app)
     for part in ("sandbox.cli", "task_synth.cli", "env_server.cli", "trainer_client.cli"):
         try:
             module = importlib.import_module(part)

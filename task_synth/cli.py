@@ -1,4 +1,4 @@
-"""`regrow synth` and `regrow bench synth`: rich progress and a summary on stderr; the bench prints JSON."""
+"""What `regrow synth` does with its settings (regrow/ parses them), and the progress `regrow bench synth` shares."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ from pathlib import Path
 from typing import NoReturn
 
 import typer
+from pydantic import Field
+from pydantic_settings import BaseSettings, CliPositionalArg, SettingsConfigDict
 from rich.console import Console
+
+from task_synth.settings import SynthSettings
 
 console = Console(stderr=True)
 MODES_HELP = "Deletion mode: stub, remove or file; repeat for several (tasks alternate between them)."
@@ -19,8 +23,6 @@ def fail(message: str) -> NoReturn:
 
 
 def synth_settings(**overrides):
-    from task_synth.settings import SynthSettings
-
     return SynthSettings(**{key: value for key, value in overrides.items() if value is not None})
 
 
@@ -33,15 +35,6 @@ def _stop_on_sigterm() -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
-
-
-def _problems(error: ValueError) -> str:
-    """What was wrong with the options, one clause per setting (pydantic's own text ends in a link)."""
-    from pydantic import ValidationError
-
-    if not isinstance(error, ValidationError):
-        return str(error)
-    return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
 
 
 def progress_bars(console):
@@ -117,77 +110,34 @@ def _report_rows(report, out: Path) -> list[tuple[str, object]]:
     return rows
 
 
-def synth(
-    source: str = typer.Argument(None, help="Local path or git URL of the repository (or use --repos)."),
-    out: Path = typer.Option(..., "--out", help="Task store directory (tasks.jsonl, workspaces/, hidden/, repos/)."),
-    repos: Path = typer.Option(
-        None, "--repos", help="A file with one repository per line (`source [ref]`); resumable."
-    ),
-    ref: str = typer.Option(None, help="Git ref to check out."),
-    mode: list[str] = typer.Option(["stub"], "--mode", help=MODES_HELP),
-    kind: list[str] = typer.Option(
-        None, "--kind", help="Delete only units of this kind (function, method, class, module, feature); repeat."
-    ),
-    seed: int = typer.Option(0, help="Seed for candidate sampling; the same seed gives the same tasks."),
-    max_tasks: int = typer.Option(10, "--max-tasks", "--max-tasks-per-repo", min=1, help="Valid tasks per repository."),
-    max_candidates: int = typer.Option(
-        None, "--max-candidates", min=1, help="Candidates to try at most per repository."
-    ),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="Candidates validated in parallel."),
-    test_cmd: str = typer.Option(None, "--test-cmd", help="Base pytest command run in /workspace."),
-    split: str = typer.Option(
-        None, "--split", help="Split of every task (default: drawn per repository, see --test-fraction)."
-    ),
-    split_by: str = typer.Option(None, "--split-by", help="repo (default) or file: what one split draw covers."),
-    test_fraction: float = typer.Option(
-        None, "--test-fraction", min=0, max=1, help="Share of repositories drawn into test."
-    ),
-    rewrite_url: str = typer.Option(
-        None, "--rewrite-url", help="OpenAI-compatible endpoint (…/v1) that rewrites problem statements."
-    ),
-    rewrite_model: str = typer.Option(
-        None, "--rewrite-model", help="Model for --rewrite-url; the key is read from $OPENAI_API_KEY."
-    ),
-    twins: bool = typer.Option(
-        None,
-        "--twins/--no-twins",
-        help="Also write each task's impossible twin (twins.jsonl) for the server's live forgery rate.",
-    ),
-) -> None:
-    """Turn test-heavy Python repositories into validated feature-deletion tasks."""
+class SynthTargets(BaseSettings):
+    """What `regrow synth` reads and where it writes: one repository or a file of them, and the task store."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_SYNTH_")
+
+    source: CliPositionalArg[str | None] = Field(
+        default=None, description="Local path or git URL of the repository (or use --repos)."
+    )
+    out: Path = Field(description="Task store directory (tasks.jsonl, workspaces/, hidden/, repos/).")
+    repos: Path | None = Field(
+        default=None, description="A file with one repository per line (`source [ref]`); resumable."
+    )
+
+
+def synth(targets: SynthTargets, settings: SynthSettings) -> None:
+    """Synthesize with SETTINGS, showing progress, then print the summary and the tasks' difficulty."""
     from sandbox import SandboxError
     from task_synth.errors import SynthError
 
-    if (source is None) == (repos is None):
-        fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
-    try:
-        settings = synth_settings(
-            ref=ref,
-            modes=mode,
-            kinds=kind or None,
-            seed=seed,
-            max_tasks=max_tasks,
-            max_candidates=max_candidates,
-            jobs=jobs,
-            test_command=test_cmd,
-            split=split,
-            split_by=split_by,
-            test_fraction=test_fraction,
-            rewrite_base_url=rewrite_url,
-            rewrite_model=rewrite_model,
-            twins=twins,
-        )
-    except ValueError as error:
-        fail(
-            f"invalid option: {_problems(error)} (modes are stub, remove, file; kinds are function, method, class, "
-            "module, feature; --split-by is repo or file)"
-        )
+    source, out, repos = targets.source, targets.out, targets.repos
     progress, update, on_repo = progress_bars(console)
     _stop_on_sigterm()
     try:
-        if repos is not None:
+        if repos is not None and source is None:
             _synth_many(console, repos, out, settings, progress, update, on_repo)
             return
+        if source is None or repos is not None:
+            fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
         from task_synth.pipeline import synthesize
 
         with progress:
@@ -228,5 +178,4 @@ def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_
 def register(app: typer.Typer) -> None:
     from task_synth.tasks_cli import tasks_app
 
-    app.command("synth")(synth)
     app.add_typer(tasks_app, name="tasks")

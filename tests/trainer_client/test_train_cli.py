@@ -3,22 +3,10 @@
 import pickle
 
 import pytest
-import typer
 from typer.testing import CliRunner
 
 from regrow.cli import app
 from trainer_client.train.settings import TrainSettings
-
-
-def test_the_train_options_are_the_settings_fields_with_their_help():
-    command = typer.main.get_command(app).commands["train"]
-    options = {parameter.name: parameter for parameter in command.params}
-    assert set(options) == set(TrainSettings.model_fields)
-    for name, field in TrainSettings.model_fields.items():
-        assert options[name].default in (None, ()), f"--{name}: the default must come from TrainSettings"
-        assert f"REGROW_TRAIN_{name.upper()}" in options[name].help
-        assert (field.description or "") in options[name].help
-    assert "--lr" in options["learning_rate"].opts and "--task-id" in options["task_ids"].opts
 
 
 def test_a_flag_is_checked_against_the_settings_bounds():

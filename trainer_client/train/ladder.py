@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
 
 from trainer_client.train.run import TrainSummary
 from trainer_client.train.settings import TrainSettings
@@ -35,6 +35,12 @@ class LadderSettings(BaseSettings):
     eval_split: str = Field(default="test", description="Held-out task split the arms are evaluated on.")
     eval_tasks: int = Field(default=8, ge=1, description="Held-out tasks drawn (seeds 0..N-1 of the split).")
     k: int = Field(default=4, ge=1, description="Episodes per held-out task: pass@1 and mean reward over k samples.")
+
+
+class ArmsTrainSettings(TrainSettings):
+    """The training settings `regrow ladder` takes: `regrow train`'s but --output-dir, as each arm's is OUT/a1..a4."""
+
+    output_dir: CliSuppress[Path] = TrainSettings.model_fields["output_dir"].default
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,11 @@ from trainer_client.env.server_pool import env_urls
 class TrainSettings(BaseSettings):
     """What `regrow train` runs: where the env is, which policy, how episodes are played and scored."""
 
-    model_config = SettingsConfigDict(env_prefix="REGROW_TRAIN_")
+    # cli_shortcuts: the short names these options have always had, beside the field's own (kebab-case) name.
+    model_config = SettingsConfigDict(
+        env_prefix="REGROW_TRAIN_",
+        cli_shortcuts={"task-ids": "task-id", "learning-rate": "lr", "vllm-timeout-s": "vllm-timeout"},
+    )
 
     env: Annotated[list[str], NoDecode] = Field(
         description="Env server URL: http://host:port (WebSocket /ws) or grpc://host:port. Repeat the flag (or give "
@@ -24,7 +28,6 @@ class TrainSettings(BaseSettings):
     task_ids: list[str] = Field(
         default_factory=list,
         description="Tasks to train on, cycled (repeat the flag); empty samples by seed.",
-        json_schema_extra={"flag": "--task-id"},
     )
     split: str = Field(default="train", description="Task split to sample from when no task ids are given.")
     steps: int = Field(default=100, ge=1, description="Optimizer steps.")
@@ -36,9 +39,7 @@ class TrainSettings(BaseSettings):
     max_turn_tokens: int = Field(default=384, ge=8, description="Tokens the policy may generate in one turn.")
     max_completion_tokens: int = Field(default=3072, ge=64, description="Token budget of all turns and env replies.")
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
-    learning_rate: float = Field(
-        default=1e-6, gt=0, description="Optimizer learning rate.", json_schema_extra={"flag": "--lr"}
-    )
+    learning_rate: float = Field(default=1e-6, gt=0, description="Optimizer learning rate.")
     loss_type: str = Field(default="dr_grpo", description="TRL loss: dr_grpo, grpo, dapo, bnpo, cispo, sapo, ...")
     importance_correction: bool = Field(
         default=True,
@@ -102,7 +103,6 @@ class TrainSettings(BaseSettings):
         default=10.0,
         gt=0,
         description="Longest wait for the vLLM server to answer at startup.",
-        json_schema_extra={"flag": "--vllm-timeout"},
     )
 
     @field_validator("env", mode="before")
