@@ -87,7 +87,7 @@ test-rest:
 
 # The pure logic alone: no engine, no network, no GPU, no real pretrained model.
 test-fast: setup lint
-	$(BIN)/pytest -m "not docker and not network and not gpu and not model"
+	$(BIN)/pytest -n auto --dist loadfile -m "not docker and not network and not gpu and not model"
 
 lint: setup-core
 	$(BIN)/ruff check .
