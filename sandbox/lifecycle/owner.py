@@ -11,15 +11,29 @@ OWNER_LABEL = "regrow.owner"
 OWNER_CONTAINER_LABEL = "regrow.owner.container"
 
 
+# Docker bind-mounts these from /var/lib/docker/containers/<id>/ into each container it runs.
+_CONTAINER_FILES = ("/etc/hostname", "/etc/hosts", "/etc/resolv.conf")
+
+
 @cache
 def own_container_id() -> str | None:
     """The id of the Docker container this process runs in, or None on a plain host."""
     try:
         with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
-            match = re.search(r"/containers/([0-9a-f]{64})/", mounts.read())
+            return container_id_from_mountinfo(mounts.read())
     except OSError:
         return None
-    return match.group(1) if match else None
+
+
+def container_id_from_mountinfo(text: str) -> str | None:
+    """The container whose files are mounted at /etc/hostname and its siblings; on a host, other containers' own
+    mounts (their /dev/shm under /var/lib/docker/containers/<id>/) are listed too, and must not count."""
+    for line in text.splitlines():
+        fields = line.split()  # id, parent, major:minor, root, mount point, ...
+        if len(fields) > 4 and fields[4] in _CONTAINER_FILES:
+            if match := re.search(r"/containers/([0-9a-f]{64})/", fields[3]):
+                return match.group(1)
+    return None
 
 
 def _start_ticks(pid: int) -> str | None:

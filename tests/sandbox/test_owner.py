@@ -1,0 +1,28 @@
+"""Whether this process runs in a container, read from its mounts: a host that runs containers is still a host."""
+
+from sandbox.lifecycle.owner import container_id_from_mountinfo
+
+OTHER = "942501cffce990bf9f846654d83ca3a03d9494dd5f1d8279e638d08a6f77e4aa"
+OWN = "d5f691ace2235f1b3159f7ce75205ae0e161176a50dbf772df8c69a93f7fa566"
+
+HOST = f"""\
+22 1 259:1 / / rw,relatime shared:1 - ext4 /dev/root rw
+29 22 0:26 / /dev/shm rw,nosuid,nodev shared:4 - tmpfs tmpfs rw
+412 22 0:61 / /var/lib/docker/containers/{OTHER}/mounts/shm rw,nosuid,nodev,noexec shared:210 - tmpfs shm rw,size=65536k
+430 22 0:63 / /var/lib/docker/overlay2/abc/merged rw,relatime shared:220 - overlay overlay rw,lowerdir=/x
+"""
+
+CONTAINER = f"""\
+612 540 0:63 / / rw,relatime master:220 - overlay overlay rw,lowerdir=/x
+650 612 259:1 /var/lib/docker/containers/{OWN}/resolv.conf /etc/resolv.conf rw,relatime - ext4 /dev/root rw
+651 612 259:1 /var/lib/docker/containers/{OWN}/hostname /etc/hostname rw,relatime - ext4 /dev/root rw
+652 612 259:1 /var/lib/docker/containers/{OWN}/hosts /etc/hosts rw,relatime - ext4 /dev/root rw
+"""
+
+
+def test_a_host_running_other_containers_is_no_container():
+    assert container_id_from_mountinfo(HOST) is None
+
+
+def test_a_container_is_known_by_the_files_docker_mounts_into_it():
+    assert container_id_from_mountinfo(CONTAINER) == OWN
