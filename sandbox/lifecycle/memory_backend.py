@@ -41,7 +41,7 @@ class MemoryBackend:
             on_destroy=self.remove,
         )
         if workdir:
-            sandbox._make_dirs(workdir)
+            sandbox.make_dirs(workdir)
         self.sandboxes[sandbox.id] = sandbox
         self._created[sandbox.id] = time.time()
         return sandbox

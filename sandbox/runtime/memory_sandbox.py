@@ -115,11 +115,11 @@ class MemorySandbox:
         limit = self.limits.file_size_bytes
         if len(payload) > limit:
             raise FileTooLarge(f"{path}: {len(payload)} bytes is over the {limit}-byte file limit; write smaller files")
-        if self._gone_for_files():
+        if self.destroyed:
             raise SandboxGone(f"sandbox {self.id} is removed; start a new sandbox")
         if path == "/" or self.nodes.get(path, _Node("file")).kind == "dir":
             raise IsADirectoryError(f"cannot write to a directory path: {path!r}")
-        self._make_dirs(posixpath.dirname(path))
+        self.make_dirs(posixpath.dirname(path))
         self.nodes[path] = _Node("file", payload, mode)
 
     def read_file(self, path: str) -> bytes:
@@ -203,9 +203,9 @@ class MemorySandbox:
             for member in tar:
                 name = posixpath.normpath(posixpath.join(path, member.name))
                 if member.isdir():
-                    self._make_dirs(name, member.mode)
+                    self.make_dirs(name, member.mode)
                     continue
-                self._make_dirs(posixpath.dirname(name))
+                self.make_dirs(posixpath.dirname(name))
                 if member.issym():
                     self.nodes[name] = _Node("link", target=member.linkname)
                 elif member.isfile():
@@ -222,11 +222,8 @@ class MemorySandbox:
         if self.on_destroy:
             self.on_destroy(self.id)
 
-    def _gone_for_files(self) -> bool:
-        return self.destroyed
-
     def _resolve(self, path: str) -> tuple[_Node, str]:
-        if self._gone_for_files():
+        if self.destroyed:
             raise SandboxGone(f"sandbox {self.id} is removed; start a new sandbox")
         for _ in range(_MAX_LINK_HOPS + 1):
             node = self.nodes.get(path)
@@ -237,7 +234,8 @@ class MemorySandbox:
             path = posixpath.normpath(posixpath.join(posixpath.dirname(path), node.target))
         raise SandboxError(f"{path}: too many levels of symbolic links")
 
-    def _make_dirs(self, path: str, mode: int = 0o755) -> None:
+    def make_dirs(self, path: str, mode: int = 0o755) -> None:
+        """`mkdir -p`: every missing directory on the way to `path`."""
         parts = [part for part in path.split("/") if part]
         for depth in range(1, len(parts) + 1):
             name = "/" + "/".join(parts[:depth])

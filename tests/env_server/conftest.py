@@ -69,9 +69,10 @@ def memory_task_store(tmp_path_factory) -> Path:
 def run_shell_commands(argv, sandbox):
     """The in-memory sandbox's answer to a shell command: the few the tests run (echo, ln -s, ls, pwd, true, exit N,
     sleep as a timeout), joined by `;` or `&&`; anything else is 127."""
-    import posixpath
+    import io
     import re
     import shlex
+    import tarfile
 
     from sandbox import ExecResult, SandboxFileNotFound
 
@@ -95,7 +96,12 @@ def run_shell_commands(argv, sandbox):
         elif name == "sleep":
             return ExecResult(124, out, err, True, False, float(args[0]))
         elif name == "ln" and args[:1] == ["-s"]:
-            sandbox.nodes[posixpath.join("/workspace", args[2])] = type(sandbox.nodes["/"])("link", target=args[1])
+            link = tarfile.TarInfo(args[2])
+            link.type, link.linkname = tarfile.SYMTYPE, args[1]
+            archive = io.BytesIO()
+            with tarfile.open(fileobj=archive, mode="w") as tar:
+                tar.addfile(link)
+            sandbox.import_tree("/workspace", archive.getvalue())
             code = 0
         elif name == "ls":
             try:
