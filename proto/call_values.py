@@ -22,6 +22,11 @@ import pickle
 import signal
 import types
 
+if __name__ == "proto.call_values":  # on the host, where threads parse at once
+    from proto.python_ast import literal_value as _literal_eval
+else:  # shipped alone into a sandbox, where no `proto` of ours may be imported: a workspace could plant one
+    _literal_eval = ast.literal_eval  # type: ignore[assignment]  # same call, no lock
+
 MAX_TEXT = 300  # characters of a call's literal arguments
 MAX_DESCRIPTION = 4000  # characters of a described value
 MAX_DEPTH = 6
@@ -62,7 +67,7 @@ def literal_text(value):
         return None
     text = repr(value)
     try:
-        return text if len(text) <= MAX_TEXT and ast.literal_eval(text) == value else None
+        return text if len(text) <= MAX_TEXT and _literal_eval(text) == value else None
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):  # frozenset(...) is no literal
         return None
 
@@ -143,7 +148,7 @@ def described_text(value, view=None, limit=MAX_DESCRIPTION):
     try:
         description = _describe(value, 0, frozenset(), view)
         text = repr(description)
-        if len(text) > limit or ast.literal_eval(text) != description:
+        if len(text) > limit or _literal_eval(text) != description:
             return None
     except (_Undescribable, TypeError, ValueError, SyntaxError, RecursionError, MemoryError):
         return None
@@ -229,7 +234,7 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None):
         with _within(limit):
             receiver, arguments = pickle.loads(base64.b64decode(inputs)) if inputs else (None, None)
             args, kwargs = (
-                arguments if arguments is not None else (ast.literal_eval(args_text), ast.literal_eval(kwargs_text))
+                arguments if arguments is not None else (_literal_eval(args_text), _literal_eval(kwargs_text))
             )
             if receiver is not None:
                 function = getattr(receiver, qualname.rpartition(".")[2])
@@ -355,7 +360,7 @@ def replay_program(module, qualname, steps_text, reads, limit):
             for part in qualname.split("."):
                 klass = getattr(klass, part)
             view = (klass, tuple(reads))
-            for step in ast.literal_eval(steps_text)[:MAX_STEPS]:
+            for step in _literal_eval(steps_text)[:MAX_STEPS]:
                 result, outcome = program_step(klass, step, objects, view)
                 objects.append(result)
                 outcomes.append(outcome)

@@ -10,11 +10,11 @@ agrees step by step, and its instances by the attributes the visible tests read.
 
 from __future__ import annotations
 
-import ast
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proto.python_ast import literal_value
 from proto.tasks import IoCheck
 
 CheckOutcome = Literal["passed", "failed", "missing"]
@@ -55,7 +55,7 @@ def _literal(text: object) -> tuple[bool, Any]:
     if not isinstance(text, str) or len(text) > MAX_LITERAL:
         return False, None
     try:
-        return True, ast.literal_eval(text)
+        return True, literal_value(text)
     except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return False, None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from pydantic import BaseModel
 
 from env_server.settings import ServerSettings
 from proto.actions import EditFileArgs, ListDirArgs, ReadFileArgs, RunArgs, SearchArgs, WriteFileArgs
+from proto.python_ast import parse_or_raise
 from proto.tasks import HASH_SEED
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
@@ -69,7 +69,7 @@ def _parse_feedback(path: str, text: str) -> str | None:
     if not path.endswith(".py"):
         return None
     try:
-        ast.parse(text)
+        parse_or_raise(text)
     except SyntaxError as error:
         return f"{_relative(path)} no longer parses: line {error.lineno}: {error.msg}"
     except (ValueError, RecursionError, MemoryError) as error:

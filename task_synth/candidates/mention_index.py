@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 
-from task_synth.candidates.python_ast import parse_python
+from proto.python_ast import parse_python
 
 
 def mention_index(test_texts: dict[str, str]) -> dict[str, set[str]]:

@@ -13,10 +13,10 @@ import zipfile
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
 
+from proto.python_ast import parse_python
 from sandbox import DockerBackend
 from sandbox.layout import CACHE_NAMES as CACHE_NAME_GLOBS
 from task_synth.candidates.deletion import Deletion
-from task_synth.candidates.python_ast import parse_python
 
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5

@@ -20,11 +20,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from proto.call_values import SHIPPED_NAME
+from proto.python_ast import parse_python
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.candidates.deletion import Deletion
-from task_synth.candidates.python_ast import parse_python
 from task_synth.repository.editable_install import SCRATCH
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings

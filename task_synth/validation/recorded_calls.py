@@ -14,8 +14,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from proto.call_values import MAX_DESCRIPTION, MAX_PROGRAM_TEXT, MAX_STEPS, MAX_TEXT
+from proto.python_ast import literal_value
 from proto.tasks import IoCheck
-from task_synth.candidates.python_ast import literal_value
 
 MAX_CHECKS = 8  # checks linked to the visible test that made their call
 # What a call raises once the unit is deleted (a stub, a removed name, a missing module): a check expecting one of

@@ -9,8 +9,8 @@ import random
 from typing import Any
 
 from proto.call_values import MAX_PROGRAM_TEXT, literal_text
+from proto.python_ast import literal_value
 from proto.tasks import IoCheck
-from task_synth.candidates.python_ast import literal_value
 from task_synth.validation.recorded_calls import Call, canonical, check_key, selected_checks
 
 MAX_UNSEEN = 8  # checks of calls no visible test makes

@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from proto.python_ast import parse_python
 from sandbox import Sandbox
 from sandbox.layout import WORKSPACE
 from task_synth.candidates.deletion import Deletion
-from task_synth.candidates.python_ast import parse_python
 from task_synth.settings import SynthSettings
 from task_synth.stage_clock import StageClock
 from task_synth.validation.baseline import Baseline

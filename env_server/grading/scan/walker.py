@@ -21,6 +21,7 @@ from env_server.grading.scan.rules import (
     SENSITIVE,
     WRITE_MODE,
 )
+from proto.python_ast import parse_python
 
 _LEAVES = {
     "ctx",
@@ -352,7 +353,4 @@ def source_lines(source: bytes | str) -> list[str]:
 
 
 def parse(source: bytes | str) -> ast.Module | None:
-    try:  # no warnings.catch_warnings: it is not thread-safe, and the grader runs in worker threads
-        return ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a null byte
-        return None
+    return parse_python(source)  # no warnings.catch_warnings: it is not thread-safe, and the grader runs in threads
