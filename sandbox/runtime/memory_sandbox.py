@@ -20,16 +20,28 @@ from sandbox.layout import AGENT_UID
 from sandbox.limits import Limits
 from sandbox.runtime.sandbox_protocol import DirEntry, ExecResult
 
-# What a command answers, given its argv (a shell string arrives as ["sh", "-c", string]) and the sandbox.
-Commands = Callable[[list[str], "MemorySandbox"], ExecResult]
+
+@dataclass(frozen=True)
+class Command:
+    """One exec as a script sees it: a shell string arrives as argv ["sh", "-c", string]."""
+
+    argv: list[str]
+    cwd: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = 30.0
+    user: str | None = None
+
+
+# What a command answers, given the command and the sandbox it runs in.
+Commands = Callable[[Command, "MemorySandbox"], ExecResult]
 _MAX_LINK_HOPS = 8
 _ids = itertools.count(1)
 
 
-def no_commands(argv: list[str], sandbox: MemorySandbox) -> ExecResult:
+def no_commands(command: Command, sandbox: MemorySandbox) -> ExecResult:
     """The default: every command is missing, as it would be in a sandbox with no shell."""
     return ExecResult(
-        127, "", f"{argv[0]}: not available in the in-memory sandbox; pass it `commands`\n", False, False, 0.0
+        127, "", f"{command.argv[0]}: not available in the in-memory sandbox; pass it `commands`\n", False, False, 0.0
     )
 
 
@@ -84,7 +96,8 @@ class MemorySandbox:
         self.executed.append(argv)
         if argv[:3] == ["realpath", "-m", "--"] and len(argv) == 4:  # path checks ask the tree, which is here
             return ExecResult(0, self.real_path(argv[3]) + "\n", "", False, False, 0.0)
-        return _capped(self.commands(argv, self), self.limits.output_cap_bytes)
+        asked = Command(argv, cwd, dict(env or {}), timeout, user)
+        return _capped(self.commands(asked, self), self.limits.output_cap_bytes)
 
     def real_path(self, path: str) -> str:
         """`realpath -m`: every symbolic link on the way resolved; missing parts are kept as they are."""

@@ -66,63 +66,19 @@ def memory_task_store(tmp_path_factory) -> Path:
     return build_memory_task_store(tmp_path_factory.mktemp("memory-tasks"))
 
 
-def run_shell_commands(argv, sandbox):
-    """The in-memory sandbox's answer to a shell command: the few the tests run (echo, ln -s, ls, pwd, true, exit N,
-    sleep as a timeout), joined by `;` or `&&`; anything else is 127."""
-    import io
-    import re
-    import shlex
-    import tarfile
+def memory_backend():
+    """The in-memory backend with the demo task's image: the scripted shell, and grading run on this host."""
+    from sandbox.lifecycle.memory_backend import MemoryBackend
+    from tests.env_server.memory_commands import grading_commands
+    from tests.task_fixture import MEMORY_IMAGE
 
-    from sandbox import ExecResult, SandboxFileNotFound
-
-    script = argv[2] if argv[:2] == ["sh", "-c"] else shlex.join(argv)
-    out, err, code = "", "", 0
-    for part in re.split(r"\s*(?:;|&&)\s*", script.strip()):
-        words = shlex.split(part.replace(">&2", " >&2 "))
-        to_err = ">&2" in words
-        words = [word for word in words if word != ">&2"]
-        if not words:
-            continue
-        name, args = words[0], words[1:]
-        if name == "echo":
-            text = " ".join(args) + "\n"
-            out, err = (out, err + text) if to_err else (out + text, err)
-            code = 0
-        elif name in ("true", "pwd"):
-            out, code = out + ("/workspace\n" if name == "pwd" else ""), 0
-        elif name == "exit":
-            return ExecResult(int(args[0]), out, err, False, False, 0.01)
-        elif name == "sleep":
-            return ExecResult(124, out, err, True, False, float(args[0]))
-        elif name == "ln" and args[:1] == ["-s"]:
-            link = tarfile.TarInfo(args[2])
-            link.type, link.linkname = tarfile.SYMTYPE, args[1]
-            archive = io.BytesIO()
-            with tarfile.open(fileobj=archive, mode="w") as tar:
-                tar.addfile(link)
-            sandbox.import_tree("/workspace", archive.getvalue())
-            code = 0
-        elif name == "ls":
-            try:
-                sandbox.read_file(args[0])
-                out, code = out + args[0] + "\n", 0
-            except (SandboxFileNotFound, IsADirectoryError):
-                err, code = err + f"ls: cannot access '{args[0]}'\n", 2
-        else:
-            return ExecResult(127, out, err + f"sh: {name}: not scripted\n", False, False, 0.0)
-        if code and "&&" in script:
-            break
-    return ExecResult(code, out, err, False, False, 0.01)
+    return MemoryBackend({MEMORY_IMAGE: {}}, commands=grading_commands)
 
 
 @pytest.fixture(scope="module")
 def memory_runtime(memory_task_store, tmp_path_factory):
     """An EpisodeRuntime on the in-memory backend: tools and stepping with no engine."""
-    from sandbox.lifecycle.memory_backend import MemoryBackend
-    from tests.task_fixture import MEMORY_IMAGE
-
-    backend = MemoryBackend({MEMORY_IMAGE: {"/workspace/.keep": b""}}, commands=run_shell_commands)
+    backend = memory_backend()
     live = make_runtime(backend, make_settings(memory_task_store, tmp_path_factory.mktemp("memrt")))
     yield live
     live.close()
@@ -133,10 +89,8 @@ def memory_runtime(memory_task_store, tmp_path_factory):
 def memory_server(memory_task_store, tmp_path_factory):
     """The whole server (HTTP, WebSocket, gRPC) on the in-memory backend: the wire with no engine."""
     from env_server.lifecycle.server import start_in_background
-    from sandbox.lifecycle.memory_backend import MemoryBackend
-    from tests.task_fixture import MEMORY_IMAGE
 
-    backend = MemoryBackend({MEMORY_IMAGE: {"/workspace/.keep": b""}}, commands=run_shell_commands)
+    backend = memory_backend()
     settings = make_settings(
         memory_task_store, tmp_path_factory.mktemp("memsrv"), host="127.0.0.1", port=0, grpc_port=0
     )

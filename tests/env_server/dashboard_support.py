@@ -14,14 +14,14 @@ FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda s
 
 
 @contextmanager
-def served_with_token(docker_backend, store: Path, folder: Path, token: str, refresh_s: float) -> Iterator:
+def served_with_token(backend, store: Path, folder: Path, token: str, refresh_s: float) -> Iterator:
     """A whole server on free local ports whose pages need `token`, its dashboard refreshed every `refresh_s`."""
     from env_server.lifecycle.server import start_in_background
 
     settings = make_settings(
         store, folder, host="127.0.0.1", port=0, grpc_port=0, api_token=token, dashboard_refresh_s=refresh_s
     )
-    with start_in_background(settings, docker_backend) as running:
+    with start_in_background(settings, backend) as running:
         yield running
 
 

@@ -15,10 +15,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.conftest import IN_CI
+from tests.env_server.conftest import memory_backend
 from tests.env_server.dashboard_support import FORGED_INIT, play, served_with_token, write
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS, WRONG_OPS
-
-pytestmark = pytest.mark.docker
 
 TOKEN = "dashboard-browser-token"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -31,10 +30,10 @@ WIDTH, HEIGHT = 1400, 1000
 
 
 @pytest.fixture(scope="module")
-def served(docker_backend, demo_task_store, tmp_path_factory):
+def served(memory_task_store, tmp_path_factory):
     """A server with a token; its dashboard sends a snapshot every 0.3 s."""
     folder = tmp_path_factory.mktemp("dash-browser")
-    with served_with_token(docker_backend, demo_task_store, folder, TOKEN, refresh_s=0.3) as running:
+    with served_with_token(memory_backend(), memory_task_store, folder, TOKEN, refresh_s=0.3) as running:
         yield running
 
 

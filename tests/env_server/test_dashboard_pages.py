@@ -9,21 +9,19 @@ import httpx
 import pytest
 
 from env_server.dashboard.access import COOKIE
-from tests.env_server.conftest import make_settings
+from tests.env_server.conftest import make_settings, memory_backend
 from tests.env_server.dashboard_support import FORGED_INIT, play, served_with_token, write
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
-
-pytestmark = pytest.mark.docker
 
 TOKEN = "dashboard-test-token"
 HOSTILE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
 
 
 @pytest.fixture(scope="module")
-def guarded(docker_backend, demo_task_store, tmp_path_factory):
+def guarded(memory_task_store, tmp_path_factory):
     """A server with a token; its dashboard refreshes five times a second."""
     folder = tmp_path_factory.mktemp("dash")
-    with served_with_token(docker_backend, demo_task_store, folder, TOKEN, refresh_s=0.2) as running:
+    with served_with_token(memory_backend(), memory_task_store, folder, TOKEN, refresh_s=0.2) as running:
         yield running
 
 
@@ -139,13 +137,13 @@ def test_an_unknown_episode_is_a_404_page(browser):
     assert page.status_code == 404 and "No episode no-such-episode" in page.text
 
 
-def test_a_server_stops_while_a_dashboard_holds_its_event_stream_open(docker_backend, demo_task_store, tmp_path):
+def test_a_server_stops_while_a_dashboard_holds_its_event_stream_open(memory_task_store, tmp_path):
     from env_server.lifecycle.server import start_in_background
 
     settings = make_settings(
-        demo_task_store, tmp_path, host="127.0.0.1", port=0, grpc_port=0, warm_pool_total=0, dashboard_refresh_s=0.2
+        memory_task_store, tmp_path, host="127.0.0.1", port=0, grpc_port=0, warm_pool_total=0, dashboard_refresh_s=0.2
     )
-    running = start_in_background(settings, docker_backend)
+    running = start_in_background(settings, memory_backend())
     received: list[str] = []
 
     def watch() -> None:

@@ -39,8 +39,8 @@ def test_generated_stubs_match_the_proto_file(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def channel(server):
-    with grpc.insecure_channel(server.grpc_target) as opened:
+def channel(memory_server):
+    with grpc.insecure_channel(memory_server.grpc_target) as opened:
         yield opened
 
 
@@ -48,7 +48,6 @@ def call(tool, **args):
     return pb.ToolCall(tool=tool, args_json=json.dumps(args))
 
 
-@pytest.mark.docker
 def test_unary_calls_play_an_episode_to_reward_one(channel):
     stub = pb_grpc.CodingEnvStub(channel)
     reset = stub.Reset(pb.ResetRequest(task_id=DEMO_TASK_ID))
@@ -65,7 +64,6 @@ def test_unary_calls_play_an_episode_to_reward_one(channel):
     assert json.loads(final.observation.metadata_json)["reward_details"]["f2p_passed"] == 3
 
 
-@pytest.mark.docker
 def test_unary_errors_carry_status_and_openenv_code(channel):
     stub = pb_grpc.CodingEnvStub(channel)
     with pytest.raises(grpc.RpcError) as unknown_task:
@@ -84,7 +82,6 @@ def test_unary_errors_carry_status_and_openenv_code(channel):
     assert closed.value.code() == grpc.StatusCode.NOT_FOUND
 
 
-@pytest.mark.docker
 def test_episode_stream_answers_each_frame_and_survives_errors(channel):
     stub = pb_grpc.CodingEnvStub(channel)
     frames = [
@@ -109,7 +106,6 @@ def test_episode_stream_answers_each_frame_and_survives_errors(channel):
     assert replies[7].observation.observation.reward == 1.0
 
 
-@pytest.mark.docker
 def test_health_and_reflection_services_answer(channel):
     health = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service="regrow.env.v1.CodingEnv"))
     assert health.status == health_pb2.HealthCheckResponse.SERVING

@@ -14,8 +14,8 @@ from proto.actions import TOOL_ARGS
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
 
-def test_generic_env_client_plays_a_whole_episode_to_reward_one(server):
-    with GenericEnvClient(base_url=server.http_url).sync() as env:
+def test_generic_env_client_plays_a_whole_episode_to_reward_one(memory_server):
+    with GenericEnvClient(base_url=memory_server.http_url).sync() as env:
         first = env.reset(task_id=DEMO_TASK_ID)
         assert "clamp" in first.observation["problem_statement"]
         assert {tool["name"] for tool in first.observation["tools"]} == set(TOOL_ARGS)
@@ -43,9 +43,9 @@ def test_generic_env_client_plays_a_whole_episode_to_reward_one(server):
     assert final.metadata["reward_details"]["f2p_passed"] == 3
 
 
-def test_mcp_tool_client_lists_and_calls_tools_through_slash_mcp(server):
+def test_mcp_tool_client_lists_and_calls_tools_through_slash_mcp(memory_server):
     async def episode():
-        async with MCPToolClient(base_url=server.http_url) as env:
+        async with MCPToolClient(base_url=memory_server.http_url) as env:
             await env.reset(task_id=DEMO_TASK_ID)
             tools = await env.list_tools()
             assert {tool.name for tool in tools} == set(TOOL_ARGS)
@@ -119,16 +119,16 @@ def test_plain_http_step_without_an_id_names_the_id_it_needs(memory_server):
     assert "episode_id" in orphan_step.json()["detail"] and "/reset" in orphan_step.json()["detail"]
 
 
-def test_the_readme_curl_snippet_plays_an_episode(server):
+def test_the_readme_curl_snippet_plays_an_episode(memory_server):
     readme = (Path(__file__).parents[2] / "README.md").read_text()
     snippet = next(block for block in re.findall(r"```bash\n(.*?)```", readme, flags=re.DOTALL) if "/reset" in block)
-    script = snippet.replace("http://127.0.0.1:8000", server.http_url)
+    script = snippet.replace("http://127.0.0.1:8000", memory_server.http_url)
     result = subprocess.run(["bash", "-euo", "pipefail", "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     ran, submitted = (json.loads(line) for line in result.stdout.splitlines() if line.strip())
     assert re.search(r"\d+ (passed|failed)", ran["observation"]["output"]), ran
     assert submitted["done"] is True and submitted["reward"] is not None
-    assert server.runtime.traces.get_episode(submitted["metadata"]["episode_id"]).status == "submitted"
+    assert memory_server.runtime.traces.get_episode(submitted["metadata"]["episode_id"]).status == "submitted"
 
 
 def test_closing_the_mcp_tool_client_ends_its_episode(memory_server):

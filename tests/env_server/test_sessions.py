@@ -10,7 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import docker.errors
 import grpc
 import httpx
 import pytest
@@ -21,11 +20,9 @@ from env_server.lifecycle.server import start_in_background
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from sandbox.lifecycle.owner import MANAGED_LABEL
-from tests.env_server.conftest import make_runtime, make_settings
+from tests.env_server.conftest import make_runtime, make_settings, memory_backend
 from tests.live_process import free_port, wait_healthy
 from tests.task_fixture import DEMO_TASK_ID
-
-pytestmark = pytest.mark.docker
 
 
 def ws_connect(url: str):
@@ -38,11 +35,10 @@ def ws_reset(ws) -> dict:
 
 
 def container_gone(backend, container_id: str, within_s: float) -> bool:
+    """Whether the sandbox is gone from the engine (or the in-memory backend), running or not, within `within_s`."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        try:
-            backend.api.inspect_container(container_id)
-        except docker.errors.NotFound:
+        if container_id not in {c["Id"] for c in backend.managed_containers()}:
             return True
         time.sleep(0.1)
     return False
@@ -52,9 +48,9 @@ def server_containers(backend, server_id: str) -> list[dict]:
     return [c for c in backend.managed_containers() if c.get("Labels", {}).get(SERVER_LABEL) == server_id]
 
 
-def test_over_capacity_every_transport_answers_capacity_reached_at_once(docker_backend, demo_task_store, tmp_path):
-    settings = make_settings(demo_task_store, tmp_path, max_episodes=1, port=0, grpc_port=0)
-    with start_in_background(settings, docker_backend) as server:
+def test_over_capacity_every_transport_answers_capacity_reached_at_once(memory_task_store, tmp_path):
+    settings = make_settings(memory_task_store, tmp_path, max_episodes=1, port=0, grpc_port=0)
+    with start_in_background(settings, memory_backend()) as server:
         with ws_connect(server.http_url) as ws, ws_connect(server.http_url) as second:
             assert ws_reset(ws)["type"] == "observation"
             refused = json.loads(second.recv(timeout=30))  # sent on connect, before any frame of ours
@@ -71,15 +67,17 @@ def check_other_transports_refuse(server):
     assert answer.status_code == 503 and answer.json()["code"] == "CAPACITY_REACHED"
 
 
-def test_disconnect_destroys_the_container_within_five_seconds(server, docker_backend):
+def test_disconnect_destroys_the_container_within_five_seconds(memory_server):
+    server = memory_server
     ws = ws_connect(server.http_url).__enter__()
     episode = server.runtime.get(ws_reset(ws)["data"]["metadata"]["episode_id"])
     ws.socket.shutdown(socket.SHUT_RDWR)  # the client vanishes without a close frame
     ws.socket.close()
-    assert container_gone(docker_backend, episode.sandbox.id, within_s=5.0)
+    assert container_gone(server.runtime.backend, episode.sandbox.id, within_s=5.0)
     assert server.runtime.traces.get_episode(episode.id).status == "aborted"
 
 
+@pytest.mark.docker  # a command that runs while the client goes: the in-memory sandbox runs none
 def test_disconnect_during_a_long_step_destroys_the_container_within_five_seconds(server, docker_backend):
     ws = ws_connect(server.http_url).__enter__()
     episode = server.runtime.get(ws_reset(ws)["data"]["metadata"]["episode_id"])
@@ -90,14 +88,15 @@ def test_disconnect_during_a_long_step_destroys_the_container_within_five_second
     assert container_gone(docker_backend, episode.sandbox.id, within_s=5.0)
 
 
-def test_grpc_stream_cancel_destroys_the_container(server, docker_backend):
+def test_grpc_stream_cancel_destroys_the_container(memory_server):
+    server = memory_server
     with grpc.insecure_channel(server.grpc_target) as channel:
         frames = iter([pb.ClientFrame(reset=pb.ResetRequest(task_id=DEMO_TASK_ID))])
         stream = pb_grpc.CodingEnvStub(channel).Episode(_then_block(frames))
         episode_id = next(stream).observation.episode_id
         container = server.runtime.get(episode_id).sandbox.id
         stream.cancel()
-    assert container_gone(docker_backend, container, within_s=5.0)
+    assert container_gone(server.runtime.backend, container, within_s=5.0)
 
 
 def _then_block(frames):
@@ -105,12 +104,12 @@ def _then_block(frames):
     time.sleep(3600)
 
 
-def test_idle_episodes_time_out_and_free_their_slot(docker_backend, demo_task_store, tmp_path):
-    settings = make_settings(demo_task_store, tmp_path, idle_timeout_s=1.0, max_episodes=1, port=0, grpc_port=0)
-    with start_in_background(settings, docker_backend) as server:
+def test_idle_episodes_time_out_and_free_their_slot(memory_task_store, tmp_path):
+    settings = make_settings(memory_task_store, tmp_path, idle_timeout_s=1.0, max_episodes=1, port=0, grpc_port=0)
+    with start_in_background(settings, backend := memory_backend()) as server:
         with ws_connect(server.http_url) as ws:
             episode = server.runtime.get(ws_reset(ws)["data"]["metadata"]["episode_id"])
-            assert container_gone(docker_backend, episode.sandbox.id, within_s=30.0)
+            assert container_gone(backend, episode.sandbox.id, within_s=30.0)
             ws.send(json.dumps({"type": "step", "data": {"tool": "run", "args": {"command": "true"}}}))
             reply = json.loads(ws.recv(timeout=30))
             assert reply["type"] == "error" and "EPISODE_OVER" in reply["data"]["message"]
@@ -119,17 +118,17 @@ def test_idle_episodes_time_out_and_free_their_slot(docker_backend, demo_task_st
             assert stub.Reset(pb.ResetRequest(task_id=DEMO_TASK_ID)).episode_id  # the slot is free again
 
 
-def test_graceful_shutdown_destroys_every_container_the_server_owns(docker_backend, demo_task_store, tmp_path):
-    settings = make_settings(demo_task_store, tmp_path, port=0, grpc_port=0)
-    server = start_in_background(settings, docker_backend)
+def test_graceful_shutdown_destroys_every_container_the_server_owns(memory_task_store, tmp_path):
+    settings = make_settings(memory_task_store, tmp_path, port=0, grpc_port=0)
+    server = start_in_background(settings, backend := memory_backend())
     with httpx.Client(base_url=server.http_url, timeout=120) as http:
         for name in ("keep-1", "keep-2"):
             assert http.post("/reset", json={"task_id": DEMO_TASK_ID, "episode_id": name}).status_code == 200
     server.runtime.wait_warm(60)
     server_id = server.runtime.server_id
-    assert len(server_containers(docker_backend, server_id)) >= 3  # two episodes and the warm pool
+    assert len(server_containers(backend, server_id)) >= 3  # two episodes and the warm pool
     server.stop()
-    assert server_containers(docker_backend, server_id) == []
+    assert server_containers(backend, server_id) == []
 
 
 def start_serve_process(store, tmp_path, port: int) -> subprocess.Popen:

@@ -66,7 +66,8 @@ def test_list_dir_marks_directories(memory_runtime, episode):
     assert act(runtime, episode, "list_dir").output.splitlines()[:3] == [".git/", "calc/", "tests/"]
 
 
-def test_the_step_budget_grades_the_workspace_when_used_up(runtime, monkeypatch):
+def test_the_step_budget_grades_the_workspace_when_used_up(memory_runtime, monkeypatch):
+    runtime = memory_runtime
     monkeypatch.setattr(runtime.settings, "step_budget", 2)
     episode = runtime.start_episode(task_id=DEMO_TASK_ID)
     assert not act(runtime, episode, "write_file", path="calc/ops.py", content=ORIGINAL_OPS).done
@@ -75,7 +76,8 @@ def test_the_step_budget_grades_the_workspace_when_used_up(runtime, monkeypatch)
     assert runtime.traces.get_episode(episode.id).status == "budget_exhausted"
 
 
-def test_the_wall_clock_budget_grades_the_workspace_at_the_next_step(runtime, monkeypatch):
+def test_the_wall_clock_budget_grades_the_workspace_at_the_next_step(memory_runtime, monkeypatch):
+    runtime = memory_runtime
     monkeypatch.setattr(runtime.settings, "wall_clock_budget_s", 1.0)
     episode = runtime.start_episode(task_id=DEMO_TASK_ID)
     time.sleep(1.2)

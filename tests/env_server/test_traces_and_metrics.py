@@ -12,18 +12,18 @@ from typer.testing import CliRunner
 
 from proto.traces import EpisodeTrace
 from regrow.cli import app as regrow_app
-from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
+from tests.task_fixture import DEMO_TASK_ID, MEMORY_IMAGE, ORIGINAL_OPS
 
 # Package code that makes every test pass without running it: a forgery the grader must flag.
 FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
 
 
 @pytest.fixture(scope="module")
-def played(server):
+def played(memory_server):
     """Three finished episodes: one solved, one empty submission, one forged; returns their ids."""
     ids = []
     for content in (ORIGINAL_OPS, None, "forged"):
-        with GenericEnvClient(base_url=server.http_url).sync() as env:
+        with GenericEnvClient(base_url=memory_server.http_url).sync() as env:
             ids.append(env.reset(task_id=DEMO_TASK_ID).observation["metadata"]["episode_id"])
             env.step({"tool": "run", "args": {"command": "ls"}})
             if content == "forged":
@@ -34,8 +34,8 @@ def played(server):
     return ids
 
 
-def test_episode_trace_holds_every_step_and_the_reward(server, played):
-    with httpx.Client(base_url=server.http_url) as http:
+def test_episode_trace_holds_every_step_and_the_reward(memory_server, played):
+    with httpx.Client(base_url=memory_server.http_url) as http:
         trace = EpisodeTrace.model_validate(http.get(f"/episodes/{played[0]}").json())
     assert trace.task_id == DEMO_TASK_ID and trace.status == "submitted" and trace.reward == 1.0
     assert [step.action.tool for step in trace.steps] == ["run", "write_file", "submit"]
@@ -43,8 +43,8 @@ def test_episode_trace_holds_every_step_and_the_reward(server, played):
     assert trace.reward_details.f2p_passed == 3 and trace.ended_at is not None
 
 
-def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(server, played):
-    with httpx.Client(base_url=server.http_url) as http:
+def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(memory_server, played):
+    with httpx.Client(base_url=memory_server.http_url) as http:
         trace = EpisodeTrace.model_validate(http.get(f"/episodes/{played[2]}").json())
         listed = {e["episode_id"]: e for e in http.get("/episodes", params={"task_id": DEMO_TASK_ID}).json()}
         text = http.get("/metrics").text
@@ -57,8 +57,8 @@ def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(se
     assert 'regrow_reward_tampered_total{reason="counterfactual_passed"}' in text
 
 
-def test_episode_list_filters_by_task_status_and_reward(server, played):
-    with httpx.Client(base_url=server.http_url) as http:
+def test_episode_list_filters_by_task_status_and_reward(memory_server, played):
+    with httpx.Client(base_url=memory_server.http_url) as http:
         solved = http.get("/episodes", params={"task_id": DEMO_TASK_ID, "min_reward": 1.0}).json()
         assert played[0] in {e["episode_id"] for e in solved} and played[1] not in {e["episode_id"] for e in solved}
         assert http.get("/episodes", params={"task_id": "other"}).json() == []
@@ -67,10 +67,11 @@ def test_episode_list_filters_by_task_status_and_reward(server, played):
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
-def test_traces_export_writes_every_episode(server, played, tmp_path, fmt):
+def test_traces_export_writes_every_episode(memory_server, played, tmp_path, fmt):
     out = tmp_path / f"traces.{fmt}"
     result = CliRunner().invoke(
-        regrow_app, ["traces", "export", "--db", str(server.runtime.traces.path), "--out", str(out), "--format", fmt]
+        regrow_app,
+        ["traces", "export", "--db", str(memory_server.runtime.traces.path), "--out", str(out), "--format", fmt],
     )
     assert result.exit_code == 0, result.output
     if fmt == "jsonl":
@@ -85,14 +86,14 @@ def test_traces_export_writes_every_episode(server, played, tmp_path, fmt):
         ]
 
 
-def test_metrics_report_episodes_latency_rewards_pool_and_failures(server, played):
-    with httpx.Client(base_url=server.http_url) as http:
+def test_metrics_report_episodes_latency_rewards_pool_and_failures(memory_server, played):
+    with httpx.Client(base_url=memory_server.http_url) as http:
         text = http.get("/metrics").text
     assert "regrow_active_episodes " in text
     assert 'regrow_episodes_total{status="submitted"}' in text
     assert 'regrow_step_seconds_bucket{le="0.5",tool="run"}' in text
     assert "regrow_reward_count" in text and 'regrow_reward_bucket{le="1.0"}' in text
-    ready = [line for line in text.splitlines() if line.startswith('regrow_warm_pool_ready{image="regrow/demo-repo:')]
+    ready = [line for line in text.splitlines() if line.startswith(f'regrow_warm_pool_ready{{image="{MEMORY_IMAGE}"')]
     assert len(ready) == 1 and ',pool="' in ready[0]  # a series per pool key, not per image
     assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
 

@@ -130,7 +130,7 @@ def test_the_memory_backend_makes_sandboxes_from_file_trees_and_tracks_them():
 def test_memory_commands_are_answered_by_the_script_and_capped_like_docker():
     from sandbox import ExecResult
 
-    def commands(argv, sandbox):
+    def commands(command, sandbox):
         return ExecResult(0, "x" * 5000, "", False, False, 0.0)
 
     made = MemorySandbox(limits=SMALL, commands=commands)
