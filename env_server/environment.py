@@ -75,7 +75,7 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
             return CodingObservation(tools=tool_specs(), metadata={"episode_id": episode.id})
         if isinstance(action, CallToolAction):
             action = ToolCall(tool=action.tool_name, args=action.arguments)
-        return self.runtime.take_step(episode, action)
+        return self.runtime.stepper.take_step(episode, action)
 
     @property
     def state(self) -> EpisodeState:
