@@ -18,7 +18,6 @@ from proto.task_files import (
     read_records,
 )
 from proto.tasks import IoCheck, TaskRecord
-from sandbox import Sandbox
 
 
 class UnknownTask(LookupError):
@@ -63,20 +62,6 @@ class Task:
     def pool_key(self) -> str:
         """Tasks with one key can share warm containers: the same image and, for tasks as files, the same install."""
         return f"{self.record.image} {self.record.repo_dir}" if self.as_files else self.record.image
-
-    def prepare(self, sandbox: Sandbox) -> Sandbox:
-        """What every task of this pool key writes into a fresh container: the editable install's files."""
-        if self.as_files:
-            sandbox.import_tree("/", self.install_archive())
-        return sandbox
-
-    def seed(self, sandbox: Sandbox) -> Sandbox:
-        """Make a started container of the task's image into the task's: for a task stored as files, the editable
-        install's files and then the workspace are written in, as archives, no pip run."""
-        if self.as_files:
-            self.prepare(sandbox)
-            sandbox.import_tree("/", self.workspace_archive())
-        return sandbox
 
     def pristine_tests(self) -> dict[str, bytes]:
         """Each test file's pristine bytes, by path relative to the repository root."""

@@ -16,6 +16,15 @@ from sandbox import Sandbox, SandboxBackend, SandboxError, WarmPool
 from sandbox.settings import SandboxSettings
 
 
+def seed(task: Task, sandbox: Sandbox) -> Sandbox:
+    """Make a started container of the task's image into the task's: for a task stored as files, the editable
+    install's files and then the workspace are written in, as archives, no pip run."""
+    if task.as_files:
+        sandbox.import_tree("/", task.install_archive())
+        sandbox.import_tree("/", task.workspace_archive())
+    return sandbox
+
+
 class SandboxSupply:
     """Where every episode's and every grading's sandbox comes from."""
 
@@ -91,8 +100,8 @@ class SandboxSupply:
     def _prepare(self, key: str, sandbox: Sandbox) -> None:
         """Ready a pooled container for any task of `key`: the install and the workspace every task of it shares."""
         first = self.pool_tasks[key][0]
-        if first.as_files:
-            first.prepare(sandbox)
+        if first.as_files:  # every task of a key has the same install
+            sandbox.import_tree("/", first.install_archive())
             sandbox.import_tree("/", self._layers(key).base)
 
     def sandbox(self, task: Task) -> Sandbox:
@@ -113,7 +122,7 @@ class SandboxSupply:
             raise
         try:
             if pool is None or not task.as_files:
-                return task.seed(sandbox), None
+                return seed(task, sandbox), None
             return sandbox, self._layers(task.pool_key).rest(task.id, task.workspace_archive())
         except BaseException:
             self.metrics.sandbox_failures.labels("create").inc()

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from env_server.grading import PristineCache, grade
+from env_server.lifecycle.provisioning import seed
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
 from sandbox import DockerBackend, Sandbox
@@ -18,7 +19,7 @@ from sandbox.settings import SandboxSettings
 def _bare_run(backend: DockerBackend, task: Task, timeout_s: float) -> float:
     """A fresh container, the task's own test command on F2P + P2P with the solution in place, and its removal."""
     started = time.perf_counter()
-    sb = task.seed(backend.create(task.record.image, limits=SandboxSettings().limits()))
+    sb = seed(task, backend.create(task.record.image, limits=SandboxSettings().limits()))
     seconds = time.perf_counter() - started
     try:
         _apply_solution(sb, task)  # not timed: grading starts from a workspace the agent already changed
@@ -42,14 +43,14 @@ def _graded_run(
 ) -> tuple[float, float]:
     """(seconds, reward) of grading the task's own solution, every defence on, containers started cold."""
     limits = SandboxSettings().limits()
-    agent = task.seed(backend.create(task.record.image, limits=limits))
+    agent = seed(task, backend.create(task.record.image, limits=limits))
     try:
         _apply_solution(agent, task)
         started = time.perf_counter()
         details = grade(
             task,
             agent,
-            lambda: task.seed(backend.create(task.record.image, limits=limits)),
+            lambda: seed(task, backend.create(task.record.image, limits=limits)),
             cache,
             settings.grade_limits(),
         )

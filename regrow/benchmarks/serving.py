@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 from websockets.sync.client import connect
 
+from env_server.lifecycle.provisioning import seed
 from env_server.lifecycle.server import start_in_background
 from env_server.settings import ServerSettings
 from env_server.task_store import TaskStore
@@ -130,7 +131,7 @@ def _measure(tasks: Path, repetitions: int, episodes: int, steps: int) -> dict:
     result: dict = {"task": task.id, "repetitions": repetitions}
     with (
         start_in_background(settings, backend) as server,
-        task.seed(backend.create(task.record.image)) as sandbox,
+        seed(task, backend.create(task.record.image)) as sandbox,
         grpc.insecure_channel(server.grpc_target) as channel,
     ):
         socket = _Socket(server.http_url)

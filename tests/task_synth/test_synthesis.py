@@ -15,6 +15,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
+from env_server.lifecycle.provisioning import seed
 from env_server.task_store import TaskStore
 from proto.call_values import described_text, state_text
 from proto.task_files import read_records
@@ -46,7 +47,7 @@ def synthesized(docker_backend, base_image, tmp_path_factory):
 
 def _task_sandbox(docker_backend, store: Path, record: TaskRecord):
     """A container of the repository image made into the task's, as the env server's reset does."""
-    return TaskStore(store).get(record.instance_id).seed(docker_backend.create(record.image, workdir="/workspace"))
+    return seed(TaskStore(store).get(record.instance_id), docker_backend.create(record.image, workdir="/workspace"))
 
 
 def _grade(docker_backend, record: TaskRecord, store: Path, apply_solution: bool) -> dict[str, bool]:
