@@ -5,6 +5,7 @@ workspaces/<id>.tar.gz          what a reset writes into /workspace
 hidden/<id>/                    tests/ (pristine), solution.patch, io_checks.json: the grader's, never the agent's
 twins.jsonl                     impossible twins (the server mixes them into resets); hidden/<twin id>/twin_of
 repos/<repo>-<commit>/          install.tar.gz (the editable install's files) and wheels/ (rebuilds the image)
+synth-journal/<snapshot>.jsonl  the candidates `regrow synth` judged per snapshot, so that a rerun goes on from there
 """
 
 from __future__ import annotations

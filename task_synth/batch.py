@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sandbox import DockerBackend, SandboxError
 from task_synth.errors import SynthError
-from task_synth.pipeline import Progress, SynthReport, synthesize
+from task_synth.pipeline import Progress, SynthReport, SynthStopped, synthesize
 from task_synth.settings import SynthSettings
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,8 @@ def synthesize_many(
         started = time.monotonic()
         try:
             report = synthesize(source, store, settings.model_copy(update={"ref": ref}), backend, on_progress)
+        except SynthStopped:
+            raise  # the whole batch stops; a rerun goes on with this repository, where it stopped
         except (SynthError, SandboxError) as error:
             state[key] = RepoOutcome(key, "failed", wall_s=round(time.monotonic() - started, 1), error=str(error))
         else:
@@ -105,7 +107,7 @@ def synthesize_many(
                 key,
                 "done",
                 report.repo,
-                report.valid,
+                report.valid + report.resumed,
                 report.candidates,
                 {reason: count for reason, count in report.rejections.items() if count},
                 round(report.wall_s, 1),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
@@ -95,6 +97,8 @@ def _lowest_kill_rate(records) -> str:
 
 def _report_rows(report, out: Path) -> list[tuple[str, object]]:
     rows: list[tuple[str, object]] = [("candidates", report.candidates), ("valid tasks", report.valid)]
+    if report.skipped:
+        rows += [("judged by an earlier run (skipped)", report.skipped), ("tasks from an earlier run", report.resumed)]
     rows += [(f"rejected: {reason.replace('_', ' ')}", count) for reason, count in report.rejections.items()]
     rows += [
         ("baseline tests (stable)", f"{report.baseline_tests} ({report.stable_tests})"),
@@ -122,16 +126,21 @@ class SynthTargets(BaseSettings):
     repos: Path | None = Field(
         default=None, description="A file with one repository per line (`source [ref]`); resumable."
     )
+    log_file: Path | None = Field(
+        default=None, description="Where the run's progress is logged as well (default: synth.log in the store)."
+    )
 
 
 def synth(targets: SynthTargets, settings: SynthSettings) -> None:
     """Synthesize with SETTINGS, showing progress, then print the summary and the tasks' difficulty."""
     from sandbox import SandboxError
     from task_synth.errors import SynthError
+    from task_synth.pipeline import SynthStopped
 
     source, out, repos = targets.source, targets.out, targets.repos
-    progress, update, on_repo = progress_bars(console)
+    progress, shown, on_repo = progress_bars(console)
     _stop_on_sigterm()
+    update = _logged_progress(targets.log_file or out / "synth.log", shown)
     try:
         if repos is not None and source is None:
             _synth_many(console, repos, out, settings, progress, update, on_repo)
@@ -142,10 +151,44 @@ def synth(targets: SynthTargets, settings: SynthSettings) -> None:
 
         with progress:
             report = synthesize(source, out, settings, on_progress=update)
+    except SynthStopped as stopped:
+        console.print(f"[bold yellow]{stopped}[/]")
+        raise typer.Exit(130) from None
     except (SynthError, SandboxError) as error:
         fail(str(error))
     _print_summary(console, f"regrow synth {report.repo}@{report.commit[:12]}", _report_rows(report, out))
     _print_difficulty(console, report.records)
+
+
+class _FileMadeOnFirstRecord(logging.FileHandler):
+    """A log file whose folder is made only when the first record comes: bad input leaves no store behind."""
+
+    def _open(self):
+        Path(self.baseFilename).parent.mkdir(parents=True, exist_ok=True)
+        return super()._open()
+
+
+def _logged_progress(path: Path, shown: Callable[[str, int, int], None]) -> Callable[[str, int, int], None]:
+    """The progress shown in the terminal, and logged with every line of the run to `path` (appended)."""
+    handler = _FileMadeOnFirstRecord(path, delay=True)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    for name in ("task_synth", "sandbox"):
+        logger = logging.getLogger(name)
+        logger.addHandler(handler)
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    log = logging.getLogger("task_synth.progress")
+    log.addHandler(handler)
+    log.propagate = False  # the terminal shows the bars instead
+    last: dict[str, tuple[int, int]] = {}
+
+    def update(stage: str, done: int, total: int) -> None:
+        shown(stage, done, total)
+        if last.get(stage) != (done, total):
+            last[stage] = (done, total)
+            log.info("%s %d/%d", stage, done, total)
+
+    return update
 
 
 def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_repo) -> None:

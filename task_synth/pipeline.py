@@ -25,7 +25,8 @@ from task_synth.candidates.units import Unit, enumerate_units, rank_weight, samp
 from task_synth.errors import SynthError
 from task_synth.repository.source import require_source
 from task_synth.settings import SynthSettings
-from task_synth.store.store_writer import RepoFiles, write_store
+from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
+from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask, build_task, repo_dir
 from task_synth.store.twins import twin_of
 from task_synth.validation.repo_context import RepoContext, prepare_repo
@@ -68,7 +69,8 @@ class SynthReport:
     records: list[TaskRecord] = field(default_factory=list)
     io_checks: dict[str, list[IoCheck]] = field(default_factory=dict)
     twins: list[tuple[TaskRecord, str, list[IoCheck]]] = field(default_factory=list)
-    workspaces: dict[str, bytes] = field(default_factory=dict)
+    resumed: int = 0  # tasks an earlier run of this snapshot left in the store, counted toward max_tasks
+    skipped: int = 0  # candidates an earlier run judged, not validated again
     rejections: Counter = field(default_factory=lambda: Counter({reason: 0 for reason in REJECTIONS}))
     baseline_tests: int = 0
     stable_tests: int = 0
@@ -78,6 +80,7 @@ class SynthReport:
 
     @property
     def valid(self) -> int:
+        """The tasks this run made; `resumed` counts those of earlier runs."""
         return len(self.records)
 
     @property
@@ -162,6 +165,10 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[Built
     return built, verdict.test_executions + built.test_executions
 
 
+class SynthStopped(SynthError):
+    """A run stopped by Ctrl-C or SIGTERM, with what it kept."""
+
+
 def synthesize(
     source: str,
     out_dir: Path,
@@ -169,9 +176,11 @@ def synthesize(
     backend: DockerBackend | None = None,
     on_progress: Progress | None = None,
 ) -> SynthReport:
-    """Make up to `settings.max_tasks` tasks from `source` into the task store `out_dir`.
+    """Make up to `settings.max_tasks` tasks from `source` into the task store `out_dir`, each written as soon as it
+    is validated; a rerun into the same store goes on where the last run of this snapshot stopped.
 
     Raises SynthError (one line, with the remedy) on bad input; then no task, record or image of this run remains.
+    Raises SynthStopped on Ctrl-C or SIGTERM; the tasks made so far stay, with the repository image they run on.
     """
     settings = settings or SynthSettings()
     require_source(source)  # a mistyped path is named before the engine is asked for anything
@@ -180,6 +189,7 @@ def synthesize(
     report = SynthReport(out_dir=out_dir)
     started = time.monotonic()
     created_images: list[str] = []
+    writer: StoreWriter | None = None
     try:
         with tempfile.TemporaryDirectory(prefix="regrow-synth-") as scratch:
             context = prepare_repo(
@@ -195,70 +205,100 @@ def synthesize(
             units = [u for u in enumerate_units(context.layout) if settings.kinds is None or u.kind in settings.kinds]
             budget = settings.candidate_budget
             candidates = ordered_candidates(context, units, list(settings.modes), settings.seed, budget)
-            _run_candidates(context, candidates, settings, report, progress)
-            if report.records:
-                repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)
-                if settings.twins:
-                    report.twins = made_twins(report, settings.seed)
-                write_store(
-                    out_dir,
-                    report.records,
-                    context.checkout.root,
-                    report.io_checks,
-                    report.workspaces,
-                    repo,
-                    mixed_splits=settings.split_by == "file",
-                    twins=report.twins,
-                )
+            repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)
+            writer = StoreWriter(out_dir, context.checkout.root, repo, mixed_splits=settings.split_by == "file")
+            journal = CandidateJournal(out_dir, repo.folder)
+            try:
+                _run_candidates(context, candidates, settings, report, progress, writer, journal)
+            finally:
+                writer.close()
+    except KeyboardInterrupt:
+        kept = writer.added if writer else 0
+        if not kept:
+            _remove(backend, created_images)
+        raise SynthStopped(
+            f"stopped: {kept} new task(s) kept in {out_dir}; run the same command again to go on from there"
+        ) from None
     except BaseException:
-        for image in created_images:
-            backend.remove_image(image)
+        if writer is None or not writer.added:
+            _remove(backend, created_images)
         raise
     report.wall_s = time.monotonic() - started
     report.stages = context.clock.report()
     return report
 
 
-def made_twins(report: SynthReport, seed: int) -> list[tuple[TaskRecord, str, list[IoCheck]]]:
-    """Each kept task's impossible twin (record, the original's id, checks), where one can be made."""
-    twins = []
-    for record in report.records:
-        rng = random.Random(f"{seed}:twin:{record.instance_id}")
-        made = twin_of(record, report.io_checks.get(record.instance_id, []), rng)
-        if made is not None:
-            twins.append((made[0], record.instance_id, made[1]))
-    return twins
+def _remove(backend: DockerBackend, images: list[str]) -> None:
+    for image in images:
+        backend.remove_image(image)
 
 
-def _run_candidates(context, candidates, settings: SynthSettings, report: SynthReport, progress: Progress) -> None:
+def made_twin(record: TaskRecord, checks: list[IoCheck], seed: int) -> tuple[TaskRecord, list[IoCheck]] | None:
+    """The task's impossible twin (record, checks), where one can be made; the same for a seed whatever the order."""
+    return twin_of(record, checks, random.Random(f"{seed}:twin:{record.instance_id}"))
+
+
+def _run_candidates(
+    context,
+    candidates,
+    settings: SynthSettings,
+    report: SynthReport,
+    progress: Progress,
+    writer: StoreWriter,
+    journal: CandidateJournal,
+) -> None:
     """Process candidates in order, `jobs` at a time, until max_tasks are valid: the same seed gives the same tasks.
+    Candidates the journal has judged are skipped, and its valid ones count toward max_tasks.
 
     Raises SynthError when the first candidates all fail the same way for a reason outside them.
     """
-    progress("candidates", 0, len(candidates))
+    keys = [CandidateJournal.key(unit.key, mode) for unit, mode in candidates]
+    done = {key: journal.judged[key] for key in keys if key in journal.judged}
+    report.skipped = len(done)
+    report.resumed = sum(j.outcome == VALID and j.instance_id in writer.records for j in done.values())
+    pending = [pair for pair, key in zip(candidates, keys, strict=True) if key not in done]
+    if done:
+        log.info("%d candidates judged by an earlier run (%d tasks): going on", len(done), report.resumed)
+    progress("candidates", len(done), len(candidates))
     outcomes: list[tuple[str | None, str]] = []
     with (
-        context.sandbox_pool(min(settings.jobs, max(1, len(candidates)))) as pool,
+        context.sandbox_pool(min(settings.jobs, max(1, len(pending)))) as pool,
         ThreadPoolExecutor(settings.jobs) as executor,
     ):
         index = 0
-        while index < len(candidates) and report.valid < settings.max_tasks:
-            batch = candidates[index : index + settings.jobs]
+        while index < len(pending) and report.valid + report.resumed < settings.max_tasks:
+            batch = pending[index : index + settings.jobs]
             index += len(batch)
             results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1]), batch))
-            for built, executions in results:
+            for (unit, mode), (built, executions) in zip(batch, results, strict=True):
                 report.test_executions += executions
                 if built is None:
                     continue
                 outcomes.append((built.rejection, built.detail))
                 report.candidates += 1
-                if built.record is not None and built.workspace is not None and report.valid < settings.max_tasks:
-                    report.records.append(built.record)
-                    report.io_checks[built.record.instance_id] = built.io_checks
-                    report.workspaces[built.record.instance_id] = built.workspace
+                key = CandidateJournal.key(unit.key, mode)
+                if built.record is not None and built.workspace is not None:
+                    if report.valid + report.resumed >= settings.max_tasks:
+                        continue  # valid, but past the cap: judged again by a run with a higher one
+                    _keep(built, settings, report, writer)
+                    journal.record(key, Judged(VALID, built.record.instance_id, executions))
                 elif built.rejection:
                     report.rejections[built.rejection] += 1
-            progress("candidates", index, len(candidates))
+                    if _setup_cause(built.rejection) is None:  # a setup failure may pass once the setup is fixed
+                        journal.record(key, Judged(built.rejection, None, executions))
+            progress("candidates", len(done) + index, len(candidates))
             failure = repeated_setup_failure(outcomes)
             if failure:
                 raise SynthError(failure)
+
+
+def _keep(built: BuiltTask, settings: SynthSettings, report: SynthReport, writer: StoreWriter) -> None:
+    """Write a valid task (and its twin) to the store now, and count it."""
+    assert built.record is not None and built.workspace is not None
+    record = built.record
+    twin = made_twin(record, built.io_checks, settings.seed) if settings.twins else None
+    writer.add(record, built.io_checks, built.workspace, twin)
+    report.records.append(record)
+    report.io_checks[record.instance_id] = built.io_checks
+    if twin is not None:
+        report.twins.append((twin[0], record.instance_id, twin[1]))

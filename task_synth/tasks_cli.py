@@ -1,4 +1,4 @@
-"""`regrow tasks`: commands on a task store (`regrow tasks export`)."""
+"""`regrow tasks`: commands on task stores (`regrow tasks export`, `regrow tasks merge`)."""
 
 from __future__ import annotations
 
@@ -31,3 +31,23 @@ def tasks_export(
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
     console.print(f"exported {count} tasks to {out} ({format.value})")
+
+
+@tasks_app.command("merge")
+def tasks_merge(
+    shards: list[Path] = typer.Argument(..., help="Task stores to join (one per node or per job)."),
+    out: Path = typer.Option(..., "--out", help="The store they join into (made when missing; its tasks stay)."),
+) -> None:
+    """Join task stores into one: every task once, its files before its record; rerun to finish a stopped merge."""
+    from task_synth.errors import SynthError
+    from task_synth.store.store_merge import merge_stores
+
+    try:
+        report = merge_stores(shards, out)
+    except SynthError as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    for shard in shards:
+        added, there = report.added[str(shard)], report.already_there[str(shard)]
+        console.print(f"{shard}: {added} task(s) added, {there} already there")
+    console.print(f"{out}: {report.total} tasks")

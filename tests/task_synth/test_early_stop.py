@@ -10,6 +10,8 @@ from task_synth import pipeline
 from task_synth.errors import SynthError
 from task_synth.pipeline import EARLY_STOP_CANDIDATES, repeated_setup_failure
 from task_synth.settings import SynthSettings
+from task_synth.store.candidate_journal import JOURNAL_DIR, CandidateJournal
+from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask
 
 ORACLE_ERROR = "3 tests fail with the solution, e.g. tests/test_data.py::test_load (FileNotFoundError: data/table.csv)"
@@ -52,7 +54,7 @@ def test_only_the_first_candidates_count():
     assert repeated_setup_failure([(None, ""), *[("timeout", "")] * 5]) is None
 
 
-def test_a_run_whose_oracles_all_fail_stops_after_the_first_candidates(monkeypatch):
+def test_a_run_whose_oracles_all_fail_stops_after_the_first_candidates(monkeypatch, tmp_path):
     tried = []
 
     def failing(context, pool, unit, mode):
@@ -64,6 +66,13 @@ def test_a_run_whose_oracles_all_fail_stops_after_the_first_candidates(monkeypat
     settings = SynthSettings(max_tasks=5, jobs=1)
     with pytest.raises(SynthError, match="fresh task container") as raised:
         pipeline._run_candidates(
-            context, [(index, "stub") for index in range(13)], settings, pipeline.SynthReport(), lambda *_: None
+            context,
+            [(SimpleNamespace(key=f"m.py:f{index}"), "stub") for index in range(13)],
+            settings,
+            pipeline.SynthReport(),
+            lambda *_: None,
+            StoreWriter(tmp_path, tmp_path, RepoFiles("repos/r-c", b"", None)),
+            CandidateJournal(tmp_path, "repos/r-c"),
         )
     assert len(tried) == EARLY_STOP_CANDIDATES and ORACLE_ERROR in str(raised.value)
+    assert not (tmp_path / JOURNAL_DIR).exists()  # a setup failure is judged again once the setup is fixed

@@ -1,4 +1,4 @@
-"""`regrow synth` stopped with SIGTERM removes the sandboxes it made, on the real engine."""
+"""`regrow synth` stopped with SIGTERM removes its sandboxes and keeps the tasks it finished, on the real engine."""
 
 import signal
 import subprocess
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from proto.task_files import RECORDS, read_records
 from sandbox.lifecycle.owner import OWNER_LABEL
 
 pytestmark = pytest.mark.docker
@@ -39,3 +40,33 @@ def test_sigterm_stops_synthesis_and_leaves_no_container(docker_backend, base_im
         docker_backend.remove(container["Id"])
     assert left == [], [c["Names"] for c in left]
     assert process.returncode != 0
+
+
+def test_a_stopped_run_keeps_its_tasks_and_image_and_a_rerun_goes_on_from_there(docker_backend, base_image, tmp_path):
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "regrow", "synth", str(MINILIB), "--out", str(out), "--modes", "stub"]
+    with open(tmp_path / "first.log", "w") as log:
+        process = subprocess.Popen([*command, "--max-tasks", "20"], stdout=log, stderr=log)
+    try:
+        deadline = time.monotonic() + 600
+        while not (out / RECORDS).exists() or not (out / RECORDS).read_text().strip():  # a first task is kept
+            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    said = (tmp_path / "first.log").read_text()
+    kept = read_records(out)
+    assert process.returncode == 130, said
+    assert f"stopped: {len(kept)} new task(s) kept in" in " ".join(said.split()), said
+    assert _containers_of(docker_backend, process.pid) == []
+    assert docker_backend.image_exists(kept[0].image)  # the kept tasks run on it
+    assert "candidates " in (out / "synth.log").read_text()  # the progress, in the log file too
+
+    again = subprocess.run([*command, "--max-tasks", str(len(kept) + 1)], capture_output=True, text=True, timeout=900)
+    assert again.returncode == 0, again.stderr
+    ids = [record.instance_id for record in read_records(out)]
+    assert len(ids) == len(set(ids)) == len(kept) + 1 and ids[: len(kept)] == [r.instance_id for r in kept]
+    assert "judged by an earlier run" in again.stdout + again.stderr

@@ -341,7 +341,7 @@ def test_same_seed_gives_the_same_task_whatever_the_jobs(synthesized, docker_bac
     files = [
         {
             path: data
-            for path, data in archive_files(run.workspaces[record.instance_id])
+            for path, data in archive_files((run.out_dir / record.workspace_archive).read_bytes())
             if path != "workspace/.git/index"
         }
         for run, record in ((again, second), (report, first))

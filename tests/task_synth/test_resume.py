@@ -1,0 +1,95 @@
+"""Nothing finished is lost: each task reaches the store when it is validated, a stopped run keeps what it made, and a
+rerun goes on where the last one stopped (no Docker: the candidates' validation is scripted)."""
+
+from __future__ import annotations
+
+import contextlib
+from types import SimpleNamespace
+
+import pytest
+
+from proto.task_files import read_records
+from task_synth import pipeline
+from task_synth.settings import SynthSettings
+from task_synth.store.candidate_journal import JOURNAL_DIR, CandidateJournal
+from task_synth.store.store_writer import RepoFiles, StoreWriter
+from task_synth.store.task_builder import BuiltTask
+from tests.task_synth.test_batch_and_splits import _record
+
+SNAPSHOT = "repos/r-cccccccccccc"
+CANDIDATES = [(SimpleNamespace(key=f"pkg/m.py:f{index}"), "stub") for index in range(8)]
+
+
+class Scripted:
+    """`_candidate` by script: odd candidates are valid, even ones rejected as no_f2p; one may raise Ctrl-C."""
+
+    def __init__(self, store, interrupt_at: str | None = None):
+        self.store, self.interrupt_at, self.tried = store, interrupt_at, []
+
+    def __call__(self, context, pool, unit, mode):
+        self.tried.append(unit.key)
+        if unit.key == self.interrupt_at:
+            raise KeyboardInterrupt
+        number = int(unit.key.rsplit("f", 1)[1])
+        if number % 2 == 0:
+            return BuiltTask(None, "no_f2p", None, 3, "no test fails"), 3
+        # Every task validated before this one is in the store already.
+        listed = {record.instance_id for record in read_records(self.store)}
+        assert {f"task-{n}" for n in range(1, number, 2)} <= listed
+        return BuiltTask(_record(f"task-{number}"), None, b"workspace", 5), 5
+
+
+def _run(store, script, max_tasks=100, monkeypatch=None):
+    monkeypatch.setattr(pipeline, "_candidate", script)
+    report = pipeline.SynthReport()
+    writer = StoreWriter(store, store, RepoFiles(SNAPSHOT, b"install", None))
+    context = SimpleNamespace(sandbox_pool=lambda size: contextlib.nullcontext())
+    settings = SynthSettings(max_tasks=max_tasks, jobs=1, twins=False)
+    try:
+        pipeline._run_candidates(
+            context, CANDIDATES, settings, report, lambda *_: None, writer, CandidateJournal(store, SNAPSHOT)
+        )
+    finally:
+        writer.close()
+    return report
+
+
+def test_each_task_is_in_the_store_when_it_is_validated_and_a_stop_keeps_them(tmp_path, monkeypatch):
+    script = Scripted(tmp_path, interrupt_at="pkg/m.py:f5")
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, script, monkeypatch=monkeypatch)
+    assert [record.instance_id for record in read_records(tmp_path)] == ["task-1", "task-3"]
+    assert (tmp_path / "workspaces" / "task-3.tar.gz").read_bytes() == b"workspace"
+    assert (tmp_path / SNAPSHOT / "install.tar.gz").read_bytes() == b"install"
+    assert (tmp_path / "tasks.parquet").exists()  # written on the way out
+
+
+def test_a_rerun_goes_on_where_the_stopped_run_stopped_and_counts_nothing_twice(tmp_path, monkeypatch):
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, Scripted(tmp_path, interrupt_at="pkg/m.py:f5"), monkeypatch=monkeypatch)
+    again = Scripted(tmp_path)
+    report = _run(tmp_path, again, monkeypatch=monkeypatch)
+    assert again.tried == [f"pkg/m.py:f{n}" for n in range(5, 8)]  # f0..f4 were judged: valid or rejected
+    assert report.skipped == 5 and report.resumed == 2 and report.valid == 2
+    assert [r.instance_id for r in read_records(tmp_path)] == ["task-1", "task-3", "task-5", "task-7"]
+    third = Scripted(tmp_path)
+    assert _run(tmp_path, third, monkeypatch=monkeypatch).resumed == 4 and third.tried == []
+
+
+def test_tasks_of_an_earlier_run_count_toward_max_tasks(tmp_path, monkeypatch):
+    _run(tmp_path, Scripted(tmp_path), max_tasks=2, monkeypatch=monkeypatch)
+    assert len(read_records(tmp_path)) == 2
+    more = Scripted(tmp_path)
+    report = _run(tmp_path, more, max_tasks=3, monkeypatch=monkeypatch)
+    assert report.resumed == 2 and report.valid == 1 and more.tried == ["pkg/m.py:f4", "pkg/m.py:f5"]
+
+
+def test_a_torn_journal_line_is_judged_again(tmp_path, monkeypatch):
+    _run(tmp_path, Scripted(tmp_path), max_tasks=1, monkeypatch=monkeypatch)
+    journal = tmp_path / JOURNAL_DIR / f"{SNAPSHOT.replace('/', '_')}.jsonl"
+    lines = journal.read_text().splitlines()
+    journal.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed while writing the second line
+    again = Scripted(tmp_path)
+    _run(tmp_path, again, max_tasks=2, monkeypatch=monkeypatch)
+    assert again.tried[0] == "pkg/m.py:f1"
+    assert [r.instance_id for r in read_records(tmp_path)] == ["task-1", "task-3"]
