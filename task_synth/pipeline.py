@@ -26,6 +26,7 @@ from task_synth.errors import SynthError
 from task_synth.repository.source import require_source
 from task_synth.settings import SynthSettings
 from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
+from task_synth.store.repeats import KeptTasks
 from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask, build_task, repo_dir
 from task_synth.store.twins import twin_of
@@ -96,8 +97,9 @@ def ordered_candidates(
     context: RepoContext, units: list[Unit], modes: list[str], seed: int, budget: int
 ) -> list[tuple[Unit, str]]:
     """Units sampled per mode by rank weight, interleaved across modes, deterministic for a seed; units whose body
-    runs at import time come after the others of their mode (six: most of its module runs as it loads)."""
-    per_mode = []
+    runs at import time come after the others (six: most of its module runs as it loads). Where it can, each mode
+    takes a unit no other mode has taken yet: a stub and a removal of one unit are one feature (store/repeats.py)."""
+    tiers: list[list[list[tuple[Unit, str]]]] = [[], []]  # per tier, per mode
     for mode in modes:
         weighted = [
             (unit, rank_weight(unit, len(context.baseline.covering(unit))))
@@ -105,14 +107,25 @@ def ordered_candidates(
             if unit.kind in MODE_KINDS[mode]
         ]
         at_import = [pair for pair in weighted if context.baseline.runs_at_import(pair[0])]
-        later = {id(pair[0]) for pair in at_import}
-        first = sample_units([pair for pair in weighted if id(pair[0]) not in later], budget, seed)
-        first += sample_units(at_import, budget - len(first), seed)
-        per_mode.append([(unit, mode) for unit in first])
-    interleaved: list[tuple[Unit, str]] = []
-    for index in range(max((len(group) for group in per_mode), default=0)):
-        interleaved += [group[index] for group in per_mode if index < len(group)]
-    return interleaved[:budget]
+        late = {id(pair[0]) for pair in at_import}
+        first = sample_units([pair for pair in weighted if id(pair[0]) not in late], budget, seed)
+        tiers[0].append([(unit, mode) for unit in first])
+        tiers[1].append([(unit, mode) for unit in sample_units(at_import, budget - len(first), seed)])
+    taken: set[str] = set()
+    return [pair for groups in tiers for pair in _interleaved(groups, taken)][:budget]
+
+
+def _interleaved(groups: list[list[tuple[Unit, str]]], taken: set[str]) -> list[tuple[Unit, str]]:
+    """One of each group in turn, each taking its first unit not in `taken` (else its first), until all are empty."""
+    queues, order = [list(group) for group in groups], []
+    while any(queues):
+        for queue in queues:
+            if queue:
+                index = next((i for i, (unit, _) in enumerate(queue) if unit.key not in taken), 0)
+                unit, mode = queue.pop(index)
+                taken.add(unit.key)
+                order.append((unit, mode))
+    return order
 
 
 def _setup_cause(rejection: str | None) -> str | None:
@@ -257,6 +270,7 @@ def _run_candidates(
     report.skipped = len(done)
     report.resumed = sum(j.outcome == VALID and j.instance_id in writer.records for j in done.values())
     pending = [pair for pair, key in zip(candidates, keys, strict=True) if key not in done]
+    kept = KeptTasks(writer.records.values())
     if done:
         log.info("%d candidates judged by an earlier run (%d tasks): going on", len(done), report.resumed)
     progress("candidates", len(done), len(candidates))
@@ -277,10 +291,15 @@ def _run_candidates(
                 outcomes.append((built.rejection, built.detail))
                 report.candidates += 1
                 key = CandidateJournal.key(unit.key, mode)
+                repeated = kept.repeated_by(built.record) if built.record is not None else None
+                if repeated:
+                    log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
+                    built = BuiltTask(None, "duplicate", None, built.test_executions, repeated)
                 if built.record is not None and built.workspace is not None:
                     if report.valid + report.resumed >= settings.max_tasks:
                         continue  # valid, but past the cap: judged again by a run with a higher one
                     _keep(built, settings, report, writer)
+                    kept.add(built.record)
                     journal.record(key, Judged(VALID, built.record.instance_id, executions))
                 elif built.rejection:
                     report.rejections[built.rejection] += 1

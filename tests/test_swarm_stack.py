@@ -228,7 +228,8 @@ def test_stack_rm_and_swarm_leave_leave_nothing_behind(swarm, docker_backend):
     left_behind = docker_backend.create(image, labels={OWNER_CONTAINER_LABEL: server}).id
     removed = regrow("stack", "rm", "--name", name, "--volumes", "--timeout", "600")
     assert removed.returncode == 0, output_tail(removed)
-    assert "sandbox(es)" in removed.stderr, removed.stderr
+    # Gone, by stack rm or by a test beside this one, whose reaper takes it once its server stops (the count is
+    # tested on its own in tests/regrow/test_stack_cli.py).
     assert not docker_backend.container_running(left_behind), (
         server,
         removed.stderr,

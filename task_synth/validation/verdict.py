@@ -32,6 +32,7 @@ REJECTIONS = (
     "oracle_failed",
     "weak_checks",
     "timeout",
+    "duplicate",  # valid, but the same feature as a kept task (task_synth/store/repeats.py)
 )
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3

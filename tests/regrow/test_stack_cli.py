@@ -52,3 +52,15 @@ def test_stack_commands_refuse_an_engine_that_is_no_swarm_manager(monkeypatch, i
     answer(monkeypatch, {"info": info})
     with pytest.raises(stack_cli.StackError, match=remedy):
         stack_cli.check_manager()
+
+
+def test_the_sandboxes_of_removed_servers_are_removed_and_counted(docker_backend, base_image):
+    """On the engine; the 'server' here is a running container, so that no other test's reaper takes its sandbox
+    first (a reaper takes a sandbox once its owner container stops)."""
+    from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
+
+    with docker_backend.create(base_image) as server, docker_backend.create(base_image) as bystander:
+        left = docker_backend.create(base_image, labels={OWNER_CONTAINER_LABEL: server.id})
+        assert stack_cli.remove_sandboxes_of({server.id}) == 1
+        assert not docker_backend.container_running(left.id)
+        assert docker_backend.container_running(server.id) and docker_backend.container_running(bystander.id)

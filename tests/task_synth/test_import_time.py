@@ -74,3 +74,12 @@ def test_units_that_run_at_import_come_last_whatever_their_weight():
     first_late = min(index for index, name in enumerate(names) if name in late)
     assert all(name in late for name in names[first_late:]), names
     assert set(names) >= late  # tried, after the others, when the budget allows
+
+
+def test_each_mode_takes_a_unit_no_other_mode_took_while_there_are_any():
+    units = module_units("m.py", SOURCE, "")
+    context = SimpleNamespace(baseline=_baseline(units))
+    early = [u for u in units if not context.baseline.runs_at_import(u) and u.kind in ("function", "method", "class")]
+    ordered = ordered_candidates(context, units, ["stub", "remove"], seed=7, budget=len(early))
+    assert len(early) >= 2 and {mode for _, mode in ordered} == {"stub", "remove"}
+    assert len({unit.key for unit, _ in ordered}) == len(ordered)  # a stub and a removal of one unit repeat each other

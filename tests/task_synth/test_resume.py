@@ -36,7 +36,8 @@ class Scripted:
         # Every task validated before this one is in the store already.
         listed = {record.instance_id for record in read_records(self.store)}
         assert {f"task-{n}" for n in range(1, number, 2)} <= listed
-        return BuiltTask(_record(f"task-{number}"), None, b"workspace", 5), 5
+        record = _record(f"task-{number}").model_copy(update={"FAIL_TO_PASS": [f"t{number}"]})
+        return BuiltTask(record, None, b"workspace", 5), 5
 
 
 def _run(store, script, max_tasks=100, monkeypatch=None):
@@ -93,3 +94,20 @@ def test_a_torn_journal_line_is_judged_again(tmp_path, monkeypatch):
     _run(tmp_path, again, max_tasks=2, monkeypatch=monkeypatch)
     assert again.tried[0] == "pkg/m.py:f1"
     assert [r.instance_id for r in read_records(tmp_path)] == ["task-1", "task-3"]
+
+
+def test_a_task_that_repeats_a_kept_one_is_rejected_as_a_duplicate_and_not_counted(tmp_path, monkeypatch):
+    from proto.tasks import DeletedUnit
+
+    unit = DeletedUnit(path="pkg/m.py", qualname="f", kind="function", start_line=3, end_line=9)
+
+    def scripted(context, pool, candidate, mode):
+        number = int(candidate.key.rsplit("f", 1)[1])
+        same_lines = [unit] if number in (1, 3) else []  # f1 and f3 delete the same lines
+        tests = ["t5"] if number in (5, 7) else [f"t{number}"]  # f5 and f7 break the same tests
+        record = _record(f"task-{number}").model_copy(update={"FAIL_TO_PASS": tests, "deleted": same_lines})
+        return BuiltTask(record, None, b"workspace", 1), 1
+
+    report = _run(tmp_path, scripted, monkeypatch=monkeypatch)
+    assert [r.instance_id for r in read_records(tmp_path)] == [f"task-{n}" for n in (0, 1, 2, 4, 5, 6)]
+    assert report.rejections["duplicate"] == 2 and report.valid == 6

@@ -1,0 +1,42 @@
+"""Duplicates are not yield: a task that deletes the same lines as a kept task of its snapshot, or whose FAIL_TO_PASS
+set is the same, teaches nothing new (a stub and a removal of one function, say), so it is rejected as `duplicate`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from proto.tasks import TaskRecord
+
+
+def _snapshot(record: TaskRecord) -> str:
+    return f"{record.repo}@{record.source_commit}"
+
+
+class KeptTasks:
+    """The kept tasks by what makes two of them one: their snapshot's deleted lines and FAIL_TO_PASS set."""
+
+    def __init__(self, records: Iterable[TaskRecord] = ()):
+        self._by_lines: dict[tuple[str, frozenset], str] = {}
+        self._by_tests: dict[tuple[str, frozenset], str] = {}
+        for record in records:
+            self.add(record)
+
+    @staticmethod
+    def _keys(record: TaskRecord) -> tuple[tuple[str, frozenset], tuple[str, frozenset]]:
+        lines = frozenset((unit.path, unit.start_line, unit.end_line) for unit in record.deleted)
+        return (_snapshot(record), lines), (_snapshot(record), frozenset(record.FAIL_TO_PASS))
+
+    def repeated_by(self, record: TaskRecord) -> str | None:
+        """The kept task `record` repeats, with what they share, or None (a task does not repeat itself)."""
+        lines, tests = self._keys(record)
+        if record.deleted and self._by_lines.get(lines, record.instance_id) != record.instance_id:
+            return f"deletes the same lines as {self._by_lines[lines]}"
+        if self._by_tests.get(tests, record.instance_id) != record.instance_id:
+            return f"has the FAIL_TO_PASS tests of {self._by_tests[tests]}"
+        return None
+
+    def add(self, record: TaskRecord) -> None:
+        lines, tests = self._keys(record)
+        if record.deleted:
+            self._by_lines.setdefault(lines, record.instance_id)
+        self._by_tests.setdefault(tests, record.instance_id)
