@@ -74,7 +74,7 @@ def _print_summary(console, title: str, report_rows: list[tuple[str, object]]) -
     console.print(table)
 
 
-def _print_difficulty(console, records) -> None:
+def print_difficulty(console, records) -> None:
     from rich.table import Table
 
     from task_synth.store.difficulty import spread
@@ -157,7 +157,7 @@ def synth(targets: SynthTargets, settings: SynthSettings) -> None:
     except (SynthError, SandboxError) as error:
         fail(str(error))
     _print_summary(console, f"regrow synth {report.repo}@{report.commit[:12]}", _report_rows(report, out))
-    _print_difficulty(console, report.records)
+    print_difficulty(console, report.records)
 
 
 class _FileMadeOnFirstRecord(logging.FileHandler):
@@ -215,7 +215,7 @@ def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_
                 outcome.error.splitlines()[0][:100] if outcome.error else "",
             )
     console.print(table)
-    _print_difficulty(console, read_records(out))
+    print_difficulty(console, read_records(out))
 
 
 def register(app: typer.Typer) -> None:

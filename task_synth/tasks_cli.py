@@ -31,6 +31,10 @@ def tasks_export(
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
     console.print(f"exported {count} tasks to {out} ({format.value})")
+    from proto.task_files import read_records
+    from task_synth.cli import print_difficulty
+
+    print_difficulty(console, read_records(store))
 
 
 @tasks_app.command("merge")

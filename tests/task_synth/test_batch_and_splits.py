@@ -116,3 +116,16 @@ def test_difficulty_spread_is_min_median_max_of_each_signal():
     assert found["lines deleted"] == {"min": 1, "median": 5, "max": 9}
     assert found["problem statement chars"] == {"min": 1, "median": 10, "max": 30}
     assert spread([]) == {}
+
+
+def test_the_spread_has_the_features_size_and_the_kill_rate_where_measured():
+    from proto.tasks import DeletedUnit
+
+    unit = DeletedUnit(path="m.py", qualname="f", kind="function", start_line=1, end_line=3)
+    records = [_record(name) for name in "abc"]
+    records[0] = records[0].model_copy(update={"deleted": [unit, unit]})
+    records[1].stats.mutant_kill_rate, records[2].stats.mutant_kill_rate = 0.9, 1.0
+    found = spread(records)
+    assert found["units deleted"] == {"min": 0, "median": 0, "max": 2}
+    assert found["mutant kill rate"] == {"min": 0.9, "median": 0.95, "max": 1.0}  # the task with none left out
+    assert "mutant kill rate" not in spread(records[:1])

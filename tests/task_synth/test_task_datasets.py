@@ -55,6 +55,7 @@ def test_the_cli_exports_a_store_for_datasets(task_store, tmp_path):
     result = CliRunner().invoke(regrow_app, ["tasks", "export", "--store", str(task_store), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert load_from_disk(str(out)).num_rows == 2
+    assert "difficulty of 2 tasks" in result.output and "units deleted" in result.output
 
 
 def test_a_folder_without_tasks_jsonl_is_an_error_that_names_regrow_synth(tmp_path):
