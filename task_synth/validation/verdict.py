@@ -36,7 +36,8 @@ REJECTIONS = (
 )
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3
-STAND_IN_MIN_TIMEOUT_S = 30.0
+STAND_IN_MIN_TIMEOUT_S = 10.0  # with a budget per round, a looping answer costs this once; a real round is far shorter
+STAND_IN_SLACK_S = 20.0  # pytest's start and collection, outside every round's budget
 # Imports each package named after it; run as `python -c` text, so nothing is written into the sandbox for it.
 PACKAGE_IMPORTS_SOURCE = Path(__file__).with_name("inside") / "package_imports.py"
 
@@ -164,12 +165,13 @@ def drop_trivially_passed(
     `trivially_solvable`. A function's answers share one pytest process (a round each); when that run times out, they
     run one by one. Leaves a stand-in in /workspace: the caller restores it.
     """
+    budget = {"REGROW_ROUND_BUDGET_S": f"{timeout:g}"}  # a looping answer costs its round, not the process
     combined = combined_stand_in(deletion)
     if combined is not None:
         stand_in, names = combined
         apply_deletion(sb, replace(deletion, changed=stand_in.changed))
         tests = list(verdict.fail_to_pass)
-        run = run_tests(sb, test_command, tests, timeout * len(names), repeat=len(names))
+        run = run_tests(sb, test_command, tests, timeout * len(names) + STAND_IN_SLACK_S, budget, repeat=len(names))
         verdict.stand_in_executions += run.executions
         verdict.test_executions += run.executions
         if not run.timed_out and len(run.rounds) == len(names):
@@ -179,7 +181,7 @@ def drop_trivially_passed(
             return verdict
     for stand_in in stand_ins(deletion):
         apply_deletion(sb, replace(deletion, changed=stand_in.changed))
-        run = run_tests(sb, test_command, verdict.fail_to_pass, timeout)
+        run = run_tests(sb, test_command, verdict.fail_to_pass, timeout + STAND_IN_SLACK_S, budget)
         verdict.stand_in_executions += run.executions
         verdict.test_executions += run.executions
         if _drop(

@@ -1,0 +1,64 @@
+"""The report plugin's round budget: a round that loops costs its budget, and the other rounds still run (no Docker:
+the plugin runs in a pytest on this host, as it does in the sandbox)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+PLUGINS = Path(__file__).parents[2] / "task_synth" / "validation" / "inside"
+
+LOOPING = """
+import os, time
+
+def test_first():
+    assert True
+
+def test_loops_in_round_zero():
+    while os.environ["REGROW_ROUND"] == "0":
+        try:
+            time.sleep(0.01)
+        except Exception:  # a stand-in's loop may swallow Exception: the budget is a BaseException
+            pass
+
+def test_last():
+    assert True
+"""
+
+
+def _run(tmp_path: Path, budget: str | None) -> list[dict[str, bool]]:
+    (tmp_path / "test_loop.py").write_text(LOOPING)
+    env = {**os.environ, "REGROW_REPEAT": "2", "REGROW_REPORT_OUT": str(tmp_path / "report.json")}
+    env["PYTHONPATH"] = str(PLUGINS)
+    if budget:
+        env["REGROW_ROUND_BUDGET_S"] = budget
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "outcome_report_plugin"]
+    subprocess.run(
+        [*command, "-p", "no:asyncio", "-p", "no:timeout", "test_loop.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=60 if budget else 5,
+    )
+    return json.loads((tmp_path / "report.json").read_text())
+
+
+def test_a_looping_round_ends_at_its_budget_and_the_next_round_runs(tmp_path):
+    rounds = _run(tmp_path, "1")
+    first, second = rounds
+    assert first == {
+        "test_loop.py::test_first": True,
+        "test_loop.py::test_loops_in_round_zero": False,
+        "test_loop.py::test_last": False,
+    }  # skipped once the round was over: not passed
+    assert all(second.values()) and len(second) == 3
+
+
+def test_without_a_budget_the_loop_holds_the_process(tmp_path):
+    import pytest
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        _run(tmp_path, None)
