@@ -42,7 +42,7 @@ def eager_thread_switches() -> Iterator[None]:
         gc.set_threshold(*thresholds)
 
 
-def _in_threads(parse_once: Callable[[], object], threads: int = 4, rounds: int = 300) -> list[BaseException]:
+def _in_threads(parse_once: Callable[[], object], threads: int = 4, rounds: int = 60) -> list[BaseException]:
     errors: list[BaseException] = []
 
     def work() -> None:
