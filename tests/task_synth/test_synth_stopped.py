@@ -4,6 +4,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,20 +22,27 @@ def _containers_of(docker_backend, pid: int) -> list[dict]:
     return [c for c in containers if f":{pid}:" in (c.get("Labels") or {}).get(OWNER_LABEL, "")]
 
 
-def test_sigterm_stops_synthesis_and_leaves_no_container(docker_backend, base_image, tmp_path):
-    command = [sys.executable, "-m", "regrow", "synth", str(MINILIB), "--out", str(tmp_path / "out")]
-    with open(tmp_path / "synth.log", "w") as log:  # a file: a pipe nobody reads would block the run's logging
-        process = subprocess.Popen([*command, "--max-tasks", "2"], stdout=log, stderr=log)
+def _sigterm_once(command: list[str], log_path: Path, ready: Callable[[subprocess.Popen], bool]) -> subprocess.Popen:
+    """Start `command`, send it SIGTERM once `ready` says so, and wait for it to end (killed if it will not)."""
+    with open(log_path, "w") as log:  # a file: a pipe nobody reads would block the run's logging
+        process = subprocess.Popen(command, stdout=log, stderr=log)
     try:
         deadline = time.monotonic() + 600
-        while not _containers_of(docker_backend, process.pid):  # a sandbox of the run is up
-            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "synth.log").read_text()
-            time.sleep(0.5)
+        while not ready(process):
+            assert process.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.2)
         process.send_signal(signal.SIGTERM)
         process.wait(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
+    return process
+
+
+def test_sigterm_stops_synthesis_and_leaves_no_container(docker_backend, base_image, tmp_path):
+    command = [sys.executable, "-m", "regrow", "synth", str(MINILIB), "--out", str(tmp_path / "out")]
+    sandbox_up = lambda started: bool(_containers_of(docker_backend, started.pid))  # noqa: E731
+    process = _sigterm_once([*command, "--max-tasks", "2"], tmp_path / "synth.log", sandbox_up)
     left = _containers_of(docker_backend, process.pid)
     for container in left:  # gone either way: a failing run leaks nothing into the next test
         docker_backend.remove(container["Id"])
@@ -45,18 +53,8 @@ def test_sigterm_stops_synthesis_and_leaves_no_container(docker_backend, base_im
 def test_a_stopped_run_keeps_its_tasks_and_image_and_a_rerun_goes_on_from_there(docker_backend, base_image, tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "regrow", "synth", str(MINILIB), "--out", str(out), "--modes", "stub"]
-    with open(tmp_path / "first.log", "w") as log:
-        process = subprocess.Popen([*command, "--max-tasks", "20"], stdout=log, stderr=log)
-    try:
-        deadline = time.monotonic() + 600
-        while not (out / RECORDS).exists() or not (out / RECORDS).read_text().strip():  # a first task is kept
-            assert process.poll() is None and time.monotonic() < deadline, (tmp_path / "first.log").read_text()
-            time.sleep(0.2)
-        process.send_signal(signal.SIGTERM)
-        process.wait(timeout=120)
-    finally:
-        if process.poll() is None:
-            process.kill()
+    kept_one = lambda _: (out / RECORDS).exists() and bool((out / RECORDS).read_text().strip())  # noqa: E731
+    process = _sigterm_once([*command, "--max-tasks", "20"], tmp_path / "first.log", kept_one)
     said = (tmp_path / "first.log").read_text()
     kept = read_records(out)
     assert process.returncode == 130, said
