@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import shutil
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -140,21 +142,24 @@ def synth(targets: SynthTargets, settings: SynthSettings) -> None:
     source, out, repos = targets.source, targets.out, targets.repos
     progress, shown, on_repo = progress_bars(console)
     _stop_on_sigterm()
-    update = _logged_progress(targets.log_file or out / "synth.log", shown)
+    log_file, new_store = targets.log_file or out / "synth.log", not out.exists()
     try:
-        if repos is not None and source is None:
-            _synth_many(console, repos, out, settings, progress, update, on_repo)
-            return
-        if source is None or repos is not None:
-            fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
-        from task_synth.pipeline import synthesize
+        with _logged_progress(log_file, shown) as update:
+            if repos is not None and source is None:
+                _synth_many(console, repos, out, settings, progress, update, on_repo)
+                return
+            if source is None or repos is not None:
+                fail("give one repository (SOURCE) or a file of them (--repos), not both and not neither")
+            from task_synth.pipeline import synthesize
 
-        with progress:
-            report = synthesize(source, out, settings, on_progress=update)
+            with progress:
+                report = synthesize(source, out, settings, on_progress=update)
     except SynthStopped as stopped:
         console.print(f"[bold yellow]{stopped}[/]")
         raise typer.Exit(130) from None
     except (SynthError, SandboxError) as error:
+        if new_store and out.is_dir() and {path.name for path in out.iterdir()} <= {log_file.name}:
+            shutil.rmtree(out)  # bad input leaves nothing: not even a store holding only the log of its failure
         fail(str(error))
     _print_summary(console, f"regrow synth {report.repo}@{report.commit[:12]}", _report_rows(report, out))
     print_difficulty(console, report.records)
@@ -168,27 +173,40 @@ class _FileMadeOnFirstRecord(logging.FileHandler):
         return super()._open()
 
 
-def _logged_progress(path: Path, shown: Callable[[str, int, int], None]) -> Callable[[str, int, int], None]:
-    """The progress shown in the terminal, and logged with every line of the run to `path` (appended)."""
+_LOGGED = ("task_synth", "sandbox", "task_synth.progress")
+Progress = Callable[[str, int, int], None]
+
+
+@contextlib.contextmanager
+def _logged_progress(path: Path, shown: Progress) -> Iterator[Progress]:
+    """The progress shown in the terminal, and logged with every line of the run to `path` (appended) until the
+    block ends."""
     handler = _FileMadeOnFirstRecord(path, delay=True)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    for name in ("task_synth", "sandbox"):
-        logger = logging.getLogger(name)
+    loggers = [logging.getLogger(name) for name in _LOGGED]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
         logger.addHandler(handler)
         if logger.getEffectiveLevel() > logging.INFO:
             logger.setLevel(logging.INFO)
-    log = logging.getLogger("task_synth.progress")
-    log.addHandler(handler)
-    log.propagate = False  # the terminal shows the bars instead
+    progress_log = loggers[-1]
+    progress_log.propagate = False  # the terminal shows the bars instead
     last: dict[str, tuple[int, int]] = {}
 
     def update(stage: str, done: int, total: int) -> None:
         shown(stage, done, total)
         if last.get(stage) != (done, total):
             last[stage] = (done, total)
-            log.info("%s %d/%d", stage, done, total)
+            progress_log.info("%s %d/%d", stage, done, total)
 
-    return update
+    try:
+        yield update
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+        progress_log.propagate = True
+        handler.close()
 
 
 def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_repo) -> None:

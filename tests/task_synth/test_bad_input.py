@@ -94,3 +94,17 @@ def test_a_bad_mode_or_kind_is_named_in_the_error_not_hidden_behind_a_link(tmp_p
     said = " ".join(result.output.split())
     assert named in said and "errors.pydantic.dev" not in said, said
     assert not (tmp_path / "out").exists()
+
+
+def test_the_cli_on_a_repository_without_tests_leaves_no_store_and_no_log_handler(tmp_path, docker_backend):
+    import logging
+
+    from regrow.cli import app
+
+    copy = _minilib_copy(tmp_path)
+    shutil.rmtree(copy / "tests")
+    result = CliRunner().invoke(app, ["synth", str(copy), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "has no tests" in " ".join(result.output.split())
+    assert not (tmp_path / "out").exists()  # its synth.log had been opened: the run logged its checkout
+    for name in ("task_synth", "sandbox", "task_synth.progress"):
+        assert not [h for h in logging.getLogger(name).handlers if isinstance(h, logging.FileHandler)], name
