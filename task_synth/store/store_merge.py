@@ -44,12 +44,14 @@ def merge_stores(shards: list[Path], out: Path) -> MergeReport:
     plan: list[tuple[Path, list[TaskRecord], list[TaskRecord]]] = []
     report = MergeReport()
     for shard in shards:
-        fresh = [record for record in read_records(shard) if record.instance_id not in records]
-        report.already_there[str(shard)] = len(read_records(shard)) - len(fresh)
+        listed = read_records(shard)
+        fresh = [record for record in listed if record.instance_id not in records]
+        fresh_twins = [twin for twin in read_records(shard, TWINS) if twin.instance_id not in twins]
+        report.already_there[str(shard)] = len(listed) - len(fresh)
         report.added[str(shard)] = len(fresh)
         records.update((record.instance_id, record) for record in fresh)
-        plan.append((shard, fresh, [t for t in read_records(shard, TWINS) if t.instance_id not in twins]))
-        twins.update((twin.instance_id, twin) for twin in plan[-1][2])
+        twins.update((twin.instance_id, twin) for twin in fresh_twins)
+        plan.append((shard, fresh, fresh_twins))
     mixed = mixed_snapshots(list(records.values()))
     if mixed:
         snapshot, splits = next(iter(mixed.items()))
