@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import ast
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 _LOCK = threading.Lock()
 
@@ -30,3 +32,11 @@ def literal_value(text: str) -> object:
     """`ast.literal_eval(text)` behind the same lock; raises ValueError or SyntaxError when `text` is no literal."""
     with _LOCK:
         return ast.literal_eval(text)
+
+
+@contextmanager
+def parsing() -> Iterator[None]:
+    """Hold the lock around another library's code that parses with `ast` (libcst's `get_docstring` and
+    `evaluated_value` call `ast.literal_eval`)."""
+    with _LOCK:
+        yield

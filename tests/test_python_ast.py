@@ -91,3 +91,23 @@ def test_text_that_is_not_python_gives_none_or_the_parsers_own_error() -> None:
     assert _parse_feedback("/workspace/pkg/m.py", "def (:") == "pkg/m.py no longer parses: line 1: invalid syntax"
     with pytest.raises(ValueError):
         literal_value("__import__('os')")
+
+
+@pytest.mark.usefixtures("eager_thread_switches")
+def test_synthesis_reads_docstrings_and_all_lists_in_threads_without_an_error() -> None:
+    """libcst's `get_docstring` and `evaluated_value` call ast.literal_eval: synthesis calls them from its job
+    threads beside locked parses (a minilib run raised the SystemError in one of four tries before)."""
+    from libcst import parse_module
+
+    from task_synth.candidates.import_fixups import _filtered_all
+    from task_synth.store.problem_statement import docstring_of
+
+    module = parse_module('def f():\n    """Say what f does."""\n    return 1\n__all__ = ["f", "g"]\n')
+    function, statement = module.body[0], module.body[1]
+
+    def mixed() -> None:
+        assert docstring_of(function) == "Say what f does."
+        assert _filtered_all(statement.body[0], {"g"}) is not None
+        assert parse_python(SOURCE) is not None
+
+    assert _in_threads(mixed) == []

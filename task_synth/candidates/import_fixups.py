@@ -5,6 +5,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
+from proto.python_ast import literal_value
 from task_synth.candidates.units import referenced_names
 from task_synth.repository.repo_layout import RepoLayout
 
@@ -82,7 +83,8 @@ def _filtered_all(small: cst.BaseSmallStatement, lost: set[str]) -> cst.BaseSmal
     elements = [
         element
         for element in small.value.elements
-        if not (isinstance(element.value, cst.SimpleString) and element.value.evaluated_value in lost)
+        # The literal read under the parse lock: libcst's `evaluated_value` is an unlocked ast.literal_eval.
+        if not (isinstance(element.value, cst.SimpleString) and literal_value(element.value.value) in lost)
     ]
     if elements:
         elements[-1] = elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)

@@ -8,11 +8,11 @@ nothing unless the test run lied about the visible tests: any reward on one is a
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import math
 import random
 
+from proto.python_ast import literal_value
 from proto.tasks import IoCheck, TaskRecord
 
 
@@ -20,7 +20,7 @@ def contradicted(check: IoCheck, rng: random.Random) -> IoCheck:
     """The check expecting an outcome the original does not give on the same call."""
     if check.raises is not None:
         return check.model_copy(update={"raises": None, "result": repr(f"twin-{rng.getrandbits(32):x}")})
-    value = ast.literal_eval(check.result or "None")
+    value = literal_value(check.result or "None")
     offset = rng.randrange(1000, 100000)
     if isinstance(value, bool):
         other: object = not value
