@@ -20,6 +20,7 @@ from pathlib import Path
 
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
+from task_synth.candidates.coverage_groups import coverage_groups
 from task_synth.candidates.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
 from task_synth.candidates.units import Unit, enumerate_units, rank_weight, sample_units
 from task_synth.errors import SynthError
@@ -215,7 +216,9 @@ def synthesize(
             )
             report.baseline_tests, report.stable_tests = len(context.baseline.collected), len(context.baseline.stable)
             report.test_executions = context.baseline.test_executions
-            units = [u for u in enumerate_units(context.layout) if settings.kinds is None or u.kind in settings.kinds]
+            units = enumerate_units(context.layout)
+            units += coverage_groups(units, context.baseline.covering)
+            units = [u for u in units if settings.kinds is None or u.kind in settings.kinds]
             budget = settings.candidate_budget
             candidates = ordered_candidates(context, units, list(settings.modes), settings.seed, budget)
             repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)

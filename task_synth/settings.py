@@ -9,7 +9,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 Mode = Literal["stub", "remove", "file"]
-UnitKind = Literal["function", "method", "class", "module", "feature"]
+UnitKind = Literal["function", "method", "class", "module", "feature", "group"]
 # xunit1 puts each test's file into the JUnit XML, so that a grader can rebuild pytest node ids from it.
 DEFAULT_TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts="" --continue-on-collection-errors'
 
@@ -40,7 +40,10 @@ class SynthSettings(BaseSettings):
     )
     kinds: list[UnitKind] | None = Field(
         None,
-        description="Kinds of unit to delete (function, method, class, module, feature); repeat; unset: every kind.",
+        description=(
+            "Kinds of unit to delete (function, method, class, module, feature, group: the functions and methods "
+            "a test file or class reaches, found by coverage); repeat; unset: every kind."
+        ),
     )
     seed: int = Field(0, description="Seed for candidate sampling; the same seed gives the same tasks.")
     max_tasks: int = Field(10, ge=1, description="Valid tasks per repository.")

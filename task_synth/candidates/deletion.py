@@ -12,8 +12,8 @@ from task_synth.candidates.units import Unit
 from task_synth.repository.repo_layout import RepoLayout
 
 MODE_KINDS = {
-    "stub": ("function", "method", "class", "feature"),
-    "remove": ("function", "method", "class", "feature"),
+    "stub": ("function", "method", "class", "feature", "group"),
+    "remove": ("function", "method", "class", "feature", "group"),
     "file": ("module",),
 }
 
@@ -112,7 +112,10 @@ def delete_unit(layout: RepoLayout, unit: Unit, mode: str) -> Deletion:
         )
         changed[unit.path] = None
     else:
-        edited, removed = _edit_top_level(cst.parse_module(sources[unit.path]), unit, mode)
+        edited, removed = cst.parse_module(sources[unit.path]), set[str]()
+        for piece in unit.pieces:
+            edited, gone = _edit_top_level(edited, piece, mode)
+            removed |= gone
         sources[unit.path] = edited.code
         changed = dict(
             fix_imports(layout, sources, gone_modules=set(), gone_names={layout.modules[unit.path]: removed})

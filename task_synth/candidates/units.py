@@ -43,10 +43,17 @@ class Unit:
     # Lines that run only when the unit is used, not when it is defined: a class's method bodies; None means
     # `body_lines` (a function's body), () never (a module runs as it is imported, by its tests too).
     call_lines: tuple[tuple[int, int], ...] | None = None
+    # A multi-unit feature's functions and methods, deleted together (candidates/coverage_groups.py); () otherwise.
+    parts: tuple[Unit, ...] = ()
 
     @property
     def key(self) -> str:
         return f"{self.path}::{self.qualname}::{self.kind}"
+
+    @property
+    def pieces(self) -> tuple[Unit, ...]:
+        """What a deletion of this unit edits one by one: a group's parts, or the unit itself."""
+        return self.parts or (self,)
 
     @property
     def used_lines(self) -> tuple[tuple[int, int], ...]:

@@ -6,6 +6,7 @@ import re
 
 import libcst as cst
 
+from proto.python_ast import parsing
 from task_synth.candidates.deletion import Deletion
 
 MAX_LISTED = 6
@@ -21,6 +22,13 @@ def _find(module: cst.Module, qualname: str) -> cst.FunctionDef | cst.ClassDef |
                 if isinstance(inner, cst.FunctionDef) and inner.name.value == member:
                     return inner
     return None
+
+
+def docstring_of(node: cst.FunctionDef | cst.ClassDef) -> str | None:
+    """The definition's docstring, read under the parse lock: libcst reads it with ast.literal_eval, and synthesis
+    builds tasks in threads."""
+    with parsing():
+        return node.get_docstring()
 
 
 def signature(node: cst.FunctionDef | cst.ClassDef) -> str:
@@ -53,7 +61,6 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
     """Plain text an agent gets at reset."""
     unit = deletion.unit
     original = cst.parse_module(deletion.original[unit.path])
-    name = unit.qualname.rsplit(".", 1)[-1]
     lines: list[str] = []
     if unit.kind == "module":
         others = sorted(path for path in deletion.changed if path != unit.path)
@@ -63,6 +70,8 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
         if others:
             lines.append(f"Imports of it were also removed from: {', '.join(f'`{p}`' for p in others)}; restore them.")
         lines += ["", "It defined:", *(f"    {sig}" for sig in _public_signatures(original))]
+    elif unit.parts:
+        lines += _group_lines(deletion, original, module_name)
     else:
         node = _find(original, unit.qualname)
         kind = {"feature": "function", "method": "method", "class": "class", "function": "function"}[unit.kind]
@@ -78,7 +87,7 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
             lines.append("The private helper functions it relied on are gone as well; write whatever helpers you need.")
         if node is not None:
             lines += ["", "Signature:", f"    {signature(node)}"]
-            docstring = node.get_docstring()
+            docstring = docstring_of(node)
             if deletion.mode == "stub" and docstring:
                 lines += ["", "Docstring:", *(f"    {line}" for line in docstring.splitlines())]
             if isinstance(node, cst.ClassDef):
@@ -87,7 +96,30 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
     lines += ["", f"Tests that fail now ({len(fail_to_pass)}):", *(f"- {test}" for test in fail_to_pass[:MAX_LISTED])]
     if len(fail_to_pass) > MAX_LISTED:
         lines.append(f"- ... and {len(fail_to_pass) - MAX_LISTED} more")
-    usages = _usages(test_texts, name)
+    usages = [found for piece in unit.pieces for found in _usages(test_texts, piece.qualname.rsplit(".", 1)[-1])]
+    usages = list(dict.fromkeys(usages))[:MAX_LISTED]
     if usages:
         lines += ["", "Where the tests use it:", *usages]
     return "\n".join(lines) + "\n"
+
+
+def _group_lines(deletion: Deletion, original: cst.Module, module_name: str) -> list[str]:
+    """What a group's statement says of it: every part, with its signature and (stubbed) docstring."""
+    where = f"`{deletion.unit.path}` (module `{module_name}`)"
+    if deletion.mode == "stub":
+        lines = [f"These functions and methods in {where} are not implemented: each raises `NotImplementedError`."]
+    else:
+        lines = [f"These functions and methods have been removed from {where}."]
+    lines += [
+        "Implement them so that the test suite passes again. Together they make one feature, so the tests "
+        "that fail need all of them.",
+        "",
+    ]
+    for piece in deletion.unit.parts:
+        node = _find(original, piece.qualname)
+        lines.append(f"- `{piece.qualname}`" + (f": `{signature(node)}`" if node is not None else ""))
+        docstring = None
+        if node is not None and deletion.mode == "stub":
+            docstring = docstring_of(node)
+        lines += [f"      {line}" for line in (docstring or "").splitlines()]
+    return lines

@@ -85,7 +85,9 @@ class OracleRun:
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
     digest = hashlib.sha1(f"{context.checkout.commit}:{deletion.mode}:{deletion.unit.key}".encode()).hexdigest()[:8]
-    name = re.sub(r"[^A-Za-z0-9_]+", "_", deletion.unit.qualname)
+    unit = deletion.unit
+    named = f"{unit.parts[0].qualname}_and_{len(unit.parts) - 1}_more" if unit.parts else unit.qualname
+    name = re.sub(r"[^A-Za-z0-9_]+", "_", named)
     return f"{slug(context.checkout.repo_name)}__{deletion.mode}__{name}__{digest}"
 
 
@@ -216,12 +218,13 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
         mode=deletion.mode,
         deleted=[
             DeletedUnit(
-                path=unit.path,
-                qualname=unit.qualname,
-                kind=unit.kind,
-                start_line=unit.start_line,
-                end_line=unit.end_line,
+                path=piece.path,
+                qualname=piece.qualname,
+                kind=piece.kind,
+                start_line=piece.start_line,
+                end_line=piece.end_line,
             )
+            for piece in unit.pieces
         ],
         problem_statement=statement,
         FAIL_TO_PASS=verdict.fail_to_pass,

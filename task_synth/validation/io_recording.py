@@ -29,7 +29,7 @@ from task_synth.repository.editable_install import SCRATCH
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
 from task_synth.validation.inside.io_recorder_plugin import MAX_RECORDS
-from task_synth.validation.mutants import mutants_of
+from task_synth.validation.mutants import MAX_MUTANTS, mutants_of
 from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
     Call,
@@ -80,6 +80,9 @@ def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[s
     """The deleted functions, methods and classes whose calls (programs, for a class) become checks, as {module:
     [name or Class.method, ...]}; a method of a nested class and a nested class get none."""
     unit = deletion.unit
+    if unit.parts:
+        names = [piece.qualname for piece in unit.parts if piece.qualname.count(".") <= 1]
+        return {module_name: names} if names else {}
     if unit.kind in ("function", "feature", "class") and "." not in unit.qualname:
         return {module_name: [unit.qualname]}
     if unit.kind == "method" and unit.qualname.count(".") == 1:
@@ -163,10 +166,11 @@ def _mutant_kills(
     mutants (a module, a nested function) or there are no calls to run."""
     unit = deletion.unit
     original = deletion.original.get(unit.path)
-    if not calls or original is None or unit.kind not in ("function", "feature", "method", "class"):
+    if not calls or original is None or unit.kind not in ("function", "feature", "method", "class", "group"):
         return None
     rng = random.Random(f"{settings.seed}:mutants:{unit.key}")
-    mutants = mutants_of(original, unit.qualname, rng)
+    share = -(-MAX_MUTANTS // len(unit.pieces))  # a group's parts share one unit's budget of mutants
+    mutants = [mutant for piece in unit.pieces for mutant in mutants_of(original, piece.qualname, rng, share)]
     if not mutants:
         return None
     target = f"{WORKSPACE}/{unit.path}"

@@ -89,19 +89,24 @@ class _Replacer(cst.CSTTransformer):
 ROUND_VARIABLE = "REGROW_ROUND"
 
 
-def _bodies(unit, definitions: list) -> dict[str, list[str]]:
-    """Per trivial answer, the body source of each definition (a property and its setter are two definitions)."""
-    if unit.qualname.endswith(".__init__"):  # __init__ may return nothing but None
+def _bodies(definitions: list[tuple[cst.FunctionDef, bool]]) -> dict[str, list[str]]:
+    """Per trivial answer, the body source of each (definition, is a method) (a property and its setter are two
+    definitions; a group's parts are several); an `__init__` answers `return None` in every answer, as it must."""
+    inits = [function.name.value == "__init__" for function, _ in definitions]
+    if all(inits):
         return {"return None": [_RETURN_NONE] * len(definitions)}
     # The always-equal object first: it passes the most tests, so the later runs have the fewest left to run.
     bodies = {
         "return an always-equal object": [_ALWAYS_EQUAL_SOURCE.read_text()] * len(definitions),
         "return None": [_RETURN_NONE] * len(definitions),
     }
-    arguments = [_first_argument(f, unit.kind == "method") for f in definitions]
-    if all(arguments):
+    arguments = [_first_argument(function, is_method) for function, is_method in definitions]
+    if all(argument for argument, init in zip(arguments, inits, strict=True) if not init):
         bodies["return the first argument"] = [f"def _():\n    return {argument}\n" for argument in arguments]
-    return bodies
+    return {
+        name: [_RETURN_NONE if init else body for body, init in zip(sources, inits, strict=True)]
+        for name, sources in bodies.items()
+    }
 
 
 def _dispatch(sources: list[str]) -> str:
@@ -134,7 +139,7 @@ def stand_ins(deletion: Deletion) -> list[StandIn]:
     if deletion.unit.kind == "class":
         return [
             _stand_in(
-                deletion, module, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d in definitions}
+                deletion, module, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d, _ in definitions}
             )
         ]
     return [
@@ -142,9 +147,9 @@ def stand_ins(deletion: Deletion) -> list[StandIn]:
             deletion,
             module,
             name,
-            {f: _with_body(f, _statements(body)) for f, body in zip(definitions, sources, strict=True)},
+            {f: _with_body(f, _statements(body)) for (f, _), body in zip(definitions, sources, strict=True)},
         )
-        for name, sources in _bodies(deletion.unit, definitions).items()
+        for name, sources in _bodies(definitions).items()
     ]
 
 
@@ -156,23 +161,29 @@ def combined_stand_in(deletion: Deletion) -> tuple[StandIn, list[str]] | None:
     if found is None or deletion.unit.kind == "class":
         return None
     module, definitions = found
-    bodies = _bodies(deletion.unit, definitions)
+    bodies = _bodies(definitions)
     if len(bodies) < 2:
         return None
     per_definition = zip(*bodies.values(), strict=True)  # each definition's bodies, in answer order
     replacements = {
         f: _with_body(f, _statements(_dispatch(list(sources))))
-        for f, sources in zip(definitions, per_definition, strict=True)
+        for (f, _), sources in zip(definitions, per_definition, strict=True)
     }
     return _stand_in(deletion, module, "every trivial answer", replacements), list(bodies)
 
 
-def _located(deletion: Deletion) -> tuple[cst.Module, list] | None:
+def _located(deletion: Deletion) -> tuple[cst.Module, list[tuple]] | None:
+    """The original module and each definition of the deleted unit (of each part of a group), with whether it is a
+    method."""
     unit = deletion.unit
     if deletion.mode == "file" or unit.kind == "module":
         return None
     module = cst.parse_module(deletion.original[unit.path])
-    definitions = _definitions(module, unit.qualname, unit.kind)
+    definitions = [
+        (definition, piece.kind == "method")
+        for piece in unit.pieces
+        for definition in _definitions(module, piece.qualname, piece.kind)
+    ]
     return (module, definitions) if definitions else None
 
 

@@ -82,15 +82,17 @@ def broken_test_files(deletion: Deletion, test_texts: dict[str, str], module_nam
     unit = deletion.unit
     if deletion.mode == "file":
         return importing_test_files(test_texts, set(), {module_name})
-    if deletion.mode == "remove" and unit.kind != "method":
-        return importing_test_files(test_texts, {unit.qualname, *unit.helpers}, set())
+    if deletion.mode == "remove":
+        names = {name for piece in unit.pieces if piece.kind != "method" for name in (piece.qualname, *piece.helpers)}
+        return importing_test_files(test_texts, names, set()) if names else set()
     return set()
 
 
 def mentioned_names(deletion: Deletion) -> set[str]:
     """What a test would name to reach the deleted code: a private or dunder method is reached through its class,
-    a deleted module through any name it defined."""
-    owner, _, member = deletion.unit.qualname.partition(".")
+    a deleted module through any name it defined; a group, through any of its parts."""
+    if deletion.unit.parts:
+        return {name for piece in deletion.unit.parts for name in _names_of(piece.qualname)}
     if deletion.unit.kind == "module":
         tree = parse_python(deletion.original[deletion.unit.path]) or ast.Module(body=[], type_ignores=[])
         defined = {
@@ -99,7 +101,13 @@ def mentioned_names(deletion: Deletion) -> set[str]:
         defined |= {
             t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
         }
-        return {owner.rsplit(".", 1)[-1], *defined}
+        return {deletion.unit.qualname.rsplit(".", 1)[-1], *defined}
+    return _names_of(deletion.unit.qualname)
+
+
+def _names_of(qualname: str) -> set[str]:
+    """The name a test would use for a function or method: a private or dunder method's class."""
+    owner, _, member = qualname.partition(".")
     if member:
         return {owner} if member.startswith("_") else {member}
     return {owner}
@@ -171,7 +179,16 @@ def drop_trivially_passed(
         stand_in, names = combined
         apply_deletion(sb, replace(deletion, changed=stand_in.changed))
         tests = list(verdict.fail_to_pass)
+        started = time.monotonic()
         run = run_tests(sb, test_command, tests, timeout * len(names) + STAND_IN_SLACK_S, budget, repeat=len(names))
+        log.info(
+            "%s: %d trivial answers on %d tests in %.1fs%s",
+            deletion.unit.key,
+            len(names),
+            len(tests),
+            time.monotonic() - started,
+            " (timed out)" if run.timed_out else "",
+        )
         verdict.stand_in_executions += run.executions
         verdict.test_executions += run.executions
         if not run.timed_out and len(run.rounds) == len(names):

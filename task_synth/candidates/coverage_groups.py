@@ -1,0 +1,66 @@
+"""Multi-unit features: the functions and methods of one module that a group of tests reaches, found by coverage and
+deleted together (FeatureBench's idea). A group of tests is a test file or a test class; a unit belongs to a group's
+feature when most of the tests that run it are in that group, so shared utilities stay out."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+from task_synth.candidates.units import Unit
+
+GROUP_KIND = "group"
+MIN_PARTS = 2
+# More parts than this make a task that is a rewrite of the module, not a feature.
+MAX_PARTS = 6
+# The share of a unit's covering tests that must sit in the group for the unit to be part of its feature.
+AFFINITY = 0.5
+PART_KINDS = ("function", "method")
+
+
+def groups_of(node_id: str) -> list[str]:
+    """The groups a test belongs to: its file and, for a test in a class, its class."""
+    path, _, rest = node_id.partition("::")
+    parts = rest.split("::")
+    return [path, f"{path}::{parts[0]}"] if len(parts) > 1 else [path]
+
+
+def coverage_groups(units: list[Unit], covering: Callable[[Unit], set[str]]) -> list[Unit]:
+    """One group unit per (module, test group) whose feature has at least MIN_PARTS functions or methods, in a
+    stable order; a set of parts that two groups share is made once."""
+    members: dict[tuple[str, str], list[Unit]] = {}
+    for unit in units:
+        if unit.kind not in PART_KINDS:
+            continue
+        tests = covering(unit)
+        if not tests:
+            continue
+        counts = Counter(group for test in tests for group in groups_of(test))
+        for group, count in sorted(counts.items()):
+            if count >= AFFINITY * len(tests):
+                members.setdefault((unit.path, group), []).append(unit)
+    made: dict[frozenset[str], Unit] = {}
+    for (path, _), parts in sorted(members.items()):
+        if len(parts) < MIN_PARTS:
+            continue
+        chosen = sorted(parts, key=lambda part: (-part.statements, part.key))[:MAX_PARTS]
+        chosen.sort(key=lambda part: part.start_line)
+        keys = frozenset(part.key for part in chosen)
+        if keys not in made:
+            made[keys] = group_unit(path, chosen)
+    return list(made.values())
+
+
+def group_unit(path: str, parts: list[Unit]) -> Unit:
+    """The unit that deletes `parts` (functions or methods of the module at `path`) together."""
+    return Unit(
+        path=path,
+        qualname="+".join(part.qualname for part in parts),
+        kind=GROUP_KIND,
+        start_line=min(part.start_line for part in parts),
+        end_line=max(part.end_line for part in parts),
+        body_lines=tuple(span for part in parts for span in part.body_lines),
+        statements=sum(part.statements for part in parts),
+        complexity=sum(part.complexity for part in parts),
+        parts=tuple(parts),
+    )

@@ -1,0 +1,118 @@
+"""Multi-unit features found by coverage: which units a group of tests makes one feature of, and how a group is
+deleted, stood in for and described (pure Python, on the minilib fixture; no Docker)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from task_synth.candidates.coverage_groups import MAX_PARTS, coverage_groups, group_unit, groups_of
+from task_synth.candidates.deletion import delete_unit
+from task_synth.candidates.units import Unit, enumerate_units
+from task_synth.repository.repo_layout import read_layout
+from task_synth.store.problem_statement import problem_statement
+from task_synth.validation.io_recording import recorded_functions
+from task_synth.validation.stand_ins import combined_stand_in, stand_ins
+from task_synth.validation.verdict import broken_test_files, mentioned_names
+
+MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
+CONTAINERS = "src/minilib/containers.py"
+
+
+def _unit(qualname: str, kind: str = "function", path: str = "pkg/a.py", statements: int = 3, line: int = 1) -> Unit:
+    return Unit(path, qualname, kind, line, line + 5, ((line + 1, line + 5),), statements, 1)
+
+
+def test_a_test_belongs_to_its_file_and_to_its_class():
+    assert groups_of("tests/test_a.py::test_one[1]") == ["tests/test_a.py"]
+    assert groups_of("tests/test_a.py::TestA::test_one") == ["tests/test_a.py", "tests/test_a.py::TestA"]
+
+
+def test_units_that_a_test_file_mostly_reaches_make_one_feature_and_shared_ones_stay_out():
+    parse, render, shared, alone = _unit("parse"), _unit("render", line=10), _unit("log", line=20), _unit("x", line=30)
+    reach = {
+        "parse": {"t/test_p.py::test_1", "t/test_p.py::test_2"},
+        "render": {"t/test_p.py::test_3"},
+        # Most of its tests are elsewhere: a utility, not part of test_p's feature.
+        "log": {"t/test_p.py::test_1", "t/test_q.py::test_1", "t/test_r.py::test_1"},
+        "x": {"t/test_q.py::test_9"},  # the only unit test_q reaches on its own: no group of one
+    }
+    groups = coverage_groups([parse, render, shared, alone], lambda unit: reach[unit.qualname])
+    assert [group.parts for group in groups] == [(parse, render)]
+    [group] = groups
+    assert (group.kind, group.qualname, group.start_line, group.end_line) == ("group", "parse+render", 1, 15)
+    assert group.body_lines == parse.body_lines + render.body_lines
+    assert group.statements == 6
+
+
+def test_a_group_keeps_its_largest_parts_in_source_order_and_is_made_once_for_a_file_and_its_class():
+    units = [_unit(f"f{index}", statements=3 + index, line=10 * index) for index in range(MAX_PARTS + 2)]
+    groups = coverage_groups(units, lambda unit: {"t/test_a.py::TestA::test_1"})
+    [group] = groups  # the file's group and the class's group hold the same units
+    assert [part.qualname for part in group.parts] == [f"f{index}" for index in range(2, MAX_PARTS + 2)]
+
+
+def test_classes_modules_and_uncovered_units_are_never_parts():
+    units = [_unit("A", kind="class"), _unit("m", kind="module", line=20), _unit("f", line=40), _unit("g", line=50)]
+    groups = coverage_groups(units, lambda unit: set() if unit.qualname == "g" else {"t/test_a.py::test_1"})
+    assert groups == []
+
+
+@pytest.fixture(scope="module")
+def layout():
+    return read_layout(MINILIB)
+
+
+@pytest.fixture(scope="module")
+def lru_group(layout):
+    by_name = {unit.qualname: unit for unit in enumerate_units(layout) if unit.path == CONTAINERS}
+    return group_unit(CONTAINERS, [by_name["LRUCache.__init__"], by_name["LRUCache.get"], by_name["LRUCache.put"]])
+
+
+def _functions(source: str) -> dict[str, ast.FunctionDef]:
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            found |= {f"{node.name}.{m.name}": m for m in node.body if isinstance(m, ast.FunctionDef)}
+    return found
+
+
+def test_stubbing_a_group_stubs_every_part_and_nothing_else(layout, lru_group):
+    deletion = delete_unit(layout, lru_group, "stub")
+    functions = _functions(deletion.changed[CONTAINERS])
+    for name in ("LRUCache.__init__", "LRUCache.get", "LRUCache.put"):
+        assert ast.unparse(functions[name].body[-1]) == "raise NotImplementedError"
+    assert ast.unparse(functions["LRUCache.keys"].body[-1]) != "raise NotImplementedError"
+    assert ast.unparse(functions["BoundedStack.push"].body[-1]) != "raise NotImplementedError"
+
+
+def test_removing_a_group_removes_every_part(layout, lru_group):
+    functions = _functions(delete_unit(layout, lru_group, "remove").changed[CONTAINERS])
+    assert {"LRUCache.__init__", "LRUCache.get", "LRUCache.put"}.isdisjoint(functions)
+    assert "LRUCache.keys" in functions
+
+
+def test_every_stand_in_of_a_group_answers_for_every_part_and_init_returns_none(layout, lru_group):
+    deletion = delete_unit(layout, lru_group, "stub")
+    answers = {stand_in.name: _functions(stand_in.changed[CONTAINERS]) for stand_in in stand_ins(deletion)}
+    assert set(answers) == {"return an always-equal object", "return None", "return the first argument"}
+    for functions in answers.values():
+        assert ast.unparse(functions["LRUCache.__init__"].body[-1]) == "return None"
+    first = answers["return the first argument"]
+    assert ast.unparse(first["LRUCache.get"].body[-1]) == "return key"
+    assert ast.unparse(first["LRUCache.put"].body[-1]) == "return key"
+    combined = combined_stand_in(deletion)
+    assert combined is not None and len(combined[1]) == 3
+
+
+def test_a_group_is_recorded_named_and_described_by_each_part(layout, lru_group):
+    deletion = delete_unit(layout, lru_group, "remove")
+    assert recorded_functions(deletion, "minilib.containers") == {
+        "minilib.containers": ["LRUCache.__init__", "LRUCache.get", "LRUCache.put"]
+    }
+    assert mentioned_names(deletion) == {"LRUCache", "get", "put"}
+    assert broken_test_files(deletion, {"tests/t.py": "from minilib.containers import LRUCache\n"}, "x") == set()
+    statement = problem_statement(deletion, "minilib.containers", ["tests/test_containers.py::test_lru"], {})
+    assert "These functions and methods have been removed from `src/minilib/containers.py`" in statement
+    for part in ("`LRUCache.__init__`", "`LRUCache.get`: `def get(self, key, default=None): ...`", "`LRUCache.put`"):
+        assert part in statement
