@@ -312,4 +312,7 @@ def traces(
 
 
 def register(app: typer.Typer) -> None:
+    from regrow.synth_jobs import synth_command
+
+    stack_app.command("synth")(synth_command)
     app.add_typer(stack_app, name="stack")

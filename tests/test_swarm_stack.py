@@ -158,6 +158,7 @@ def swarm(docker_backend, base_image):
             "networks_before": networks_before,
             "servers": set(stack_containers(name)),
             "started": started,
+            "image": image,
         }
         yield info
     finally:
@@ -214,6 +215,72 @@ def test_stack_traces_gathers_every_nodes_episodes_into_one_jsonl(swarm, tmp_pat
     episodes = {trace["episode_id"]: trace for trace in map(json.loads, out.read_text().splitlines())}
     played = episodes[swarm["episode_id"]]
     assert played["reward"] == 1.0 and [step["action"]["tool"] for step in played["steps"]] == ["run", "submit"]
+
+
+def _first_try_container(service: str) -> str | None:
+    running = docker("ps", "-q", "--no-trunc", "--filter", f"label=com.docker.swarm.service.name={service}")
+    return (running.stdout.split() or [None])[0]
+
+
+def test_stack_synth_runs_a_job_per_repository_retries_a_killed_one_and_merges_each_task_once(swarm, docker_backend):
+    """Two repositories as two Swarm jobs on this node; one job's container is killed after its first task is
+    written, the swarm starts it again, the new try goes on from the shard's journal, and the merge has every task
+    once. Nothing of the jobs is left: no service, no sandbox of the killed try."""
+    from regrow.synth_jobs import plan_jobs
+    from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
+    from tests.task_synth.test_synthesis import MINILIB
+
+    root = Path(tempfile.mkdtemp(prefix="regrow-synth-jobs-"))
+    root.chmod(0o755)
+    try:
+        sources = []
+        for name in ("alpha", "beta"):  # one library under two names: two repositories, two sets of task ids
+            copy = root / "repos" / f"minilib-{name}"
+            shutil.copytree(MINILIB, copy)
+            for path in [copy.parent, copy, *copy.rglob("*")]:
+                path.chmod(0o755 if path.is_dir() else 0o644)
+            sources.append(str(copy))
+        repos = root / "repos.txt"
+        repos.write_text("".join(f"{source}\n" for source in sources))
+        batch = f"regrowsynth{os.getpid()}"
+        killed_job = plan_jobs([(sources[0], None)], batch, root / "shards")[0]
+        command = [REGROW, "stack", "synth", "--repos", str(repos), "--shards", str(root / "shards")]
+        command += ["--out", str(root / "merged"), "--name", batch, "--image", swarm["image"], "--max-tasks", "2"]
+        command += ["--timeout", "2400"]
+        with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as run:
+            tasks = killed_job.shard / "tasks.jsonl"
+            until(lambda: (tasks.is_file() and tasks.read_text().strip()) or run.poll() is not None, 1800, "no task")
+            assert run.poll() is None, run.stdout.read() if run.stdout else ""
+            killed = _first_try_container(killed_job.service)
+            assert killed is not None
+            assert docker("kill", killed).returncode == 0
+            output, _ = run.communicate(timeout=2700)
+        assert run.returncode == 0, output[-3000:]
+        merged = [json.loads(line) for line in (root / "merged" / "tasks.jsonl").read_text().splitlines()]
+        ids = [record["instance_id"] for record in merged]
+        assert len(ids) == len(set(ids)) == 4, ids
+        assert {record["repo"] for record in merged} == {"minilib-alpha", "minilib-beta"}
+        assert "judged by an earlier run" in (killed_job.shard / "synth.log").read_text()  # the retry went on
+        assert "merged 2 shard(s)" in output, output[-3000:]
+        assert docker("service", "ls", "-q", "--filter", f"label=regrow.synth.batch={batch}").stdout.split() == []
+        left = [
+            c["Id"]
+            for c in docker_backend.managed_containers()
+            if (c.get("Labels") or {}).get(OWNER_CONTAINER_LABEL) == killed
+        ]
+        assert left == []
+        again = regrow(
+            "tasks",
+            "merge",
+            *(str(p) for p in (root / "shards").iterdir() if p.is_dir()),
+            "--out",
+            str(root / "merged"),
+        )
+        assert again.returncode == 0 and len((root / "merged" / "tasks.jsonl").read_text().splitlines()) == 4
+    finally:
+        for service in docker("service", "ls", "-q", "--filter", f"label=regrow.synth.batch={batch}").stdout.split():
+            docker("service", "rm", service)
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_stack_rm_and_swarm_leave_leave_nothing_behind(swarm, docker_backend):
