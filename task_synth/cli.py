@@ -98,7 +98,11 @@ def _lowest_kill_rate(records) -> str:
 
 
 def _report_rows(report, out: Path) -> list[tuple[str, object]]:
-    rows: list[tuple[str, object]] = [("candidates", report.candidates), ("valid tasks", report.valid)]
+    rows: list[tuple[str, object]] = [
+        ("candidates (of those the repository offers)", f"{report.candidates} ({report.offered})"),
+        ("valid tasks", report.valid),
+        ("stopped by", report.stopped_by),
+    ]
     if report.skipped:
         rows += [("judged by an earlier run (skipped)", report.skipped), ("tasks from an earlier run", report.resumed)]
     rows += [(f"rejected: {reason.replace('_', ' ')}", count) for reason, count in report.rejections.items()]

@@ -71,6 +71,9 @@ class SynthReport:
     records: list[TaskRecord] = field(default_factory=list)
     io_checks: dict[str, list[IoCheck]] = field(default_factory=dict)
     twins: list[tuple[TaskRecord, str, list[IoCheck]]] = field(default_factory=list)
+    max_tasks: int = 0
+    offered: int = 0  # every candidate the repository offers in the run's modes and kinds, past any budget
+    budgeted: int = 0  # the candidates this run would try at most (settings.candidate_budget of them)
     resumed: int = 0  # tasks an earlier run of this snapshot left in the store, counted toward max_tasks
     skipped: int = 0  # candidates an earlier run judged, not validated again
     rejections: Counter = field(default_factory=lambda: Counter({reason: 0 for reason in REJECTIONS}))
@@ -84,6 +87,13 @@ class SynthReport:
     def valid(self) -> int:
         """The tasks this run made; `resumed` counts those of earlier runs."""
         return len(self.records)
+
+    @property
+    def stopped_by(self) -> str:
+        """What ended the run: the cap on tasks, the candidate budget, or the repository running out of candidates."""
+        if self.valid + self.resumed >= self.max_tasks:
+            return "max_tasks"
+        return "candidate budget" if self.budgeted < self.offered else "candidates"
 
     @property
     def tasks_per_hour(self) -> float:
@@ -221,6 +231,9 @@ def synthesize(
             units = [u for u in units if settings.kinds is None or u.kind in settings.kinds]
             budget = settings.candidate_budget
             candidates = ordered_candidates(context, units, list(settings.modes), settings.seed, budget)
+            every = len(units) * len(settings.modes)
+            report.offered = len(ordered_candidates(context, units, list(settings.modes), settings.seed, every))
+            report.max_tasks, report.budgeted = settings.max_tasks, len(candidates)
             repo = RepoFiles(repo_dir(context), context.install_archive, context.wheelhouse)
             writer = StoreWriter(out_dir, context.checkout.root, repo, mixed_splits=settings.split_by == "file")
             journal = CandidateJournal(out_dir, repo.folder)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -171,7 +172,9 @@ def repo_row(
         "baseline_tests": report.baseline_tests if report else 0,
         "stable_tests": report.stable_tests if report else 0,
         "candidates": candidates,
+        "offered": report.offered if report else 0,
         "valid": valid,
+        "stopped_by": report.stopped_by if report else "error",
         "yield": round(valid / candidates, 3) if candidates else 0.0,
         "rejections": {reason: count for reason, count in sorted(report.rejections.items()) if count} if report else {},
         "tasks_per_hour": round(report.tasks_per_hour, 1) if report else 0.0,
@@ -182,9 +185,18 @@ def repo_row(
 
 
 def corpus_totals(rows: list[dict]) -> dict:
+    """The corpus's sums, and tasks per repository (min, median, max) with how many repositories the cap stopped:
+    where it stopped none, the repositories set the count."""
     wall = sum(row["wall_s"] for row in rows)
     valid = sum(row["valid"] for row in rows)
+    per_repo = [row["valid"] for row in rows] or [0]
     return {
+        "tasks_per_repo": {
+            "min": min(per_repo),
+            "median": statistics.median(per_repo),
+            "max": max(per_repo),
+        },
+        "repos_stopped_by_cap": sum(row.get("stopped_by") == "max_tasks" for row in rows),
         "repos": len(rows),
         "repos_with_tasks": sum(1 for row in rows if row["valid"] > 0),
         "valid": valid,

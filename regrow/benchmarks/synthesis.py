@@ -41,6 +41,8 @@ def run_throughput_bench(
         "seed": settings.seed,
         "valid": report.valid,
         "candidates": report.candidates,
+        "offered": report.offered,
+        "stopped_by": report.stopped_by,
         "rejections": {reason: count for reason, count in report.rejections.items() if count},
         "wall_s": round(report.wall_s, 1),
         "prepare_s": round(prepare_s, 1),

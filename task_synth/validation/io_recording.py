@@ -57,6 +57,7 @@ PROGRAMS = "regrow_program_recorder"
 PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
+MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"target": path, "sources": [each mutant's text of that file]}
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
@@ -174,17 +175,17 @@ def _mutant_kills(
     if not mutants:
         return None
     target = f"{WORKSPACE}/{unit.path}"
-    kills = []
+    sb.write_file(MUTANTS_JSON, json.dumps({"target": target, "sources": [mutant.source for mutant in mutants]}))
     try:
-        for mutant in mutants:
-            sb.write_file(target, mutant.source)
-            found = _call_outcomes(sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S)
-            kills.append(
-                {call.key for call, again in zip(calls, found) if again is None or again.outcome != call.outcome}
-            )
+        outcomes = _run_calls(
+            sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
+        )
     finally:
-        sb.write_file(target, original)
-    return kills
+        sb.write_file(target, original)  # the recorder puts it back; a run killed from outside would not
+    return [
+        {call.key for call, again in zip(calls, found, strict=True) if again is None or again.outcome != call.outcome}
+        for found in outcomes
+    ]
 
 
 def _recorder_output(sb: Sandbox, seed: str, tests: list[str], settings: SynthSettings) -> tuple[list[object], int]:
@@ -212,26 +213,38 @@ def _parsed_calls(raw: list[object], functions: dict[str, list[str]]) -> list[Ca
 def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float, budget_s: float) -> list[Call | None]:
     """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
     no literal outcome, changed its arguments, or did not run before the budget was spent."""
+    return _run_calls(sb, checks, seed, call_s, budget_s)[0]
+
+
+def _run_calls(
+    sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float, budget_s: float, mutants: int = 0
+) -> list[list[Call | None]]:
+    """The checks' outcomes as `_call_outcomes` has them: one list, or with `mutants` one list per mutant that
+    MUTANTS_JSON holds, all run by one command (a forked child each) instead of one command per mutant."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
     rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take] for c in checks]
     sb.write_file(calls, json.dumps(rows))
+    limits = [str(call_s), str(budget_s)]
+    command = ["python", "-m", RECORDER, *(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]
     result = sb.exec(
-        ["python", "-m", RECORDER, calls, str(call_s), str(budget_s)],
-        timeout=budget_s + 30,
+        command,
+        timeout=(budget_s + 5) * max(1, mutants) + 30,
         cwd=WORKSPACE,
         # No bytecode: a mutant of the same size written within a second of the last would load the last one's.
         env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR, "PYTHONDONTWRITEBYTECODE": "1"},
     )
-    found: list[Call | None] = [None] * len(checks)
+    found: list[list[Call | None]] = [[None] * len(checks) for _ in range(max(1, mutants))]
     for line in result.stdout.splitlines():
         try:
-            index, text, raises, state, after = json.loads(line)
-        except (ValueError, TypeError):  # a line the functions wrote to the real stdout
+            fields = json.loads(line)
+            mutant = fields.pop(0) if mutants else 0
+            index, text, raises, state, after = fields
+        except (ValueError, TypeError, AttributeError, IndexError):  # a line the functions wrote to the real stdout
             continue
-        if type(index) is int and 0 <= index < len(checks):
+        if type(index) is int and 0 <= index < len(checks) and type(mutant) is int and 0 <= mutant < len(found):
             raw = {**checks[index].model_dump(), "result": text, "raises": raises, "state": state, "args_after": after}
-            found[index] = parsed_call(raw, {checks[index].module: [checks[index].qualname]})
-    if checks and not any(found):
+            found[mutant][index] = parsed_call(raw, {checks[index].module: [checks[index].qualname]})
+    if checks and not mutants and not any(found[0]):
         log.info("running %d calls gave no outcome (exit %d): %s", len(checks), result.exit_code, result.stderr[-500:])
     return found
 

@@ -27,6 +27,7 @@ from task_synth.settings import SynthSettings
 
 class FakeReport:
     candidates, baseline_tests, stable_tests, valid, tasks_per_hour = 5, 120, 118, 2, 41.04
+    offered, stopped_by = 9, "candidates"
     rejections: ClassVar[Counter] = Counter({"no_f2p": 2, "leak": 1, "flaky": 0})
     records: ClassVar[list] = []
 
@@ -54,13 +55,17 @@ def test_a_row_reports_yield_and_only_the_rejections_that_happened():
     assert row["yield"] == 0.4 and row["tasks_per_hour"] == 41.0 and row["wall_s"] == 93.4
     assert row["rejections"] == {"leak": 1, "no_f2p": 2}
     assert row["error"] is None
+    assert (row["offered"], row["stopped_by"]) == (9, "candidates")
 
 
 def test_a_failed_repo_is_a_row_with_its_error_and_counts_in_the_totals():
     failed = repo_row(CORPUS[1], None, "the test suite does not run at baseline (exit 4: ...): fix the suite", 12.0)
     assert (failed["candidates"], failed["valid"], failed["yield"], failed["rejections"]) == (0, 0, 0.0, {})
+    assert failed["stopped_by"] == "error"
     totals = corpus_totals([repo_row(CORPUS[0], FakeReport(), None, 60.0), failed])
     assert totals == {
+        "tasks_per_repo": {"min": 0, "median": 1.0, "max": 2},
+        "repos_stopped_by_cap": 0,
         "repos": 2,
         "repos_with_tasks": 1,
         "valid": 2,
@@ -112,3 +117,13 @@ def test_quick_corpus_repos_yield_tasks(tmp_path, docker_backend, base_image):
 
 def test_corpus_repo_name_is_the_pypi_name():
     assert CorpusRepo("jaraco.functools==4.1.0", "setuptools-scm", "namespace", "").name == "jaraco.functools"
+
+
+def test_a_run_says_what_stopped_it():
+    from task_synth.pipeline import SynthReport
+
+    capped = SynthReport(max_tasks=2, offered=40, budgeted=16, resumed=1)
+    capped.records.append(object())  # type: ignore[arg-type]
+    assert capped.stopped_by == "max_tasks"
+    assert SynthReport(max_tasks=100, offered=40, budgeted=16).stopped_by == "candidate budget"
+    assert SynthReport(max_tasks=100, offered=40, budgeted=40).stopped_by == "candidates"

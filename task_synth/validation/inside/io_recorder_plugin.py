@@ -285,10 +285,10 @@ def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, s
     return found.get("returned"), found.get("raised"), found.get("state"), found.get("args_after")
 
 
-def print_call_outcomes(calls, limit, budget):
+def print_call_outcomes(calls, limit, budget, tag=()):
     """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take] lists) in turn, each under `limit`
-    seconds, while `budget` seconds last; print a JSON line [index, result, raises, state] per call with an outcome,
-    as soon as it has one."""
+    seconds, while `budget` seconds last; print a JSON line [*tag, index, result, raises, state, args after] per call
+    with an outcome, as soon as it has one."""
     stdout, deadline = sys.stdout, time.monotonic() + budget
     for index, call in enumerate(calls):
         if time.monotonic() > deadline:
@@ -301,9 +301,49 @@ def print_call_outcomes(calls, limit, budget):
         finally:
             sys.stdout = stdout
         if found is not None:
-            print(json.dumps([index, *found]), flush=True)
+            print(json.dumps([*tag, index, *found]), flush=True)
+
+
+def print_mutant_outcomes(target, sources, calls, limit, budget):
+    """The calls against each source of the file `target` in turn (the unit's mutants), each in a child forked from
+    this process, which has not imported the package: every child imports it afresh from the file as it is then, and
+    nothing a child does outlives it. Lines are tagged with the mutant's number; the file is put back at the end."""
+    with open(target) as handle:
+        original = handle.read()
+    try:
+        for number, source in enumerate(sources):
+            with open(target, "w") as handle:
+                handle.write(source)
+            sys.stdout.flush()
+            child = os.fork()
+            if child == 0:
+                try:
+                    print_call_outcomes(calls, limit, budget, (number,))
+                finally:
+                    sys.stdout.flush()
+                    os._exit(0)
+            _reap(child, time.monotonic() + budget + 5)
+    finally:
+        with open(target, "w") as handle:
+            handle.write(original)
+
+
+def _reap(child, deadline):
+    """Wait for the child until `deadline`, then kill it: a mutant's call may block where no alarm reaches."""
+    while os.waitpid(child, os.WNOHANG) == (0, 0):
+        if time.monotonic() > deadline:
+            os.kill(child, 9)
+            os.waitpid(child, 0)
+            return
+        time.sleep(0.005)
 
 
 if __name__ == "__main__":
-    with open(sys.argv[1]) as handle:
-        print_call_outcomes(json.load(handle), float(sys.argv[2]), float(sys.argv[3]))
+    if sys.argv[1] == "--mutants":
+        with open(sys.argv[2]) as handle:
+            spec = json.load(handle)
+        with open(sys.argv[3]) as handle:
+            print_mutant_outcomes(spec["target"], spec["sources"], json.load(handle), *map(float, sys.argv[4:6]))
+    else:
+        with open(sys.argv[1]) as handle:
+            print_call_outcomes(json.load(handle), float(sys.argv[2]), float(sys.argv[3]))

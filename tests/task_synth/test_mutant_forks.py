@@ -1,0 +1,44 @@
+"""Every mutant of a unit runs in one command, a forked child each: nothing a child does reaches the next one, a child
+that blocks past every alarm is killed without stopping the rest, and the file is put back (no Docker: the sandbox's
+`python` commands run here)."""
+
+import json
+from pathlib import Path
+
+from proto.tasks import IoCheck
+from task_synth.validation.io_recording import MUTANTS_JSON, _run_calls
+from tests.task_synth.recorder_runs import LocalSandbox
+
+ORIGINAL = "CALLS = []\n\n\ndef bump(x):\n    CALLS.append(x)\n    return len(CALLS)\n"
+TIMES_TEN = ORIGINAL.replace("return len(CALLS)", "return 10 * len(CALLS)")
+# Deaf to the alarm that limits each call, and never returns: only the parent's kill ends it.
+DEAF = "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n\n\ndef bump(x):\n    while True:\n        pass\n"
+
+
+def _results(found) -> list[str | None]:
+    return [call.check.result if call is not None else None for call in found]
+
+
+def test_each_mutant_starts_from_a_fresh_import_and_a_killed_one_stops_nothing(tmp_path: Path):
+    target = tmp_path / "counter.py"
+    target.write_text(ORIGINAL)
+    sb = LocalSandbox(tmp_path)
+    sources = [ORIGINAL, TIMES_TEN, ORIGINAL, DEAF, ORIGINAL]
+    sb.write_file(MUTANTS_JSON, json.dumps({"target": str(target), "sources": sources}))
+    checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
+    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=1.0, mutants=len(sources))
+    # The module's list starts empty in every child: the third mutant does not see the first two's calls.
+    assert [_results(found) for found in outcomes] == [
+        ["1", "2"],
+        ["10", "20"],
+        ["1", "2"],
+        [None, None],
+        ["1", "2"],
+    ]
+    assert target.read_text() == ORIGINAL
+
+
+def test_without_mutants_the_calls_run_once_against_the_file_as_it_is(tmp_path: Path):
+    (tmp_path / "counter.py").write_text(TIMES_TEN)
+    checks = [IoCheck(module="counter", qualname="bump", args="(7,)")]
+    assert [_results(found) for found in _run_calls(LocalSandbox(tmp_path), checks, "0", 1.0, 5.0)] == [["10"]]
