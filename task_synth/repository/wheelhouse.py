@@ -17,6 +17,7 @@ from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 
 from task_synth.errors import SynthError
 from task_synth.repository.build_tools import requirement_names
+from task_synth.repository.declared_test_deps import declared_test_deps
 from task_synth.repository.pytest_compat import pytest_requirement
 
 log = logging.getLogger(__name__)
@@ -28,8 +29,8 @@ TEST_TOOLS = ("coverage",)
 # Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements,
 # 3: the project's own wheel kept in OWN_WHEELS, found by its PKG-INFO or poetry name too,
 # 4: editable requirements resolved with the build table, 5: setuptools and wheel only for builds that need them,
-# 6: BUILD_ONLY written, for the task image to drop).
-WHEELHOUSE_FORMAT = 6
+# 6: BUILD_ONLY written, for the task image to drop, 7: test deps from dependency groups, Poetry groups and tox).
+WHEELHOUSE_FORMAT = 7
 # The project's own wheel, apart: a test dependency may require the project (freezegun needs python-dateutil), so pip
 # must find it, but the repo image uninstalls it again, since each workspace installs the project editable.
 OWN_WHEELS = "own"
@@ -47,7 +48,7 @@ REQUIREMENT_FILES = (
     "requirements-dev.txt",
     "dev-requirements.txt",
 )
-METADATA_FILES = ("pyproject.toml", "setup.cfg", "setup.py", *REQUIREMENT_FILES)
+METADATA_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", *REQUIREMENT_FILES)
 
 
 def project_name(root: Path) -> str | None:
@@ -193,6 +194,10 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
     for name in REQUIREMENT_FILES:
         if (root / name).exists():
             arguments += ["-r", str(root / name)]
+    declared, files = declared_test_deps(root)
+    arguments += declared
+    for path in files:
+        arguments += ["-r", str(path)]
     _pip_wheel(root, partial, arguments, find_links, offline)
     try:
         editable = editable_requirements(root, partial)
@@ -211,10 +216,10 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
 
 def build_only(root: Path, editable: list[str]) -> set[str]:
     """The build's requirements (and the backend's editable ones) that no requirements file also asks for."""
-    asked = set()
-    for name in REQUIREMENT_FILES:
-        if (root / name).exists():
-            asked |= requirement_names((root / name).read_text(errors="replace").splitlines())
+    declared, files = declared_test_deps(root)
+    asked = requirement_names(declared)
+    for path in [root / name for name in REQUIREMENT_FILES if (root / name).exists()] + files:
+        asked |= requirement_names(path.read_text(errors="replace").splitlines())
     return requirement_names([*build_system(root).requires, *editable]) - asked - requirement_names(suite_tools(root))
 
 
