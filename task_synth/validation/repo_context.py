@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.parser
 import logging
 import queue
 import shlex
@@ -106,6 +107,23 @@ def _timed_image_scan(
         return index, hits
 
 
+def no_tests_error(source: str, root: Path) -> str:
+    """Why a checkout without test files makes no task; an sdist (it has PKG-INFO) that left its tests out names the
+    repository its metadata points to."""
+    found = "no test_*.py, *_test.py or tests/ directory"
+    if not (root / "PKG-INFO").is_file():
+        return f"{source} has no tests ({found}): pick a repository with a pytest suite"
+    metadata = email.parser.Parser().parsestr((root / "PKG-INFO").read_text(errors="replace"), headersonly=True)
+    urls = [value.split(",", 1)[-1].strip() for value in metadata.get_all("Project-URL") or []]
+    urls += [metadata["Home-page"]] if metadata.get("Home-page") else []
+    where = next((url for url in urls if "git" in url), urls[0] if urls else None)
+    return (
+        f"{source} is an sdist that leaves its tests out ({found}): synthesize from the project's repository "
+        + (f"({where}) " if where else "")
+        + "at the tag of this release instead"
+    )
+
+
 def prepare_repo(
     source: str,
     settings: SynthSettings,
@@ -124,10 +142,7 @@ def prepare_repo(
     checked = checkout(source, settings.ref, scratch)
     layout = read_layout(checked.root)
     if not layout.test_files:
-        raise SynthError(
-            f"{source} has no tests (no test_*.py, *_test.py or tests/ directory): pick a repository with a pytest "
-            "suite"
-        )
+        raise SynthError(no_tests_error(source, checked.root))
     if not layout.modules:
         raise SynthError(
             f"{source} has no importable package (no directory with __init__.py): pick a Python package repository"

@@ -36,7 +36,9 @@ REJECTIONS = (
 )
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3
-STAND_IN_MIN_TIMEOUT_S = 10.0  # with a budget per round, a looping answer costs this once; a real round is far shorter
+# With a budget per round, a looping answer costs this once; a real round takes under the deleted state's whole run
+# (pytest's start included), which the factor above scales. 10 s cost cachetools' popitem 21.6 s for two loops.
+STAND_IN_MIN_TIMEOUT_S = 3.0
 STAND_IN_SLACK_S = 20.0  # pytest's start and collection, outside every round's budget
 # Imports each package named after it; run as `python -c` text, so nothing is written into the sandbox for it.
 PACKAGE_IMPORTS_SOURCE = Path(__file__).with_name("inside") / "package_imports.py"

@@ -53,6 +53,22 @@ def test_repository_without_tests_is_refused_before_any_build(tmp_path, docker_b
     _assert_fails_cleanly(str(copy), tmp_path / "out", "has no tests", docker_backend)
 
 
+def test_an_sdist_that_left_its_tests_out_says_so_and_names_its_repository(tmp_path, docker_backend):
+    copy = _minilib_copy(tmp_path)
+    shutil.rmtree(copy / "tests")
+    (copy / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: minilib\nVersion: 0.1\n"
+        "Project-URL: Documentation, https://minilib.example.org\n"
+        "Project-URL: Source, https://github.com/example/minilib\n"
+    )
+    _assert_fails_cleanly(
+        str(copy),
+        tmp_path / "out",
+        r"sdist that leaves its tests out .*\(https://github.com/example/minilib\)",
+        docker_backend,
+    )
+
+
 def test_unresolvable_dependencies_are_refused(tmp_path, docker_backend):
     copy = _minilib_copy(tmp_path)
     pyproject = copy / "pyproject.toml"
