@@ -2,6 +2,7 @@
 id as its dynamic context, for any pytest command. REGROW_COVERAGE_RC names coverage.py's config file."""
 
 import os
+import warnings
 
 import coverage
 import pytest
@@ -19,5 +20,8 @@ def pytest_runtest_protocol(item, nextitem):
 
 
 def pytest_unconfigure(config):
-    _coverage.stop()
-    _coverage.save()
+    # Ours, not the suite's: a warning here would fail a suite that turns warnings into errors.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _coverage.stop()
+        _coverage.save()
