@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass, field
 
 from sandbox import Sandbox
+from sandbox.layout import WORKSPACE
 from task_synth.candidates.mention_index import mention_index
 from task_synth.candidates.units import Unit
 from task_synth.errors import SynthError
@@ -87,6 +88,19 @@ def unmeasured_package_error(lines: dict[str, dict[int, set[str]]], layout: Repo
     )
 
 
+# Prints the top-level modules loaded once pytest and its config, session and collection code are imported.
+_RUNNER_MODULES = (
+    "import sys, pytest, _pytest.config, _pytest.main, _pytest.python\n"
+    "print(' '.join(sorted({name.partition('.')[0] for name in sys.modules})))"
+)
+
+
+def runner_imports(sb: Sandbox, packages: list[str], timeout: float) -> list[str]:
+    """The repository's top-level packages that pytest itself imports (its plugin manager pluggy, say)."""
+    result = sb.exec(["python", "-c", _RUNNER_MODULES], timeout=timeout, cwd=WORKSPACE)
+    return sorted(set(packages) & set(result.stdout.split())) if result.exit_code == 0 else []
+
+
 def run_baseline(
     sb: Sandbox, layout: RepoLayout, test_command: str, runs: int, timeout: float, max_failure_fraction: float
 ) -> Baseline:
@@ -141,6 +155,13 @@ def run_baseline(
         path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files
     }
     log.info("baseline: %d tests, %d stable, %d files with coverage", len(collected), len(stable), len(lines))
+    imported = runner_imports(sb, layout.top_packages, timeout)
+    if imported:
+        log.warning(
+            "pytest itself imports %s: a deletion in code pytest runs breaks the test runner, and such candidates are "
+            "rejected as runner_broken; the others make tasks",
+            ", ".join(imported),
+        )
     flaky = set.union(*passes) - stable
     return Baseline(
         stable, collected, lines, layout.top_packages, test_texts, executions, flaky, mention_index(test_texts)

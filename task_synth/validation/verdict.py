@@ -16,7 +16,7 @@ from sandbox.layout import WORKSPACE
 from task_synth.candidates.deletion import Deletion
 from task_synth.settings import SynthSettings
 from task_synth.stage_clock import StageClock
-from task_synth.validation.baseline import Baseline
+from task_synth.validation.baseline import Baseline, suite_error
 from task_synth.validation.stand_ins import combined_stand_in, stand_ins
 from task_synth.validation.suite_runs import SuiteRun, run_tests
 
@@ -33,6 +33,7 @@ REJECTIONS = (
     "weak_checks",
     "timeout",
     "duplicate",  # valid, but the same feature as a kept task (task_synth/store/repeats.py)
+    "runner_broken",  # pytest itself stopped before reporting: the package is one pytest imports (pluggy, iniconfig)
 )
 # A trivial stand-in can loop forever (`while answer:`), so its runs get a timeout near what the deleted state needed.
 STAND_IN_TIMEOUT_FACTOR = 3
@@ -261,6 +262,9 @@ def _judge(
     executions = run.executions
     if run.timed_out:
         return Verdict("timeout", predicted=predicted, test_executions=executions, detail=_timeout_detail(run, timeout))
+    if not run.rounds and selected != []:  # no report: the deletion broke pytest, not the tests (it imports pluggy)
+        detail = f"pytest itself stopped before reporting any test ({suite_error(run)})"
+        return Verdict("runner_broken", predicted=predicted, test_executions=executions, detail=detail)
     considered = sorted(baseline.stable) if selected is None else [t for t in selected if t in baseline.stable]
     fail_to_pass = sorted(run.failed(considered))
     verdict = Verdict(None, fail_to_pass, sorted(baseline.stable - set(fail_to_pass)), predicted, executions)

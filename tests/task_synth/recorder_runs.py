@@ -59,8 +59,8 @@ class LocalSandbox:
         Path(self._here(path)).parent.mkdir(parents=True, exist_ok=True)
         Path(self._here(path)).write_text(data)
 
-    def exec(self, command, timeout, cwd, env):
-        env = {**os.environ, **env, "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
+    def exec(self, command, timeout, cwd, env=None):
+        env = {**os.environ, **(env or {}), "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
         argv = [sys.executable, *map(self._here, command[1:])]
         run = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
         return SimpleNamespace(stdout=run.stdout, stderr=run.stderr, exit_code=run.returncode, timed_out=False)

@@ -59,7 +59,9 @@ def test_test_groups_are_read_with_their_included_groups_and_other_groups_left_o
 
 
 def test_a_group_that_includes_itself_is_read_once():
-    pyproject = {"dependency-groups": {"test": ["a", {"include-group": "dev"}], "dev": ["b", {"include-group": "test"}]}}
+    pyproject = {
+        "dependency-groups": {"test": ["a", {"include-group": "dev"}], "dev": ["b", {"include-group": "test"}]}
+    }
     assert dependency_groups(pyproject) == ["a", "b"]
 
 

@@ -1,0 +1,48 @@
+"""A deletion that breaks pytest itself (the repository is a package pytest imports, such as pluggy) is rejected as
+`runner_broken`, not turned into a task whose FAIL_TO_PASS is every test run; and the run says at the start that
+pytest imports the package (no Docker)."""
+
+from pathlib import Path
+from types import SimpleNamespace
+
+from task_synth.candidates.deletion import delete_unit
+from task_synth.candidates.units import enumerate_units
+from task_synth.repository.repo_layout import read_layout
+from task_synth.settings import SynthSettings
+from task_synth.validation.baseline import Baseline, runner_imports
+from task_synth.validation.verdict import validate
+from tests.task_synth.recorder_runs import LocalSandbox
+
+MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
+TESTS = {f"tests/test_mathops.py::test_{name}" for name in ("gcd", "lcm", "median", "primes")}
+
+
+class CrashingPytest:
+    """A sandbox where the package imports, but pytest dies before it reports anything."""
+
+    def exec(self, command, timeout, cwd=None, env=None):
+        crashed = command[0] == "sh" and "pytest" in command[2]
+        output = "INTERNALERROR> AttributeError: 'HookCaller' object has no attribute 'call_historic'"
+        return SimpleNamespace(
+            timed_out=False, exit_code=3 if crashed else 0, stdout=output if crashed else "", stderr=""
+        )
+
+    def write_file(self, path, data):
+        pass
+
+    def read_file(self, path):
+        raise FileNotFoundError(path)
+
+
+def test_a_run_that_reports_no_test_is_the_runner_broken_not_every_test_failing():
+    layout = read_layout(MINILIB)
+    unit = next(u for u in enumerate_units(layout) if u.qualname == "gcd")
+    deletion = delete_unit(layout, unit, "stub")
+    baseline = Baseline(set(TESTS), set(TESTS), {}, ["minilib"], {})
+    verdict = validate(CrashingPytest(), baseline, deletion, "minilib.mathops", SynthSettings())
+    assert verdict.rejection == "runner_broken" and verdict.fail_to_pass == []
+    assert "pytest itself stopped before reporting any test" in verdict.detail and "call_historic" in verdict.detail
+
+
+def test_the_packages_pytest_itself_imports_are_found(tmp_path):
+    assert runner_imports(LocalSandbox(tmp_path), ["pluggy", "iniconfig", "minilib"], 60) == ["iniconfig", "pluggy"]
