@@ -1,5 +1,5 @@
 """Multi-unit features: the functions and methods of one module that a group of tests reaches, found by coverage and
-deleted together (FeatureBench's idea). A group of tests is a test file or a test class; a unit belongs to a group's
+deleted together (FeatureBench's idea). A group of tests is a test file, class or function; a unit belongs to a group's
 feature when most of the tests that run it are in that group, so shared utilities stay out."""
 
 from __future__ import annotations
@@ -19,10 +19,12 @@ PART_KINDS = ("function", "method")
 
 
 def groups_of(node_id: str) -> list[str]:
-    """The groups a test belongs to: its file and, for a test in a class, its class."""
+    """The groups a test belongs to: its file, its class (for a test in one) and its test function (all its
+    parameters)."""
     path, _, rest = node_id.partition("::")
-    parts = rest.split("::")
-    return [path, f"{path}::{parts[0]}"] if len(parts) > 1 else [path]
+    parts = rest.split("[", 1)[0].split("::")
+    groups = [path, *("::".join([path, *parts[: depth + 1]]) for depth in range(len(parts)))]
+    return list(dict.fromkeys(groups))
 
 
 def coverage_groups(units: list[Unit], covering: Callable[[Unit], set[str]]) -> list[Unit]:

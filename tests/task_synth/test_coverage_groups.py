@@ -23,9 +23,13 @@ def _unit(qualname: str, kind: str = "function", path: str = "pkg/a.py", stateme
     return Unit(path, qualname, kind, line, line + 5, ((line + 1, line + 5),), statements, 1)
 
 
-def test_a_test_belongs_to_its_file_and_to_its_class():
-    assert groups_of("tests/test_a.py::test_one[1]") == ["tests/test_a.py"]
-    assert groups_of("tests/test_a.py::TestA::test_one") == ["tests/test_a.py", "tests/test_a.py::TestA"]
+def test_a_test_belongs_to_its_file_its_class_and_its_function_whatever_its_parameters():
+    assert groups_of("tests/test_a.py::test_one[1-x::y]") == ["tests/test_a.py", "tests/test_a.py::test_one"]
+    assert groups_of("tests/test_a.py::TestA::test_one") == [
+        "tests/test_a.py",
+        "tests/test_a.py::TestA",
+        "tests/test_a.py::TestA::test_one",
+    ]
 
 
 def test_units_that_a_test_file_mostly_reaches_make_one_feature_and_shared_ones_stay_out():
@@ -48,7 +52,7 @@ def test_units_that_a_test_file_mostly_reaches_make_one_feature_and_shared_ones_
 def test_a_group_keeps_its_largest_parts_in_source_order_and_is_made_once_for_a_file_and_its_class():
     units = [_unit(f"f{index}", statements=3 + index, line=10 * index) for index in range(MAX_PARTS + 2)]
     groups = coverage_groups(units, lambda unit: {"t/test_a.py::TestA::test_1"})
-    [group] = groups  # the file's group and the class's group hold the same units
+    [group] = groups  # the file's, the class's and the function's group hold the same units
     assert [part.qualname for part in group.parts] == [f"f{index}" for index in range(2, MAX_PARTS + 2)]
 
 
