@@ -1,4 +1,4 @@
-"""`regrow bench corpus`: synthesis on a pinned corpus of 13 real pure-Python projects, each from its PyPI sdist."""
+"""`regrow bench corpus`: synthesis on a pinned corpus of 15 real pure-Python projects, each from its PyPI sdist."""
 
 from __future__ import annotations
 
@@ -66,6 +66,12 @@ CORPUS = (
         "no pyproject build table (legacy), tests inside the package, doctest tests",
     ),
     CorpusRepo("cachetools==5.5.0", "setuptools", "src", "a suite written with unittest"),
+    CorpusRepo(
+        "h11==0.14.0",
+        "setuptools",
+        "flat",
+        "78 tests inside the package (h11/tests), the size that should give 100 tasks; modules import each other",
+    ),
     CorpusRepo(
         "pytz==2024.2",
         "setuptools",
