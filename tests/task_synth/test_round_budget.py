@@ -24,12 +24,23 @@ def test_loops_in_round_zero():
         except Exception:  # a stand-in's loop may swallow Exception: the budget is a BaseException
             pass
 
+def test_swallows_the_first_alarm_in_round_zero():
+    if os.environ["REGROW_ROUND"] != "0":
+        return
+    try:
+        while True:
+            time.sleep(0.01)
+    except BaseException:  # `except:` around a retry loop, as library code has
+        pass
+    while True:
+        time.sleep(0.01)
+
 def test_last():
     assert True
 """
 
 
-def _run(tmp_path: Path, budget: str | None) -> list[dict[str, bool]]:
+def _run(tmp_path: Path, budget: str | None, only: str | None = None) -> list[dict[str, bool]]:
     (tmp_path / "test_loop.py").write_text(LOOPING)
     env = {**os.environ, "REGROW_REPEAT": "2", "REGROW_REPORT_OUT": str(tmp_path / "report.json")}
     env["PYTHONPATH"] = str(PLUGINS)
@@ -37,7 +48,7 @@ def _run(tmp_path: Path, budget: str | None) -> list[dict[str, bool]]:
         env["REGROW_ROUND_BUDGET_S"] = budget
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "outcome_report_plugin"]
     subprocess.run(
-        [*command, "-p", "no:asyncio", "-p", "no:timeout", "test_loop.py"],
+        [*command, "-p", "no:asyncio", "-p", "no:timeout", f"test_loop.py::{only}" if only else "test_loop.py"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -52,9 +63,16 @@ def test_a_looping_round_ends_at_its_budget_and_the_next_round_runs(tmp_path):
     assert first == {
         "test_loop.py::test_first": True,
         "test_loop.py::test_loops_in_round_zero": False,
+        "test_loop.py::test_swallows_the_first_alarm_in_round_zero": False,
         "test_loop.py::test_last": False,
     }  # skipped once the round was over: not passed
-    assert all(second.values()) and len(second) == 3
+    assert all(second.values()) and len(second) == 4
+
+
+def test_a_test_that_swallows_the_first_alarm_gets_the_next(tmp_path):
+    rounds = _run(tmp_path, "1", only="test_swallows_the_first_alarm_in_round_zero")
+    assert rounds[0] == {"test_loop.py::test_swallows_the_first_alarm_in_round_zero": False}
+    assert rounds[1] == {"test_loop.py::test_swallows_the_first_alarm_in_round_zero": True}
 
 
 def test_without_a_budget_the_loop_holds_the_process(tmp_path):

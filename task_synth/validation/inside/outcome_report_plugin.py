@@ -27,6 +27,7 @@ if os.environ.get("REGROW_SELECTED"):
     with open(os.environ["REGROW_SELECTED"]) as listed:
         _selected = set(json.load(listed))
 _budget = float(os.environ.get("REGROW_ROUND_BUDGET_S", "0"))
+REARM_S = 0.5
 _round_started: dict[int, float] = {}
 _over: set[int] = set()
 
@@ -73,7 +74,8 @@ def pytest_runtest_call(item):
         _over.add(_current[0])
         pytest.fail("its round ran past its budget", pytrace=False)
     previous = signal.signal(signal.SIGALRM, _out_of_time)
-    signal.setitimer(signal.ITIMER_REAL, left)
+    # Again every REARM_S after the first: code that swallows the first BaseException and loops on gets the next.
+    signal.setitimer(signal.ITIMER_REAL, left, REARM_S)
     try:
         yield
     finally:
