@@ -10,8 +10,10 @@ from pathlib import Path
 
 # Groups whose names say they hold what the tests need (PEP 735 normalizes names as package names).
 TEST_GROUPS = ("test", "tests", "testing", "dev")
-# A tox factor condition before a requirement (`py311: foo`, `!pypy: bar`).
+# A tox factor condition before a requirement (`py311: foo`, `!pypy: bar`): it names an env other than the plain one.
 _FACTOR = re.compile(r"^[\w!.,-]+:\s+")
+# A requirement that names where to fetch it (a VCS or URL), which an offline or registry-only build cannot reach.
+_DIRECT = re.compile(r"(^|\s|@\s*)(git\+|hg\+|svn\+|bzr\+|https?://|file:)")
 
 
 def _normalized(name: str) -> str:
@@ -66,9 +68,15 @@ def tox_deps(root: Path) -> tuple[list[str], list[Path]]:
     lines = parser.get("testenv", "deps", fallback="").splitlines()
     requirements, files = [], []
     for line in lines:
-        line = _FACTOR.sub("", line.split("#", 1)[0].strip())
-        if not line or "{[" in line or line.startswith(("-c", "-e", ".")):
-            continue  # blank, another section's list, constraints, or the project itself (its extras are read)
+        line = line.split("#", 1)[0].strip()
+        if (
+            not line
+            or _FACTOR.match(line)
+            or _DIRECT.search(line)
+            or "{[" in line
+            or line.startswith(("-c", "-e", "."))
+        ):
+            continue  # blank, another env's, a URL, another section's list, constraints, or the project itself
         if line.startswith("-r"):
             named = root / line[2:].strip().replace("{toxinidir}/", "").replace("{toxinidir}", "")
             if named.is_file():
@@ -88,4 +96,5 @@ def declared_test_deps(root: Path) -> tuple[list[str], list[Path]]:
             pyproject = {}
         requirements += dependency_groups(pyproject) + poetry_groups(pyproject)
     from_tox, files = tox_deps(root)
-    return list(dict.fromkeys(requirements + from_tox)), files
+    kept = [requirement for requirement in requirements + from_tox if not _DIRECT.search(requirement)]
+    return list(dict.fromkeys(kept)), files

@@ -195,10 +195,16 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
         if (root / name).exists():
             arguments += ["-r", str(root / name)]
     declared, files = declared_test_deps(root)
-    arguments += declared
-    for path in files:
-        arguments += ["-r", str(path)]
-    _pip_wheel(root, partial, arguments, find_links, offline)
+    guessed = [*declared, *(word for path in files for word in ("-r", str(path)))]
+    try:
+        _pip_wheel(root, partial, [*arguments, *guessed], find_links, offline)
+    except SynthError as error:
+        if not guessed:
+            raise
+        # Read from dependency groups and tox.ini, they are a guess at what the tests need: the project comes first.
+        log.warning("building the wheelhouse without %s, which did not resolve: %s", " ".join(guessed), error)
+        shutil.rmtree(partial, ignore_errors=True)
+        _pip_wheel(root, partial, arguments, find_links, offline)
     try:
         editable = editable_requirements(root, partial)
     except SynthError:

@@ -17,7 +17,7 @@ name = "tiny"
 version = "0.1"
 
 [dependency-groups]
-Tests = ["idna>=3", {include-group = "typing"}]
+Tests = ["idna>=3", {include-group = "typing"}, "pytest @ https://example.org/pytest.zip"]
 typing = ["six"]
 docs = ["sphinx"]
 
@@ -33,7 +33,9 @@ envlist = py311
 deps =
     -r{toxinidir}/requirements/ci.txt
     -c constraints.txt
-    py311: wcwidth  # only on 3.11
+    wcwidth  # every env
+    py311: attrs
+    pytestmain: git+https://github.com/pytest-dev/pytest.git@main
     {[base]deps}
     .[test]
 commands = pytest
@@ -54,7 +56,7 @@ def test_test_groups_are_read_with_their_included_groups_and_other_groups_left_o
     import tomllib
 
     pyproject = tomllib.loads(PYPROJECT)
-    assert dependency_groups(pyproject) == ["idna>=3", "six"]
+    assert dependency_groups(pyproject) == ["idna>=3", "six", "pytest @ https://example.org/pytest.zip"]
     assert poetry_groups(pyproject) == ["tomli"]  # Poetry's caret is no PEP 508 constraint; python is no package
 
 
@@ -83,3 +85,11 @@ def test_the_wheelhouse_holds_every_declared_test_requirement(tmp_path):
     wheelhouse = build_wheelhouse(_project(tmp_path / "tiny"), tmp_path / "cache")
     names = {wheel.name.split("-")[0].lower() for wheel in wheelhouse.glob("*.whl")}
     assert {"idna", "six", "tomli", "wcwidth", "sniffio"} <= names, textwrap.shorten(str(sorted(names)), 300)
+
+
+def test_a_declared_requirement_that_does_not_resolve_leaves_the_wheelhouse_to_the_project(tmp_path):
+    root = _project(tmp_path / "tiny")
+    (root / "tox.ini").write_text("[testenv]\ndeps =\n    regrow-no-such-package-anywhere==0.0.1\n")
+    wheelhouse = build_wheelhouse(root, tmp_path / "cache")
+    names = {wheel.name.split("-")[0].lower() for wheel in wheelhouse.glob("*.whl")}
+    assert "pytest" in names and {"idna", "six"}.isdisjoint(names)  # the guesses went together
