@@ -46,3 +46,19 @@ def test_a_run_that_reports_no_test_is_the_runner_broken_not_every_test_failing(
 
 def test_the_packages_pytest_itself_imports_are_found(tmp_path):
     assert runner_imports(LocalSandbox(tmp_path), ["pluggy", "iniconfig", "minilib"], 60) == ["iniconfig", "pluggy"]
+
+
+def test_a_package_that_does_not_import_before_any_deletion_is_left_out_of_the_import_check(tmp_path):
+    """PyYAML's `_yaml` shims a C extension its image does not build: every candidate failed the import check."""
+    import pytest
+
+    from task_synth.errors import SynthError
+    from task_synth.validation.baseline import importable_packages
+
+    (tmp_path / "fine").mkdir()
+    (tmp_path / "fine" / "__init__.py").write_text("")
+    (tmp_path / "_shim").mkdir()
+    (tmp_path / "_shim" / "__init__.py").write_text("from ._missing_extension import *\n")
+    assert importable_packages(LocalSandbox(tmp_path), ["_shim", "fine"], 60) == ["fine"]
+    with pytest.raises(SynthError, match="none of the packages _shim imports"):
+        importable_packages(LocalSandbox(tmp_path), ["_shim"], 60)
