@@ -163,8 +163,9 @@ def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = 
     return f"synthesis stopped: the first {first} candidates all failed because {summary}:\n  {shown}\n{remedy}"
 
 
-def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[BuiltTask | None, int]:
-    """Validate one candidate in a pooled sandbox and, when valid, build its task; (task or None, test executions)."""
+def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTasks) -> tuple[BuiltTask | None, int]:
+    """Validate one candidate in a pooled sandbox and, when valid and no repeat of a kept task, build its task;
+    (task or None, test executions)."""
     try:
         deletion: Deletion = delete_unit(context.layout, unit, mode)
     except DeletionError as error:
@@ -183,6 +184,12 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str) -> tuple[Built
         return BuiltTask(
             None, verdict.rejection, None, verdict.test_executions, verdict.detail
         ), verdict.test_executions
+    snapshot = f"{context.checkout.repo_name}@{context.checkout.commit}"
+    lines = [(piece.path, piece.start_line, piece.end_line) for piece in unit.pieces]
+    repeated = kept.repeated_before_build(snapshot, lines, verdict.fail_to_pass)
+    if repeated:  # known now, before the recording and mutants that make most of a task's cost
+        log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
+        return BuiltTask(None, "duplicate", None, verdict.test_executions, repeated), verdict.test_executions
     built = build_task(context, deletion, verdict)
     if built.rejection:
         log.info("%s (%s): %s %s", unit.key, mode, built.rejection, built.detail)
@@ -299,7 +306,7 @@ def _run_candidates(
         while index < len(pending) and report.valid + report.resumed < settings.max_tasks:
             batch = pending[index : index + settings.jobs]
             index += len(batch)
-            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1]), batch))
+            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1], kept), batch))
             for (unit, mode), (built, executions) in zip(batch, results, strict=True):
                 report.test_executions += executions
                 if built is None:

@@ -29,9 +29,19 @@ class KeptTasks:
     def repeated_by(self, record: TaskRecord) -> str | None:
         """The kept task `record` repeats, with what they share, or None (a task does not repeat itself)."""
         lines, tests = self._keys(record)
-        if record.deleted and self._by_lines.get(lines, record.instance_id) != record.instance_id:
+        return self._repeated(lines if record.deleted else None, tests, record.instance_id)
+
+    def repeated_before_build(
+        self, snapshot: str, lines: Iterable[tuple[str, int, int]], fail_to_pass: Iterable[str]
+    ) -> str | None:
+        """The kept task a validated candidate would repeat (its snapshot `repo@commit`, deleted (path, start, end)
+        lines and FAIL_TO_PASS tests), known before the costly part of building its task."""
+        return self._repeated((snapshot, frozenset(lines)), (snapshot, frozenset(fail_to_pass)), None)
+
+    def _repeated(self, lines, tests, itself: str | None) -> str | None:
+        if lines is not None and self._by_lines.get(lines, itself) != itself:
             return f"deletes the same lines as {self._by_lines[lines]}"
-        if self._by_tests.get(tests, record.instance_id) != record.instance_id:
+        if self._by_tests.get(tests, itself) != itself:
             return f"has the FAIL_TO_PASS tests of {self._by_tests[tests]}"
         return None
 

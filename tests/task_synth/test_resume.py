@@ -26,7 +26,7 @@ class Scripted:
     def __init__(self, store, interrupt_at: str | None = None):
         self.store, self.interrupt_at, self.tried = store, interrupt_at, []
 
-    def __call__(self, context, pool, unit, mode):
+    def __call__(self, context, pool, unit, mode, kept):
         self.tried.append(unit.key)
         if unit.key == self.interrupt_at:
             raise KeyboardInterrupt
@@ -101,7 +101,7 @@ def test_a_task_that_repeats_a_kept_one_is_rejected_as_a_duplicate_and_not_count
 
     unit = DeletedUnit(path="pkg/m.py", qualname="f", kind="function", start_line=3, end_line=9)
 
-    def scripted(context, pool, candidate, mode):
+    def scripted(context, pool, candidate, mode, kept):
         number = int(candidate.key.rsplit("f", 1)[1])
         same_lines = [unit] if number in (1, 3) else []  # f1 and f3 delete the same lines
         tests = ["t5"] if number in (5, 7) else [f"t{number}"]  # f5 and f7 break the same tests
@@ -111,3 +111,16 @@ def test_a_task_that_repeats_a_kept_one_is_rejected_as_a_duplicate_and_not_count
     report = _run(tmp_path, scripted, monkeypatch=monkeypatch)
     assert [r.instance_id for r in read_records(tmp_path)] == [f"task-{n}" for n in (0, 1, 2, 4, 5, 6)]
     assert report.rejections["duplicate"] == 2 and report.valid == 6
+
+
+def test_a_validated_candidate_is_known_for_a_repeat_before_its_task_is_built():
+    from proto.tasks import DeletedUnit
+    from task_synth.store.repeats import KeptTasks
+
+    unit = DeletedUnit(path="pkg/m.py", qualname="f", kind="function", start_line=3, end_line=9)
+    kept = KeptTasks([_record("task-1").model_copy(update={"FAIL_TO_PASS": ["t1", "t2"], "deleted": [unit]})])
+    snapshot = f"{_record('x').repo}@{_record('x').source_commit}"
+    assert "task-1" in (kept.repeated_before_build(snapshot, [("pkg/m.py", 3, 9)], ["t9"]) or "")
+    assert "task-1" in (kept.repeated_before_build(snapshot, [("pkg/m.py", 1, 2)], ["t2", "t1"]) or "")
+    assert kept.repeated_before_build(snapshot, [("pkg/m.py", 1, 2)], ["t1"]) is None
+    assert kept.repeated_before_build("other@0", [("pkg/m.py", 3, 9)], ["t1", "t2"]) is None
