@@ -57,6 +57,7 @@ PROGRAMS = "regrow_program_recorder"
 PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
+RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
 MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"target": path, "sources": [each mutant's text of that file]}
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
@@ -97,9 +98,20 @@ def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[s
 
 
 def record_io_checks(
-    sb: Sandbox, deletion: Deletion, layout: RepoLayout, fail_to_pass: list[str], settings: SynthSettings
+    sb: Sandbox,
+    deletion: Deletion,
+    layout: RepoLayout,
+    fail_to_pass: list[str],
+    settings: SynthSettings,
+    tests_s: float | None = None,
 ) -> Recording:
-    """Checks of the deleted functions from its F2P tests, in a sandbox whose workspace has the solution applied."""
+    """Checks of the deleted functions from its F2P tests, in a sandbox whose workspace has the solution applied.
+
+    `tests_s` is how long the F2P and P2P tests took with the solution: a recording run gets a few times that.
+    """
+    timeout = settings.test_timeout_s
+    if tests_s is not None:  # recording wraps every call: pickling a big receiver per call can crawl for minutes
+        timeout = min(timeout, max(RECORDING_MIN_S, RECORDING_FACTOR * tests_s))
     functions = recorded_functions(deletion, layout.modules[deletion.unit.path])
     if not functions or not fail_to_pass:
         return Recording([], 0)
@@ -111,7 +123,7 @@ def record_io_checks(
     reads = tests_read(sb, fail_to_pass) if deletion.unit.kind == "class" else []
     config = {"functions": functions, "library_files": library_files, "reads": reads}
     sb.write_file(IO_CONFIG, json.dumps(config))
-    first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings)
+    first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings.test_command, timeout)
     linked_all = linked_calls(_parsed_calls(first, functions), fail_to_pass)
     # The library's own calls get room of their own: a test that makes many calls would crowd them out.
     direct = [call for call in linked_all if not call.internal][:MAX_CANDIDATES]
@@ -119,7 +131,7 @@ def record_io_checks(
     if not candidates:
         return Recording([], executions)
     tests = list(dict.fromkeys(call.check.test for call in candidates if call.check.test))
-    second, more = _recorder_output(sb, HASH_SEEDS[1], tests, settings)
+    second, more = _recorder_output(sb, HASH_SEEDS[1], tests, settings.test_command, timeout)
     agreed = calls_in_both(candidates, _parsed_calls(second, functions))
     probes: list[IoCheck] = []
     if len(first) < MAX_RECORDS:  # past the cap a call the tests make may be missing from `first`, and seem unseen
@@ -188,15 +200,17 @@ def _mutant_kills(
     ]
 
 
-def _recorder_output(sb: Sandbox, seed: str, tests: list[str], settings: SynthSettings) -> tuple[list[object], int]:
+def _recorder_output(
+    sb: Sandbox, seed: str, tests: list[str], test_command: str, timeout: float
+) -> tuple[list[object], int]:
     """What one recording run of `tests` wrote (the recorder's JSON list, empty when it left none), and how many test
     cases it ran."""
     out = f"{SCRATCH}/io_calls_{seed}.json"
     env = {"PYTHONPATH": PLUGIN_DIR, "PYTHONHASHSEED": seed, "REGROW_IO_CONFIG": IO_CONFIG, "REGROW_IO_OUT": out}
-    script = f'{settings.test_command} -q -p {RECORDER} "$@"'
-    result = sb.exec(["sh", "-c", script, "sh", *tests], timeout=settings.test_timeout_s, cwd=WORKSPACE, env=env)
+    script = f'{test_command} -q -p {RECORDER} "$@"'
+    result = sb.exec(["sh", "-c", script, "sh", *tests], timeout=timeout, cwd=WORKSPACE, env=env)
     if result.timed_out:
-        log.info("recording calls timed out after %gs; no checks from this run", settings.test_timeout_s)
+        log.info("recording calls timed out after %gs; no checks from this run", timeout)
         return [], len(tests)
     try:
         raw = json.loads(sb.read_file(out))

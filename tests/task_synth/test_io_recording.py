@@ -711,3 +711,34 @@ def test_a_function_reached_through_a_module_level_table_is_recorded(tmp_path):
     functions = {"calc2.core": ["double"]}
     calls = [call for raw in recorded_raw_calls(tmp_path, files, functions) if (call := parsed_call(raw, functions))]
     assert [(call.check.args, call.outcome[0], call.internal) for call in calls] == [("(4,)", "8", True)]
+
+
+def test_a_recording_run_gets_a_few_times_the_tests_own_time_not_the_suite_timeout():
+    """cachetools' TTLCache group: recording its F2P tests crawled past six minutes under the 600 s suite limit."""
+    from types import SimpleNamespace
+
+    from task_synth.candidates.deletion import delete_unit
+    from task_synth.candidates.units import enumerate_units
+    from task_synth.repository.repo_layout import read_layout
+    from task_synth.settings import SynthSettings
+    from task_synth.validation.io_recording import RECORDING_FACTOR, RECORDING_MIN_S, record_io_checks
+
+    class Crawling:
+        def __init__(self):
+            self.timeouts: list[float] = []
+
+        def write_file(self, path, data):
+            pass
+
+        def exec(self, command, timeout, cwd=None, env=None):
+            self.timeouts.append(timeout)
+            return SimpleNamespace(timed_out=True, exit_code=124, stdout="", stderr="")
+
+    layout = read_layout(Path(__file__).parents[1] / "fixtures" / "minilib")
+    unit = next(u for u in enumerate_units(layout) if u.qualname == "gcd")
+    deletion = delete_unit(layout, unit, "stub")
+    settings = SynthSettings(test_timeout_s=600)
+    for tests_s, expected in ((2.0, RECORDING_MIN_S), (30.0, 30.0 * RECORDING_FACTOR), (None, 600)):
+        sandbox = Crawling()
+        recording = record_io_checks(sandbox, deletion, layout, ["tests/test_mathops.py::test_gcd"], settings, tests_s)
+        assert recording.checks == [] and sandbox.timeouts == [expected], (tests_s, sandbox.timeouts)
