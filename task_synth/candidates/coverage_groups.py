@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 
-from task_synth.candidates.units import Unit
+from task_synth.candidates.units import Unit, joined_unit
 
 GROUP_KIND = "group"
 MIN_PARTS = 2
@@ -55,14 +55,4 @@ def coverage_groups(units: list[Unit], covering: Callable[[Unit], set[str]]) -> 
 
 def group_unit(path: str, parts: list[Unit]) -> Unit:
     """The unit that deletes `parts` (functions or methods of the module at `path`) together."""
-    return Unit(
-        path=path,
-        qualname="+".join(part.qualname for part in parts),
-        kind=GROUP_KIND,
-        start_line=min(part.start_line for part in parts),
-        end_line=max(part.end_line for part in parts),
-        body_lines=tuple(span for part in parts for span in part.body_lines),
-        statements=sum(part.statements for part in parts),
-        complexity=sum(part.complexity for part in parts),
-        parts=tuple(parts),
-    )
+    return joined_unit(path, "+".join(part.qualname for part in parts), GROUP_KIND, parts, parts=tuple(parts))

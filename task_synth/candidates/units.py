@@ -184,20 +184,23 @@ def _features(path: str, functions: dict[str, Unit], referrers: dict[str, set[st
         if not helpers:
             continue
         parts = [unit, *(functions[helper] for helper in helpers)]
-        features.append(
-            Unit(
-                path=path,
-                qualname=name,
-                kind="feature",
-                start_line=min(part.start_line for part in parts),
-                end_line=max(part.end_line for part in parts),
-                body_lines=tuple(span for part in parts for span in part.body_lines),
-                statements=sum(part.statements for part in parts),
-                complexity=sum(part.complexity for part in parts),
-                helpers=tuple(helpers),
-            )
-        )
+        features.append(joined_unit(path, name, "feature", parts, helpers=tuple(helpers)))
     return features
+
+
+def joined_unit(path: str, qualname: str, kind: str, members: list[Unit], **fields) -> Unit:
+    """One unit over `members` of the module at `path`: their lines, statements and branches together."""
+    return Unit(
+        path=path,
+        qualname=qualname,
+        kind=kind,
+        start_line=min(member.start_line for member in members),
+        end_line=max(member.end_line for member in members),
+        body_lines=tuple(span for member in members for span in member.body_lines),
+        statements=sum(member.statements for member in members),
+        complexity=sum(member.complexity for member in members),
+        **fields,
+    )
 
 
 def enumerate_units(layout: RepoLayout) -> list[Unit]:
