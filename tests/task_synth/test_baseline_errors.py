@@ -50,5 +50,7 @@ def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypat
     monkeypatch.setattr(baseline, "run_tests", lambda *args, **kwargs: runs.pop(0))
     lines = {"pkg/__init__.py": {2: {"test_pkg.py::test_f"}}}
     monkeypatch.setattr(baseline, "coverage_map", lambda *args: (suite_runs.SuiteRun(executions=1), lines))
+    monkeypatch.setattr(baseline, "importable_packages", lambda sb, packages, timeout: packages)
+    monkeypatch.setattr(baseline, "runner_imports", lambda sb, packages, timeout: [])
     result = baseline.run_baseline(None, read_layout(tmp_path), "pytest", runs=3, timeout=60, max_failure_fraction=0.2)
     assert result.stable == {"test_pkg.py::test_f"} and not runs

@@ -57,7 +57,7 @@ def test_only_the_first_candidates_count():
 def test_a_run_whose_oracles_all_fail_stops_after_the_first_candidates(monkeypatch, tmp_path):
     tried = []
 
-    def failing(context, pool, unit, mode):
+    def failing(context, pool, unit, mode, kept):
         tried.append(unit)
         return BuiltTask(None, "oracle_failed", None, 0, ORACLE_ERROR), 0
 
