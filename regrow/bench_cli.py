@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -93,7 +94,11 @@ def bench_corpus(
 
 
 def bench_synth(
-    source: str = typer.Argument(..., help="Local path or git URL of the repository."),
+    source: str = typer.Argument(None, help="Local path or git URL of the repository (or use --repo)."),
+    repo: str = typer.Option(
+        None, "--repo", help="An sdist (.tar.gz or .zip), a PyPI requirement pinned with ==, or a path or git URL."
+    ),
+    kind: list[str] = typer.Option(None, "--kind", help="Kinds of unit to delete; repeat; default every kind."),
     max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks the measured run makes."),
     jobs: int = typer.Option(2, "--jobs", min=1, help="Candidates validated in parallel."),
     compare_naive: int = typer.Option(
@@ -113,16 +118,34 @@ def bench_synth(
     from sandbox import SandboxError
     from task_synth.errors import SynthError
 
-    settings = synth_settings(ref=ref, modes=mode, seed=seed, test_command=test_cmd, max_tasks=max_tasks, jobs=jobs)
+    if (source is None) == (repo is None):
+        fail("give the repository as SOURCE or as --repo, not both and not neither")
+    settings = synth_settings(
+        ref=ref, modes=mode, kinds=kind or None, seed=seed, test_command=test_cmd, max_tasks=max_tasks, jobs=jobs
+    )
     progress, update, _ = progress_bars(console)
     try:
-        with progress:
-            result = run_throughput_bench(source, settings, on_progress=update)
-            if compare_naive:
-                result["guided_vs_naive"] = run_synth_bench(source, settings, compare_naive, on_progress=update)
+        with tempfile.TemporaryDirectory(prefix="regrow-bench-sdist-") as scratch:
+            source = source or repo_source(repo, settings.cache_dir, Path(scratch))
+            with progress:
+                result = run_throughput_bench(source, settings, on_progress=update)
+                if compare_naive:
+                    result["guided_vs_naive"] = run_synth_bench(source, settings, compare_naive, on_progress=update)
     except (SynthError, SandboxError) as error:
         fail(str(error))
     report(result, as_json)
+
+
+def repo_source(repo: str, cache_dir: Path, scratch: Path) -> str:
+    """What synthesis reads for `--repo`: an sdist unpacked into `scratch`, a pinned requirement's sdist downloaded
+    and unpacked there, or the path or URL as given."""
+    from regrow.benchmarks.corpus import download_sdist, extract_sdist
+
+    if repo.endswith((".tar.gz", ".zip")) and Path(repo).is_file():
+        return str(extract_sdist(Path(repo), scratch))
+    if "==" in repo and not Path(repo).exists():
+        return str(extract_sdist(download_sdist(repo, cache_dir), scratch))
+    return repo
 
 
 def bench_grade(
