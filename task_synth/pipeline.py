@@ -166,6 +166,12 @@ def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = 
 def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTasks) -> tuple[BuiltTask | None, int]:
     """Validate one candidate in a pooled sandbox and, when valid and no repeat of a kept task, build its task;
     (task or None, test executions)."""
+    snapshot = f"{context.checkout.repo_name}@{context.checkout.commit}"
+    lines = [(piece.path, piece.start_line, piece.end_line) for piece in unit.pieces]
+    repeated = kept.repeated_lines(snapshot, lines)
+    if repeated:  # the same lines as a kept task: nothing to validate
+        log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
+        return BuiltTask(None, "duplicate", None, 0, repeated), 0
     try:
         deletion: Deletion = delete_unit(context.layout, unit, mode)
     except DeletionError as error:
@@ -184,8 +190,6 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTask
         return BuiltTask(
             None, verdict.rejection, None, verdict.test_executions, verdict.detail
         ), verdict.test_executions
-    snapshot = f"{context.checkout.repo_name}@{context.checkout.commit}"
-    lines = [(piece.path, piece.start_line, piece.end_line) for piece in unit.pieces]
     repeated = kept.repeated_before_build(snapshot, lines, verdict.fail_to_pass)
     if repeated:  # known now, before the recording and mutants that make most of a task's cost
         log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)

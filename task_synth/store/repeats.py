@@ -38,6 +38,12 @@ class KeptTasks:
         lines and FAIL_TO_PASS tests), known before the costly part of building its task."""
         return self._repeated((snapshot, frozenset(lines)), (snapshot, frozenset(fail_to_pass)), None)
 
+    def repeated_lines(self, snapshot: str, lines: Iterable[tuple[str, int, int]]) -> str | None:
+        """The kept task that deletes these lines of the snapshot, known before a candidate is even validated (a
+        stub after a removal of the same unit)."""
+        kept = self._by_lines.get((snapshot, frozenset(lines)))
+        return f"deletes the same lines as {kept}" if kept else None
+
     def _repeated(self, lines, tests, itself: str | None) -> str | None:
         if lines is not None and self._by_lines.get(lines, itself) != itself:
             return f"deletes the same lines as {self._by_lines[lines]}"

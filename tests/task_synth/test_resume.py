@@ -124,3 +124,17 @@ def test_a_validated_candidate_is_known_for_a_repeat_before_its_task_is_built():
     assert "task-1" in (kept.repeated_before_build(snapshot, [("pkg/m.py", 1, 2)], ["t2", "t1"]) or "")
     assert kept.repeated_before_build(snapshot, [("pkg/m.py", 1, 2)], ["t1"]) is None
     assert kept.repeated_before_build("other@0", [("pkg/m.py", 3, 9)], ["t1", "t2"]) is None
+
+
+def test_a_candidate_that_deletes_a_kept_tasks_lines_is_a_duplicate_without_being_validated():
+    from proto.tasks import DeletedUnit
+    from task_synth.candidates.units import Unit
+    from task_synth.store.repeats import KeptTasks
+
+    record = _record("task-1").model_copy(
+        update={"deleted": [DeletedUnit(path="pkg/m.py", qualname="f", kind="function", start_line=3, end_line=9)]}
+    )
+    context = SimpleNamespace(checkout=SimpleNamespace(repo_name=record.repo, commit=record.source_commit))
+    same = Unit("pkg/m.py", "f", "function", 3, 9, ((4, 9),), 5, 2)
+    built, executions = pipeline._candidate(context, None, same, "remove", KeptTasks([record]))  # no pool: not run
+    assert built is not None and (built.rejection, executions) == ("duplicate", 0) and "task-1" in built.detail
