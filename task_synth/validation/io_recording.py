@@ -58,7 +58,7 @@ PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
-MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"target": path, "sources": [each mutant's text of that file]}
+MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"module": name, "path": its file, "sources": [each mutant's text]}
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
@@ -186,14 +186,11 @@ def _mutant_kills(
     mutants = [mutant for piece in unit.pieces for mutant in mutants_of(original, piece.qualname, rng, share)]
     if not mutants:
         return None
-    target = f"{WORKSPACE}/{unit.path}"
-    sb.write_file(MUTANTS_JSON, json.dumps({"target": target, "sources": [mutant.source for mutant in mutants]}))
-    try:
-        outcomes = _run_calls(
-            sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
-        )
-    finally:
-        sb.write_file(target, original)  # the recorder puts it back; a run killed from outside would not
+    spec = {"module": calls[0].check.module, "path": f"{WORKSPACE}/{unit.path}", "sources": [m.source for m in mutants]}
+    sb.write_file(MUTANTS_JSON, json.dumps(spec))
+    outcomes = _run_calls(
+        sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
+    )
     return [
         {call.key for call, again in zip(calls, found, strict=True) if again is None or again.outcome != call.outcome}
         for found in outcomes
@@ -239,16 +236,22 @@ def _run_calls(
     rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take] for c in checks]
     sb.write_file(calls, json.dumps(rows))
     limits = [str(call_s), str(budget_s)]
-    command = ["python", "-m", RECORDER, *(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]
+    arguments = [*(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]
+    # Into a file: every mutant's lines together pass the 64 KiB an exec's output keeps, and the rest would be lost.
+    out = f"{SCRATCH}/io_outcomes_{seed}.jsonl"
     result = sb.exec(
-        command,
+        ["sh", "-c", f'python -m {RECORDER} "$@" > {out}', "sh", *arguments],
         timeout=(budget_s + 5) * max(1, mutants) + 30,
         cwd=WORKSPACE,
-        # No bytecode: a mutant of the same size written within a second of the last would load the last one's.
         env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR, "PYTHONDONTWRITEBYTECODE": "1"},
     )
+    try:
+        printed = sb.read_file(out).decode(errors="replace")
+    except (SandboxFileNotFound, FileTooLarge) as error:
+        log.info("the calls' outcomes could not be read back (%s): %s", error, result.stderr[-500:])
+        printed = ""
     found: list[list[Call | None]] = [[None] * len(checks) for _ in range(max(1, mutants))]
-    for line in result.stdout.splitlines():
+    for line in printed.splitlines():
         try:
             fields = json.loads(line)
             mutant = fields.pop(0) if mutants else 0

@@ -3,12 +3,14 @@ stand-in sandbox whose `python` commands run in this interpreter."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 from proto.call_values import SHIPPED_NAME
+from sandbox.limits import Limits
 from task_synth.validation.io_recording import PROGRAMS, PROGRAMS_SOURCE, RECORDER, RECORDER_SOURCE, VALUES_SOURCE
 
 
@@ -59,8 +61,23 @@ class LocalSandbox:
         Path(self._here(path)).parent.mkdir(parents=True, exist_ok=True)
         Path(self._here(path)).write_text(data)
 
+    def read_file(self, path):
+        from sandbox import SandboxFileNotFound
+
+        if not Path(self._here(path)).is_file():
+            raise SandboxFileNotFound(path)
+        return Path(self._here(path)).read_bytes()
+
     def exec(self, command, timeout, cwd, env=None):
         env = {**os.environ, **(env or {}), "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
-        argv = [sys.executable, *map(self._here, command[1:])]
+        if command[0] == "sh":  # `sh -c SCRIPT sh ARGS`: `python` is this interpreter, sandbox paths are under root
+            script = re.sub(r"(?<![\w.])/[\w./-]+", lambda found: self._here(found.group(0)), command[2])
+            argv = ["sh", "-c", script.replace("python ", f"{sys.executable} ", 1), "sh", *map(self._here, command[4:])]
+        else:
+            argv = [sys.executable, *map(self._here, command[1:])]
         run = subprocess.run(argv, cwd=self.root, env=env, capture_output=True, text=True, timeout=timeout)
-        return SimpleNamespace(stdout=run.stdout, stderr=run.stderr, exit_code=run.returncode, timed_out=False)
+        # What a Docker sandbox keeps of a command's output (sandbox/limits.py), so that a lost tail shows here too.
+        kept = Limits().output_cap_bytes
+        return SimpleNamespace(
+            stdout=run.stdout[:kept], stderr=run.stderr[:kept], exit_code=run.returncode, timed_out=False
+        )

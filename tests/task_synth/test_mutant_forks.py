@@ -1,6 +1,6 @@
 """Every mutant of a unit runs in one command, a forked child each: nothing a child does reaches the next one, a child
-that blocks past every alarm is killed without stopping the rest, and the file is put back (no Docker: the sandbox's
-`python` commands run here)."""
+that blocks past every alarm is killed without stopping the rest, and the workspace is never written (the sandbox's
+user may not write it; before, every mutant then "killed" every check). No Docker: `python` commands run here."""
 
 import json
 from pathlib import Path
@@ -24,7 +24,8 @@ def test_each_mutant_starts_from_a_fresh_import_and_a_killed_one_stops_nothing(t
     target.write_text(ORIGINAL)
     sb = LocalSandbox(tmp_path)
     sources = [ORIGINAL, TIMES_TEN, ORIGINAL, DEAF, ORIGINAL]
-    sb.write_file(MUTANTS_JSON, json.dumps({"target": str(target), "sources": sources}))
+    written = target.stat().st_mtime_ns
+    sb.write_file(MUTANTS_JSON, json.dumps({"module": "counter", "path": str(target), "sources": sources}))
     checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
     outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=1.0, mutants=len(sources))
     # The module's list starts empty in every child: the third mutant does not see the first two's calls.
@@ -35,10 +36,23 @@ def test_each_mutant_starts_from_a_fresh_import_and_a_killed_one_stops_nothing(t
         [None, None],
         ["1", "2"],
     ]
-    assert target.read_text() == ORIGINAL
+    assert target.read_text() == ORIGINAL and target.stat().st_mtime_ns == written
 
 
 def test_without_mutants_the_calls_run_once_against_the_file_as_it_is(tmp_path: Path):
     (tmp_path / "counter.py").write_text(TIMES_TEN)
     checks = [IoCheck(module="counter", qualname="bump", args="(7,)")]
     assert [_results(found) for found in _run_calls(LocalSandbox(tmp_path), checks, "0", 1.0, 5.0)] == [["10"]]
+
+
+def test_every_mutant_is_judged_when_their_outcomes_pass_what_an_exec_keeps_of_its_output(tmp_path: Path):
+    """BoundedStack's 24 mutants printed past the 64 KiB an exec keeps: from the tenth on, none had an outcome, so
+    each seemed to change every call (kill rate 1.0, no equivalent mutant, whatever the checks)."""
+    target = tmp_path / "counter.py"
+    target.write_text(ORIGINAL)
+    sb = LocalSandbox(tmp_path)
+    sources = [ORIGINAL] * 40
+    sb.write_file(MUTANTS_JSON, json.dumps({"module": "counter", "path": str(target), "sources": sources}))
+    checks = [IoCheck(module="counter", qualname="bump", args=f"({'x' * 40!r},)") for _ in range(30)]
+    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=10.0, mutants=len(sources))
+    assert [sum(found is not None for found in mutant) for mutant in outcomes] == [30] * 40

@@ -19,6 +19,7 @@ import base64
 import functools
 import importlib
 import importlib.machinery
+import importlib.util
 import inspect
 import io
 import json
@@ -304,28 +305,44 @@ def print_call_outcomes(calls, limit, budget, tag=()):
             print(json.dumps([*tag, index, *found]), flush=True)
 
 
-def print_mutant_outcomes(target, sources, calls, limit, budget):
-    """The calls against each source of the file `target` in turn (the unit's mutants), each in a child forked from
-    this process, which has not imported the package: every child imports it afresh from the file as it is then, and
-    nothing a child does outlives it. Lines are tagged with the mutant's number; the file is put back at the end."""
-    with open(target) as handle:
-        original = handle.read()
-    try:
-        for number, source in enumerate(sources):
-            with open(target, "w") as handle:
-                handle.write(source)
-            sys.stdout.flush()
-            child = os.fork()
-            if child == 0:
-                try:
-                    print_call_outcomes(calls, limit, budget, (number,))
-                finally:
-                    sys.stdout.flush()
-                    os._exit(0)
-            _reap(child, time.monotonic() + budget + 5)
-    finally:
-        with open(target, "w") as handle:
-            handle.write(original)
+class _MutantFinder:
+    """Serves one module from the given source text instead of its file: a mutant, without writing the workspace
+    (which the sandbox's user may not write) and without stale bytecode."""
+
+    def __init__(self, name, path, source):
+        self.name, self.path, self.source = name, path, source
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        package = os.path.basename(self.path) == "__init__.py"
+        locations = [os.path.dirname(self.path)] if package else None
+        return importlib.util.spec_from_file_location(
+            fullname, self.path, loader=self, submodule_search_locations=locations
+        )
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        exec(compile(self.source, self.path, "exec"), module.__dict__)
+
+
+def print_mutant_outcomes(module, path, sources, calls, limit, budget):
+    """The calls against each source of `module` (its file at `path`) in turn, the unit's mutants, each in a child
+    forked from this process, which has not imported the package: every child imports it afresh with the mutant in
+    place of the module, and nothing a child does outlives it. Lines are tagged with the mutant's number."""
+    for number, source in enumerate(sources):
+        sys.stdout.flush()
+        child = os.fork()
+        if child == 0:
+            try:
+                sys.meta_path.insert(0, _MutantFinder(module, path, source))
+                print_call_outcomes(calls, limit, budget, (number,))
+            finally:
+                sys.stdout.flush()
+                os._exit(0)
+        _reap(child, time.monotonic() + budget + 5)
 
 
 def _reap(child, deadline):
@@ -343,7 +360,8 @@ if __name__ == "__main__":
         with open(sys.argv[2]) as handle:
             spec = json.load(handle)
         with open(sys.argv[3]) as handle:
-            print_mutant_outcomes(spec["target"], spec["sources"], json.load(handle), *map(float, sys.argv[4:6]))
+            calls = json.load(handle)
+        print_mutant_outcomes(spec["module"], spec["path"], spec["sources"], calls, *map(float, sys.argv[4:6]))
     else:
         with open(sys.argv[1]) as handle:
             print_call_outcomes(json.load(handle), float(sys.argv[2]), float(sys.argv[3]))
