@@ -11,8 +11,9 @@ with what the call left of them described after. Results and receivers are descr
 (regrow_program_recorder). Stdlib only: it runs in the repository's interpreter.
 
 Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
-and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks, the replay
-that every check must pass, and the same calls against each mutant of the unit.
+and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks and the replay
+that every check must pass. With `--mutants SPEC_JSON` first, it runs the same calls against each mutant of the unit,
+a forked child each.
 """
 
 import base64
