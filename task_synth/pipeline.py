@@ -27,7 +27,7 @@ from task_synth.errors import SynthError
 from task_synth.repository.source import require_source
 from task_synth.settings import SynthSettings
 from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
-from task_synth.store.repeats import KeptTasks
+from task_synth.store.repeats import KeptTasks, snapshot
 from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask, build_task, repo_dir
 from task_synth.store.twins import twin_of
@@ -166,9 +166,9 @@ def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = 
 def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTasks) -> tuple[BuiltTask | None, int]:
     """Validate one candidate in a pooled sandbox and, when valid and no repeat of a kept task, build its task;
     (task or None, test executions)."""
-    snapshot = f"{context.checkout.repo_name}@{context.checkout.commit}"
+    of = snapshot(context.checkout.repo_name, context.checkout.commit)
     lines = [(piece.path, piece.start_line, piece.end_line) for piece in unit.pieces]
-    repeated = kept.repeated_lines(snapshot, lines)
+    repeated = kept.repeated_lines(of, lines)
     if repeated:  # the same lines as a kept task: nothing to validate
         log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
         return BuiltTask(None, "duplicate", None, 0, repeated), 0
@@ -190,7 +190,7 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTask
         return BuiltTask(
             None, verdict.rejection, None, verdict.test_executions, verdict.detail
         ), verdict.test_executions
-    repeated = kept.repeated_before_build(snapshot, lines, verdict.fail_to_pass)
+    repeated = kept.repeated_before_build(of, lines, verdict.fail_to_pass)
     if repeated:  # known now, before the recording and mutants that make most of a task's cost
         log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
         return BuiltTask(None, "duplicate", None, verdict.test_executions, repeated), verdict.test_executions

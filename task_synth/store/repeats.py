@@ -8,8 +8,13 @@ from collections.abc import Iterable
 from proto.tasks import TaskRecord
 
 
+def snapshot(repo: str, commit: str) -> str:
+    """The key of one repository snapshot: duplicates are counted within it."""
+    return f"{repo}@{commit}"
+
+
 def _snapshot(record: TaskRecord) -> str:
-    return f"{record.repo}@{record.source_commit}"
+    return snapshot(record.repo, record.source_commit)
 
 
 class KeptTasks:
