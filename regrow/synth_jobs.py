@@ -135,12 +135,8 @@ def job_containers(job: SynthJob) -> set[str]:
 def wait_jobs(jobs: list[SynthJob], retries: int, timeout_s: float, on_poll=None) -> dict[str, JobState]:
     """Poll every job until each is done or failed for good; StackError past `timeout_s`. Returns service -> state."""
     deadline = time.monotonic() + timeout_s
-    states: dict[str, JobState] = {}
-    containers: set[str] = set()
     while True:
         states = {job.service: read_job(job, retries) for job in jobs}
-        for job in jobs:
-            containers |= job_containers(job)
         if on_poll:
             on_poll(states)
         if all(state.status != "running" for state in states.values()):
