@@ -112,15 +112,18 @@ def delete_unit(layout: RepoLayout, unit: Unit, mode: str) -> Deletion:
         )
         changed[unit.path] = None
     else:
-        edited, removed = cst.parse_module(sources[unit.path]), set[str]()
-        for piece in unit.pieces:
-            edited, gone = _edit_top_level(edited, piece, mode)
-            removed |= gone
-        sources[unit.path] = edited.code
-        changed = dict(
-            fix_imports(layout, sources, gone_modules=set(), gone_names={layout.modules[unit.path]: removed})
-        )
-        changed[unit.path] = changed.get(unit.path, edited.code)
+        edited: dict[str, str] = {}
+        gone_names: dict[str, set[str]] = {}
+        for path in dict.fromkeys(piece.path for piece in unit.pieces):  # a group's parts may span modules
+            module, removed = cst.parse_module(sources[path]), set[str]()
+            for piece in unit.pieces:
+                if piece.path == path:
+                    module, gone = _edit_top_level(module, piece, mode)
+                    removed |= gone
+            edited[path] = sources[path] = module.code
+            gone_names[layout.modules[path]] = removed
+        changed = dict(fix_imports(layout, sources, gone_modules=set(), gone_names=gone_names))
+        changed.update({path: changed.get(path, text) for path, text in edited.items()})
     original = {path: (layout.root / path).read_text(encoding="utf-8") for path in changed}
     differing = {path: text for path, text in changed.items() if text != original[path]}
     if not differing:

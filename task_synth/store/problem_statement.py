@@ -60,9 +60,11 @@ def _usages(test_texts: dict[str, str], name: str) -> list[str]:
 def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[str], test_texts: dict[str, str]) -> str:
     """Plain text an agent gets at reset."""
     unit = deletion.unit
-    original = cst.parse_module(deletion.original[unit.path])
     lines: list[str] = []
-    if unit.kind == "module":
+    if unit.parts:
+        lines += _group_lines(deletion, module_name)
+    elif unit.kind == "module":
+        original = cst.parse_module(deletion.original[unit.path])
         others = sorted(path for path in deletion.changed if path != unit.path)
         lines.append(
             f"The module `{module_name}` (`{unit.path}`) is missing. Recreate it so that the test suite passes again."
@@ -70,10 +72,8 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
         if others:
             lines.append(f"Imports of it were also removed from: {', '.join(f'`{p}`' for p in others)}; restore them.")
         lines += ["", "It defined:", *(f"    {sig}" for sig in _public_signatures(original))]
-    elif unit.parts:
-        lines += _group_lines(deletion, original, module_name)
     else:
-        node = _find(original, unit.qualname)
+        node = _find(cst.parse_module(deletion.original[unit.path]), unit.qualname)
         kind = {"feature": "function", "method": "method", "class": "class", "function": "function"}[unit.kind]
         where = f"`{unit.path}` (module `{module_name}`)"
         if deletion.mode == "stub":
@@ -103,21 +103,27 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
     return "\n".join(lines) + "\n"
 
 
-def _group_lines(deletion: Deletion, original: cst.Module, module_name: str) -> list[str]:
-    """What a group's statement says of it: every part, with its signature and (stubbed) docstring."""
-    where = f"`{deletion.unit.path}` (module `{module_name}`)"
+def _group_lines(deletion: Deletion, module_name: str) -> list[str]:
+    """What a group's statement says of it: every part, with its signature and (stubbed) docstring, and its file
+    when the parts span several."""
+    parts = deletion.unit.parts
+    originals = {path: cst.parse_module(deletion.original[path]) for path in dict.fromkeys(p.path for p in parts)}
+    spans = len(originals) > 1
+    place = f"`{deletion.unit.path}` (module `{module_name}`)"
     if deletion.mode == "stub":
-        lines = [f"These functions and methods in {where} are not implemented: each raises `NotImplementedError`."]
+        where = "" if spans else f" in {place}"
+        lines = [f"These functions and methods{where} are not implemented: each raises `NotImplementedError`."]
     else:
-        lines = [f"These functions and methods have been removed from {where}."]
+        lines = [f"These functions and methods have been removed{'' if spans else f' from {place}'}."]
     lines += [
         "Implement them so that the test suite passes again. Together they make one feature, so the tests "
         "that fail need all of them.",
         "",
     ]
-    for piece in deletion.unit.parts:
-        node = _find(original, piece.qualname)
-        lines.append(f"- `{piece.qualname}`" + (f": `{signature(node)}`" if node is not None else ""))
+    for piece in parts:
+        node = _find(originals[piece.path], piece.qualname)
+        named = f"- `{piece.qualname}`" + (f" in `{piece.path}`" if spans else "")
+        lines.append(named + (f": `{signature(node)}`" if node is not None else ""))
         docstring = None
         if node is not None and deletion.mode == "stub":
             docstring = docstring_of(node)

@@ -34,20 +34,24 @@ class Baseline:
     mentions: dict[str, set[str]] = field(default_factory=dict)
 
     def covering(self, unit: Unit) -> set[str]:
-        """Stable tests that execute any line of the unit's body."""
-        by_line = self.lines.get(unit.path, {})
+        """Stable tests that execute any line of the unit's body (of any part's, for a group, whose parts may sit in
+        several modules)."""
         tests: set[str] = set()
-        for start, end in unit.body_lines:
-            for line in range(start, end + 1):
-                tests |= by_line.get(line, set())
+        for piece in unit.pieces:
+            by_line = self.lines.get(piece.path, {})
+            for start, end in piece.body_lines:
+                for line in range(start, end + 1):
+                    tests |= by_line.get(line, set())
         return tests & self.stable
 
     def runs_at_import(self, unit: Unit) -> bool:
         """Whether the unit's body runs while the package is imported or the tests collected: deleting it breaks the
         import, so such a unit is tried last."""
-        by_line = self.lines.get(unit.path, {})
         return any(
-            IMPORT_TIME in by_line.get(line, ()) for start, end in unit.used_lines for line in range(start, end + 1)
+            IMPORT_TIME in self.lines.get(piece.path, {}).get(line, ())
+            for piece in unit.pieces
+            for start, end in piece.used_lines
+            for line in range(start, end + 1)
         )
 
 

@@ -16,6 +16,7 @@ import json
 import logging
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -78,13 +79,18 @@ class Recording:
     strength: Strength | None = None
 
 
-def recorded_functions(deletion: Deletion, module_name: str) -> dict[str, list[str]]:
+def recorded_functions(deletion: Deletion, modules: Mapping[str, str]) -> dict[str, list[str]]:
     """The deleted functions, methods and classes whose calls (programs, for a class) become checks, as {module:
-    [name or Class.method, ...]}; a method of a nested class and a nested class get none."""
+    [name or Class.method, ...]}; a method of a nested class and a nested class get none. `modules` names the module
+    of each path (a group's parts may sit in several)."""
     unit = deletion.unit
+    module_name = modules[unit.path]
     if unit.parts:
-        names = [piece.qualname for piece in unit.parts if piece.qualname.count(".") <= 1]
-        return {module_name: names} if names else {}
+        named: dict[str, list[str]] = {}
+        for piece in unit.parts:
+            if piece.qualname.count(".") <= 1:
+                named.setdefault(modules[piece.path], []).append(piece.qualname)
+        return named
     if unit.kind in ("function", "feature", "class") and "." not in unit.qualname:
         return {module_name: [unit.qualname]}
     if unit.kind == "method" and unit.qualname.count(".") == 1:
@@ -112,7 +118,7 @@ def record_io_checks(
     timeout = settings.test_timeout_s
     if tests_s is not None:  # recording wraps every call: pickling a big receiver per call can crawl for minutes
         timeout = min(timeout, max(RECORDING_MIN_S, RECORDING_FACTOR * tests_s))
-    functions = recorded_functions(deletion, layout.modules[deletion.unit.path])
+    functions = recorded_functions(deletion, layout.modules)
     if not functions or not fail_to_pass:
         return Recording([], 0)
     started = time.monotonic()
@@ -146,7 +152,7 @@ def record_io_checks(
         if call.check.test is None or call.internal
     ]
     mutation_started = time.monotonic()
-    kills = _mutant_kills(sb, deletion, reproduced, settings)
+    kills = _mutant_kills(sb, deletion, reproduced, settings, layout.modules)
     # Each kind of check is chosen to kill the most mutants, then in its own order (spread over tests, new answers).
     spread = {check_key(check): check for check in selected_checks(linked, len(linked))}
     chosen_linked = [spread[key] for key in strongest(list(spread), [], kills, MAX_CHECKS)]
@@ -173,28 +179,41 @@ def record_io_checks(
 
 
 def _mutant_kills(
-    sb: Sandbox, deletion: Deletion, calls: list[Call], settings: SynthSettings
+    sb: Sandbox, deletion: Deletion, calls: list[Call], settings: SynthSettings, modules: Mapping[str, str]
 ) -> list[set[tuple[str, str, str, str]]] | None:
     """For each mutant of the unit, the keys of the calls whose outcome it changes; None when the unit gets no
-    mutants (a module, a nested function) or there are no calls to run."""
+    mutants (a module, a nested function) or there are no calls to run. A group's mutants run module by module."""
     unit = deletion.unit
-    original = deletion.original.get(unit.path)
-    if not calls or original is None or unit.kind not in ("function", "feature", "method", "class", "group"):
+    if not calls or unit.kind not in ("function", "feature", "method", "class", "group"):
         return None
     rng = random.Random(f"{settings.seed}:mutants:{unit.key}")
     share = -(-MAX_MUTANTS // len(unit.pieces))  # a group's parts share one unit's budget of mutants
-    mutants = [mutant for piece in unit.pieces for mutant in mutants_of(original, piece.qualname, rng, share)]
-    if not mutants:
-        return None
-    spec = {"module": calls[0].check.module, "path": f"{WORKSPACE}/{unit.path}", "sources": [m.source for m in mutants]}
-    sb.write_file(MUTANTS_JSON, json.dumps(spec))
-    outcomes = _run_calls(
-        sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
-    )
-    return [
-        {call.key for call, again in zip(calls, found, strict=True) if again is None or again.outcome != call.outcome}
-        for found in outcomes
-    ]
+    by_path: dict[str, list[str]] = {}
+    for piece in unit.pieces:
+        original = deletion.original.get(piece.path)
+        if original is not None:
+            by_path.setdefault(piece.path, []).extend(
+                m.source for m in mutants_of(original, piece.qualname, rng, share)
+            )
+    kills: list[set[tuple[str, str, str, str]]] = []
+    for path, sources in by_path.items():
+        if not sources:
+            continue
+        sb.write_file(
+            MUTANTS_JSON, json.dumps({"module": modules[path], "path": f"{WORKSPACE}/{path}", "sources": sources})
+        )
+        outcomes = _run_calls(
+            sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(sources)
+        )
+        kills += [
+            {
+                call.key
+                for call, again in zip(calls, found, strict=True)
+                if again is None or again.outcome != call.outcome
+            }
+            for found in outcomes
+        ]
+    return kills or None
 
 
 def _recorder_output(

@@ -129,23 +129,23 @@ def stand_ins(deletion: Deletion) -> list[StandIn]:
     """The trivial answers for the deleted unit, each written over the original files; none for a deleted module.
 
     A function or method gets the always-equal object, `return None` and `return <first argument>`; a class gets an
-    empty
-    class of its name. Every other file the deletion changed is put back as it was, so the stand-in's name imports.
+    empty class of its name. Every other file the deletion changed is put back as it was, so the stand-in's name
+    imports.
     """
     found = _located(deletion)
     if found is None:
         return []
-    module, definitions = found
+    modules, definitions = found
     if deletion.unit.kind == "class":
         return [
             _stand_in(
-                deletion, module, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d, _ in definitions}
+                deletion, modules, f"class {deletion.unit.qualname}: pass", {d: _empty_class(d) for d, _ in definitions}
             )
         ]
     return [
         _stand_in(
             deletion,
-            module,
+            modules,
             name,
             {f: _with_body(f, _statements(body)) for (f, _), body in zip(definitions, sources, strict=True)},
         )
@@ -160,7 +160,7 @@ def combined_stand_in(deletion: Deletion) -> tuple[StandIn, list[str]] | None:
     found = _located(deletion)
     if found is None or deletion.unit.kind == "class":
         return None
-    module, definitions = found
+    modules, definitions = found
     bodies = _bodies(definitions)
     if len(bodies) < 2:
         return None
@@ -169,26 +169,27 @@ def combined_stand_in(deletion: Deletion) -> tuple[StandIn, list[str]] | None:
         f: _with_body(f, _statements(_dispatch(list(sources))))
         for (f, _), sources in zip(definitions, per_definition, strict=True)
     }
-    return _stand_in(deletion, module, "every trivial answer", replacements), list(bodies)
+    return _stand_in(deletion, modules, "every trivial answer", replacements), list(bodies)
 
 
-def _located(deletion: Deletion) -> tuple[cst.Module, list[tuple]] | None:
-    """The original module and each definition of the deleted unit (of each part of a group), with whether it is a
-    method."""
+def _located(deletion: Deletion) -> tuple[dict[str, cst.Module], list[tuple]] | None:
+    """The original module of each path the unit's parts sit in (one, unless a group spans modules) and each
+    definition of the deleted unit (of each part of a group), with whether it is a method."""
     unit = deletion.unit
     if deletion.mode == "file" or unit.kind == "module":
         return None
-    module = cst.parse_module(deletion.original[unit.path])
+    modules = {path: cst.parse_module(deletion.original[path]) for path in dict.fromkeys(p.path for p in unit.pieces)}
     definitions = [
         (definition, piece.kind == "method")
         for piece in unit.pieces
-        for definition in _definitions(module, piece.qualname, piece.kind)
+        for definition in _definitions(modules[piece.path], piece.qualname, piece.kind)
     ]
-    return (module, definitions) if definitions else None
+    return (modules, definitions) if definitions else None
 
 
 def _stand_in(
-    deletion: Deletion, module: cst.Module, name: str, replacements: Mapping[cst.CSTNode, cst.CSTNode]
+    deletion: Deletion, modules: dict[str, cst.Module], name: str, replacements: Mapping[cst.CSTNode, cst.CSTNode]
 ) -> StandIn:
     originals = {path: deletion.original[path] for path in deletion.changed}
-    return StandIn(name, {**originals, deletion.unit.path: module.visit(_Replacer(replacements)).code})
+    answered = {path: module.visit(_Replacer(replacements)).code for path, module in modules.items()}
+    return StandIn(name, {**originals, **answered})

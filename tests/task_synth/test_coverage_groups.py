@@ -42,8 +42,8 @@ def test_units_that_a_test_file_mostly_reaches_make_one_feature_and_shared_ones_
         "x": {"t/test_q.py::test_9"},  # the only unit test_q reaches on its own: no group of one
     }
     groups = coverage_groups([parse, render, shared, alone], lambda unit: reach[unit.qualname])
-    assert [group.parts for group in groups] == [(parse, render)]
-    [group] = groups
+    group = groups[0]  # the affinity groups come first; the reach groups of this tiny suite follow
+    assert group.parts == (parse, render)
     assert (group.kind, group.qualname, group.start_line, group.end_line) == ("group", "parse+render", 1, 15)
     assert group.body_lines == parse.body_lines + render.body_lines
     assert group.statements == 6
@@ -62,6 +62,58 @@ def test_classes_modules_and_uncovered_units_are_never_parts():
     assert groups == []
 
 
+def test_a_test_reaches_a_feature_across_modules_without_the_machinery_most_of_the_suite_runs():
+    reader, writer = _unit("Reader.read", kind="method", path="pkg/r.py"), _unit("write", path="pkg/w.py", line=40)
+    machinery = _unit("dispatch", path="pkg/c.py")
+    suite = {f"t/test_{name}.py::test_{n}" for name in ("a", "b") for n in range(3)}
+    reach = {
+        # Each is also run by a test of the other file, so no file holds most of its tests: no affinity group.
+        "Reader.read": {"t/test_a.py::test_0", "t/test_b.py::test_0"},
+        "write": {"t/test_a.py::test_0", "t/test_b.py::test_1"},
+        "dispatch": suite,  # every test runs it: shared machinery, in no test's feature
+    }
+    groups = coverage_groups([machinery, reader, writer], lambda unit: reach[unit.qualname])
+    [group] = groups  # t/test_a.py and its test_0 reach the same two parts
+    assert group.parts == (reader, writer)
+    assert (group.path, group.qualname) == ("pkg/r.py", "Reader.read+pkg/w:write")
+
+
+def test_a_reach_group_takes_the_parts_the_fewest_tests_run_first():
+    units = [_unit(f"f{n}", path=f"pkg/m{n}.py") for n in range(MAX_PARTS + 2)]
+    tests = [f"t/test_a.py::test_{n}" for n in range(20)]
+    # The machinery runs in every test; f0 in 9, f7 in 2: all in test_0, none in more than half of the suite.
+    groups = coverage_groups(
+        [_unit("machinery"), *units],
+        lambda unit: set(tests) if unit.qualname == "machinery" else set(tests[: 9 - int(unit.qualname[1:])]),
+    )
+    assert {part.qualname for part in groups[0].parts} == {f"f{n}" for n in range(2, MAX_PARTS + 2)}
+
+
+def test_a_group_across_modules_is_deleted_stood_in_recorded_and_described_in_each_file(layout):
+    by_name = {(unit.path, unit.qualname): unit for unit in enumerate_units(layout)}
+    textops, report = "src/minilib/textops.py", "src/minilib/report.py"
+    group = group_unit([by_name[report, "render_table"], by_name[textops, "truncate"]])
+    assert group.path == report and group.qualname == "render_table+src/minilib/textops:truncate"
+    stubbed = delete_unit(layout, group, "stub")
+    assert set(stubbed.changed) == {textops, report}
+    for path, name in ((textops, "truncate"), (report, "render_table")):
+        [function] = [node for node in ast.parse(stubbed.changed[path]).body if getattr(node, "name", "") == name]
+        assert ast.unparse(function.body[-1]) == "raise NotImplementedError"
+    for stand_in in stand_ins(stubbed):
+        assert {textops, report} <= set(stand_in.changed)
+        assert "NotImplementedError" not in stand_in.changed[textops] + stand_in.changed[report]
+    assert recorded_functions(stubbed, layout.modules) == {
+        "minilib.report": ["render_table"],
+        "minilib.textops": ["truncate"],
+    }
+    removed = delete_unit(layout, group, "remove")
+    assert "def truncate" not in removed.changed[textops] and "def render_table" not in removed.changed[report]
+    statement = problem_statement(removed, "minilib.report", ["tests/test_report.py::test_table"], {})
+    assert "These functions and methods have been removed." in statement
+    assert '- `truncate` in `src/minilib/textops.py`: `def truncate(text, limit, ellipsis="..."): ...`' in statement
+    assert "- `render_table` in `src/minilib/report.py`" in statement
+
+
 @pytest.fixture(scope="module")
 def layout():
     return read_layout(MINILIB)
@@ -70,7 +122,7 @@ def layout():
 @pytest.fixture(scope="module")
 def lru_group(layout):
     by_name = {unit.qualname: unit for unit in enumerate_units(layout) if unit.path == CONTAINERS}
-    return group_unit(CONTAINERS, [by_name["LRUCache.__init__"], by_name["LRUCache.get"], by_name["LRUCache.put"]])
+    return group_unit([by_name["LRUCache.__init__"], by_name["LRUCache.get"], by_name["LRUCache.put"]])
 
 
 def _functions(source: str) -> dict[str, ast.FunctionDef]:
@@ -111,7 +163,7 @@ def test_every_stand_in_of_a_group_answers_for_every_part_and_init_returns_none(
 
 def test_a_group_is_recorded_named_and_described_by_each_part(layout, lru_group):
     deletion = delete_unit(layout, lru_group, "remove")
-    assert recorded_functions(deletion, "minilib.containers") == {
+    assert recorded_functions(deletion, {CONTAINERS: "minilib.containers"}) == {
         "minilib.containers": ["LRUCache.__init__", "LRUCache.get", "LRUCache.put"]
     }
     assert mentioned_names(deletion) == {"LRUCache", "get", "put"}

@@ -329,16 +329,16 @@ def minilib_units():
 def test_functions_features_methods_and_classes_record_their_unit_modules_their_public_functions(minilib_units):
     layout, units = minilib_units
     function = delete_unit(layout, units["function", "clamp"], "stub")
-    assert recorded_functions(function, "minilib.mathops") == {"minilib.mathops": ["clamp"]}
+    assert recorded_functions(function, layout.modules) == {"minilib.mathops": ["clamp"]}
     feature = delete_unit(layout, units["feature", "variance"], "remove")  # its private helper gives no checks
-    assert recorded_functions(feature, "minilib.mathops") == {"minilib.mathops": ["variance"]}
+    assert recorded_functions(feature, layout.modules) == {"minilib.mathops": ["variance"]}
     module = delete_unit(layout, units["module", "minilib.textops"], "file")
     public = ["slugify", "wrap_words", "count_vowels", "title_case", "truncate"]
-    assert recorded_functions(module, "minilib.textops") == {"minilib.textops": public}
+    assert recorded_functions(module, layout.modules) == {"minilib.textops": public}
     method = delete_unit(layout, units["method", "BoundedStack.push"], "stub")
-    assert recorded_functions(method, "minilib.containers") == {"minilib.containers": ["BoundedStack.push"]}
+    assert recorded_functions(method, layout.modules) == {"minilib.containers": ["BoundedStack.push"]}
     whole = delete_unit(layout, units["class", "BoundedStack"], "stub")  # recorded as one program per test
-    assert recorded_functions(whole, "minilib.containers") == {"minilib.containers": ["BoundedStack"]}
+    assert recorded_functions(whole, layout.modules) == {"minilib.containers": ["BoundedStack"]}
 
 
 PACKAGE = {

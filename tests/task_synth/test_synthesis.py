@@ -252,7 +252,7 @@ def _deletion_of(record: TaskRecord):
     layout = read_layout(MINILIB)
     units = {(u.path, u.qualname, u.kind): u for u in enumerate_units(layout)}
     parts = [units[deleted.path, deleted.qualname, deleted.kind] for deleted in record.deleted]
-    unit = parts[0] if len(parts) == 1 else group_unit(parts[0].path, parts)
+    unit = parts[0] if len(parts) == 1 else group_unit(parts)
     return layout, delete_unit(layout, unit, record.mode)
 
 
