@@ -1,11 +1,13 @@
 """Stops every process whose environment carries the marker, rescanning until a pass finds none it has not stopped,
-then kills them all; it forks nothing. `python3 -c SOURCE MARKER BUDGET_S`: exit 0 when a pass found no new one within
-BUDGET_S seconds, 3 when the budget ran out first."""
+then kills them all and waits a while for them to be reaped; it forks nothing. `python3 -c SOURCE MARKER BUDGET_S`:
+exit 0 when a pass found no new one within BUDGET_S seconds, 3 when the budget ran out first."""
 
 import os
 import signal
 import sys
 import time
+
+REAP_WAIT_S = 2.0
 
 
 def main(argv: list[str]) -> None:
@@ -37,6 +39,12 @@ def main(argv: list[str]) -> None:
             os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
+    # A killed process holds its pid until it is reaped: under load that can outlast this sweep, and the next command
+    # would find the pids limit still spent.
+    reaped_by = time.monotonic() + REAP_WAIT_S
+    while stopped and time.monotonic() < reaped_by:
+        stopped = {pid for pid in stopped if os.path.exists(f"/proc/{pid}")}
+        time.sleep(0.01)
     sys.exit(0 if settled else 3)
 
 
