@@ -28,7 +28,7 @@ from task_synth.repository.repo_layout import read_layout
 from task_synth.settings import SynthSettings
 from task_synth.store.task_builder import build_task, workspace_text
 from task_synth.validation.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
-from task_synth.validation.recorded_calls import MAX_CHECKS
+from task_synth.validation.recorded_calls import MAX_CHECKS, check_key
 from task_synth.validation.repo_context import prepare_repo
 from task_synth.validation.suite_runs import run_tests
 from task_synth.validation.unseen_calls import MAX_UNSEEN
@@ -240,12 +240,9 @@ def test_some_function_task_gets_checks_of_calls_no_visible_test_makes(synthesiz
     }
     assert any(unseen.values()), unseen
     for record in report.records:
-        linked = {
-            (check.qualname, check.args, check.kwargs) for check in _io_checks(store, record) if check.test is not None
-        }
-        assert not linked & {(check.qualname, check.args, check.kwargs) for check in unseen[record.instance_id]}, (
-            record.instance_id
-        )
+        # A class's checks are programs: two with the arguments `()` differ in their steps.
+        linked = {check_key(check) for check in _io_checks(store, record) if check.test is not None}
+        assert not linked & {check_key(check) for check in unseen[record.instance_id]}, record.instance_id
 
 
 def _deletion_of(record: TaskRecord):
