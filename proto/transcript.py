@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from proto.actions import ToolCall
+from proto.actions import TOOL_ARGS, ToolCall
+from proto.health import ENVIRONMENT_FAILURES
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace, StepTrace
 
@@ -23,6 +24,11 @@ WORKSPACE = "/workspace"
 TURN_KEY = "turn"  # the index of the model turn that made the call; calls of one turn share it
 ASSISTANT_TEXT_KEY = "assistant_text"  # the turn's raw text, on its first call
 PARSE_ERROR_KEY = "parse_error"  # why the policy's text was not a well-formed call
+
+# What the env adds to a step's feedback when the episode's budget ends it: about the episode, not the action.
+STEP_BUDGET_USED = "step budget used up; graded as is"
+WALL_CLOCK_BUDGET_USED = "the wall-clock budget ran out before this step; the workspace was graded as it was"
+BUDGET_NOTICES = (STEP_BUDGET_USED, WALL_CLOCK_BUDGET_USED)
 
 TOOL_CALL_OPEN = "<tool_call>"
 TOOL_CALL_CLOSE = "</tool_call>"
@@ -59,8 +65,13 @@ def initial_messages(problem_statement: str, tools: list[dict[str, Any]]) -> lis
 
 
 def format_tool_call(call: ToolCall) -> str:
-    """The canonical assistant text for one call (used when the raw text was not recorded)."""
-    payload = json.dumps({"name": call.tool, "arguments": call.args}, sort_keys=True)
+    """The canonical assistant text for one call (used when the raw text was not recorded), in the form the system
+    prompt's example shows: `name` before `arguments`, and the arguments in the order the tool lists them. A policy
+    writes calls that way, so a DPO pair in any other order would be text the policy never writes."""
+    fields = list(TOOL_ARGS[call.tool].model_fields) if call.tool in TOOL_ARGS else []
+    listed = {key: call.args[key] for key in fields if key in call.args}
+    arguments = {**listed, **{key: value for key, value in call.args.items() if key not in listed}}
+    payload = json.dumps({"name": call.tool, "arguments": arguments})
     return f"{TOOL_CALL_OPEN}\n{payload}\n{TOOL_CALL_CLOSE}"
 
 
@@ -83,9 +94,22 @@ def tool_response_message(observations: list[CodingObservation]) -> dict[str, st
 
 
 def turn_feedback(observations: list[CodingObservation]) -> str | None:
-    """The env's feedback on one turn's calls, joined; None when no call drew feedback."""
-    hints = [obs.feedback for obs in observations if obs.feedback]
+    """The env's feedback on one turn's calls, joined; None when no call drew feedback on the action itself.
+
+    What the env says of the episode's budget or of its own failures (a lost sandbox) is no hint on how to act better,
+    so SDPO's teacher never sees it."""
+    hints = [hint for hint in map(action_feedback, observations) if hint]
     return "\n".join(hints) if hints else None
+
+
+def action_feedback(observation: CodingObservation) -> str | None:
+    """One step's feedback on the action, without the budget notices; None for a step the environment failed."""
+    if observation.metadata.get("tool_error") in ENVIRONMENT_FAILURES:
+        return None
+    text = observation.feedback or ""
+    for notice in BUDGET_NOTICES:
+        text = text.replace(notice, "")
+    return text.strip().strip(";").strip() or None
 
 
 def turns(steps: list[StepTrace]) -> list[list[StepTrace]]:

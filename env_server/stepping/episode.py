@@ -29,6 +29,7 @@ from proto.actions import TOOL_ARGS, ToolCall
 from proto.health import SANDBOX_GONE
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
+from proto.transcript import STEP_BUDGET_USED, WALL_CLOCK_BUDGET_USED
 from sandbox import Sandbox, SandboxError, SandboxGone
 
 log = logging.getLogger(__name__)
@@ -117,9 +118,7 @@ class Stepper:
                 observation = self._finish(
                     episode,
                     "budget_exhausted",
-                    ToolResult(
-                        feedback="the wall-clock budget ran out before this step; the workspace was graded as it was"
-                    ),
+                    ToolResult(feedback=WALL_CLOCK_BUDGET_USED),
                 )
             else:
                 result = self._run_tool(episode, action)
@@ -128,7 +127,7 @@ class Stepper:
                 if is_terminal(action):
                     observation = self._finish(episode, "submitted", result)
                 elif episode.steps_left <= 0 and not episode.done:
-                    result.feedback = _joined(result.feedback, "step budget used up; graded as is")
+                    result.feedback = _joined(result.feedback, STEP_BUDGET_USED)
                     observation = self._finish(episode, "budget_exhausted", result)
                 else:
                     observation = self._observation(episode, result)
