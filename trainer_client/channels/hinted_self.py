@@ -9,13 +9,16 @@ runs only the hint and the turn.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from trainer_client.policy.lora_adapter import adapter_parameters, adapter_weights, is_adapted
 from trainer_client.policy.policy_forward import head_logits, last_token_logits
 from trainer_client.policy.prefix_cache import Prefix, continue_prefix
 from trainer_client.rollout.rows import HintedTurn
@@ -70,7 +73,8 @@ def teacher_context(prompt: list[int], completion: list[int], turn: HintedTurn, 
 
 
 class SDPOTeacher:
-    """Runs the teacher forward; keeps its own copy of the weights unless it is the live policy."""
+    """Runs the teacher forward. A full model keeps its own copy of the weights unless the teacher is the live policy;
+    a LoRA policy keeps none: its initial weights are the adapter switched off, an EMA teacher averages the adapter."""
 
     def __init__(self, weights: TeacherWeights, policy: PreTrainedModel, ema_decay: float = 0.99):
         if not 0.0 < ema_decay < 1.0:
@@ -78,25 +82,44 @@ class SDPOTeacher:
         self.weights = TeacherWeights(weights)
         self.ema_decay = ema_decay
         self._copy = None
-        if self.weights is not TeacherWeights.live:
+        self._adapter_average: dict[str, torch.Tensor] | None = None
+        if self.weights is TeacherWeights.live:
+            return
+        if not is_adapted(policy):
             self._copy = copy.deepcopy(policy).requires_grad_(False).eval()
+        elif self.weights is TeacherWeights.ema:
+            self._adapter_average = {name: p.detach().clone() for name, p in adapter_parameters(policy).items()}
 
-    def model(self, policy: PreTrainedModel) -> PreTrainedModel:
-        if self._copy is None:
-            return policy
-        device = next(policy.parameters()).device
-        if next(self._copy.parameters()).device != device:
-            self._copy.to(device)
-        return self._copy
+    @contextlib.contextmanager
+    def teacher(self, policy: PreTrainedModel) -> Iterator[PreTrainedModel]:
+        """The model that computes as the teacher, for the duration."""
+        if self._copy is not None:
+            device = next(policy.parameters()).device
+            if next(self._copy.parameters()).device != device:
+                self._copy.to(device)
+            yield self._copy
+        elif self.weights is TeacherWeights.live:
+            yield policy
+        elif self._adapter_average is not None:
+            with adapter_weights(policy, self._adapter_average):
+                yield policy
+        else:
+            with cast(Any, policy).disable_adapter():  # a peft model's; PreTrainedModel's stubs lack it
+                yield policy
 
     @torch.no_grad()
     def update(self, policy: PreTrainedModel) -> None:
         """After an optimizer step: move an EMA teacher towards the policy; the others stay as they are."""
         if self.weights is not TeacherWeights.ema:
             return
-        teacher = self.model(policy)
-        for mine, theirs in zip(teacher.parameters(), policy.parameters(), strict=True):
-            mine.lerp_(theirs.detach().to(mine.dtype), 1.0 - self.ema_decay)
+        if self._adapter_average is not None:
+            live = adapter_parameters(policy)
+            for name, mine in self._adapter_average.items():
+                mine.lerp_(live[name].detach().to(mine.device, mine.dtype), 1.0 - self.ema_decay)
+            return
+        with self.teacher(policy) as teacher:
+            for mine, theirs in zip(teacher.parameters(), policy.parameters(), strict=True):
+                mine.lerp_(theirs.detach().to(mine.dtype), 1.0 - self.ema_decay)
 
     @torch.no_grad()
     def logits(
@@ -114,7 +137,8 @@ class SDPOTeacher:
         """
         counts = [row.count for row in rows]
         if self.weights is not TeacherWeights.live or student_prefix is None:
-            return last_token_logits(self.model(policy), [row.ids for row in rows], counts, pad_token_id, temperature)
+            with self.teacher(policy) as teacher:
+                return last_token_logits(teacher, [row.ids for row in rows], counts, pad_token_id, temperature)
         prefix = student_prefix.detached()
         out = []
         for first in range(0, len(rows), rows_per_pass):

@@ -19,14 +19,17 @@ import torch
 from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import create_causal_mask
 
+from trainer_client.policy.lora_adapter import causal_lm
+
 if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
     from torch.nn.attention.flex_attention import BlockMask
     from transformers import PreTrainedModel
 
 
 def backbone_of(model: PreTrainedModel) -> PreTrainedModel:
-    """The decoder stack of a causal LM (`model.model` for Qwen2 and Llama)."""
-    return getattr(model, model.base_model_prefix)
+    """The decoder stack of a causal LM (`model.model` for Qwen2 and Llama), under a LoRA wrapper too."""
+    lm = causal_lm(model)
+    return getattr(lm, lm.base_model_prefix)
 
 
 @dataclass

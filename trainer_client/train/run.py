@@ -84,9 +84,25 @@ def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
         save_steps=settings.save_steps,
         use_cpu=device == "cpu",
         bf16=device == "cuda" and settings.bf16,
+        gradient_checkpointing=settings.gradient_checkpointing,
         seed=settings.seed,
         **vllm,
     )
+
+
+def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
+    """The trained policy as a whole model any loader reads (a LoRA adapter merged in; the adapter alone beside it,
+    in final/adapter)."""
+    from trainer_client.policy.lora_adapter import is_adapted
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if not is_adapted(model):
+        trainer.save_model(str(final))
+    else:
+        trainer.save_model(str(final / "adapter"))  # peft's own folder: the adapter alone
+        if trainer.accelerator.is_main_process:
+            model.merge_and_unload().save_pretrained(str(final))
+    tokenizer.save_pretrained(str(final))
 
 
 def run_training(
@@ -117,6 +133,12 @@ def run_training(
         pairs = read_pairs(settings.pairs)
         check_reference_policy(pairs, model, settings.model, str(settings.pairs))
         pair_batches = PairBatches(pairs, settings.dpo_pairs_per_step, seed=settings.seed)
+    if settings.lora_r:  # after the reference check, which hashes the weights as `regrow replay` loaded them
+        from trainer_client.policy.lora_adapter import with_lora
+
+        model = with_lora(
+            model, settings.lora_r, settings.lora_alpha, settings.lora_dropout, settings.lora_target_modules
+        )
     sampler: TurnSampler
     if settings.vllm_server:
         sampler = VLLMTurnSampler.connect(settings.vllm_server, tokens.stop_ids, settings.temperature, settings.workers)
@@ -183,8 +205,7 @@ def run_training(
     with stream, watch:
         trainer.train(resume_from_checkpoint=resume_from)
     final = settings.output_dir / "final"
-    trainer.save_model(str(final))
-    tokenizer.save_pretrained(str(final))
+    save_final(trainer, tokenizer, final)
     return TrainSummary(
         steps=trainer.state.global_step,
         episodes=stream.stats.episodes,

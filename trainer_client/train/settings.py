@@ -62,6 +62,21 @@ class TrainSettings(BaseSettings):
         description="Backpropagate DPO through the pairs' contexts (exact); False: only through the action tokens, "
         "cheaper.",
     )
+    lora_r: int = Field(
+        default=0,
+        ge=0,
+        description="Rank of a LoRA adapter (peft) to train over frozen weights; 0 trains every weight. The SDPO "
+        "teacher's initial weights are then the adapter switched off, with no second copy of the model.",
+    )
+    lora_alpha: int | None = Field(default=None, gt=0, description="LoRA's alpha; default 2 x --lora-r.")
+    lora_dropout: float = Field(default=0.0, ge=0, lt=1, description="Dropout on the LoRA adapter's input.")
+    lora_target_modules: str = Field(
+        default="all-linear",
+        description="Layers that get an adapter: 'all-linear' or comma-separated names (q_proj,v_proj).",
+    )
+    gradient_checkpointing: bool = Field(
+        default=False, description="Recompute activations in the backward pass: less memory, about a third slower."
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Where the policy trains.")
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
     logger: Literal["tensorboard", "none"] = Field(default="tensorboard", description="Where metrics go.")
@@ -119,6 +134,15 @@ class TrainSettings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.rstrip("/").endswith("/v1"):
             raise ValueError(f"--vllm-server {url!r}: give the server's base URL, e.g. http://localhost:8100")
         return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _checkpointing_needs_vllm(self) -> "TrainSettings":
+        if self.gradient_checkpointing and not self.vllm_server:
+            raise ValueError(
+                "--gradient-checkpointing turns off the KV cache that the HF sampler generates turns with; use it "
+                "with --vllm-server, or save memory with --lora-r instead"
+            )
+        return self
 
     @model_validator(mode="after")
     def _vllm_needs_cuda(self) -> "TrainSettings":
