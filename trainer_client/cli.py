@@ -18,6 +18,9 @@ def train(settings: TrainSettings) -> None:
     from trainer_client.env.client import EnvError
     from trainer_client.rollout.vllm_sampler import check_vllm_answers
 
+    if settings.plan:
+        show_plan(settings)
+        return
     try:
         if settings.vllm_server:  # a missing server is said in a second, not after torch has loaded
             check_vllm_answers(settings.vllm_server, settings.vllm_timeout_s)
@@ -38,6 +41,21 @@ def train(settings: TrainSettings) -> None:
     )
     if summary.log_history:
         console.print({k: round(v, 5) if isinstance(v, float) else v for k, v in summary.log_history[-1].items()})
+
+
+def show_plan(settings: TrainSettings) -> None:
+    """Print the memory plan of SETTINGS per GPU; exit 1 when it does not fit."""
+    from trainer_client.train.memory_plan import plan_memory, run_shape, shape_of
+
+    try:
+        shape = shape_of(settings.model)
+    except FileNotFoundError as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    plan = plan_memory(shape, run_shape(settings, settings.plan_gpus, settings.plan_sharding), settings.plan_gpu_gib)
+    Console(soft_wrap=True).print("\n".join(plan.lines()), markup=False, highlight=False)
+    if not plan.fits:
+        raise typer.Exit(1)
 
 
 def ladder(rung: LadderSettings, settings: TrainSettings) -> None:

@@ -90,6 +90,27 @@ def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
     )
 
 
+def check_memory(settings: TrainSettings) -> None:
+    """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy."""
+    import torch
+
+    from trainer_client.train.memory_plan import GIB, launched_layout, plan_memory, run_shape, shape_of
+
+    try:
+        shape = shape_of(settings.model)
+    except FileNotFoundError:
+        return  # a GGUF file: its shape is in the weights; the load itself will say what is wrong
+    gpus, sharding = launched_layout()
+    capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
+    plan = plan_memory(shape, run_shape(settings, gpus, sharding), capacity)
+    logger.info("memory plan:\n%s", "\n".join(plan.lines()))
+    if not plan.fits:
+        raise RuntimeError(
+            f"this run needs about {plan.total_bytes / GIB:.0f} GiB on each GPU and the GPU has {capacity:.0f} GiB: "
+            f"try {plan.remedy()} (`regrow train --plan` shows the parts; --no-memory-check runs it anyway)"
+        )
+
+
 def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
     """The trained policy as a whole model any loader reads (a LoRA adapter merged in; the adapter alone beside it,
     in final/adapter)."""
@@ -122,6 +143,8 @@ def run_training(
     from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
 
     device = resolve_device(settings.device)
+    if device == "cuda" and settings.memory_check:
+        check_memory(settings)
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
     model, tokenizer = load_policy(settings.model, device)

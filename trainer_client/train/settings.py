@@ -20,6 +20,7 @@ class TrainSettings(BaseSettings):
     )
 
     env: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
         description="Env server URL: http://host:port (WebSocket /ws) or grpc://host:port. Repeat the flag (or give "
         "a comma-separated or JSON list) for several servers; a hostname with several addresses is one server each.",
     )
@@ -77,6 +78,20 @@ class TrainSettings(BaseSettings):
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in the backward pass: less memory, about a third slower."
     )
+    plan: bool = Field(
+        default=False,
+        description="Print the memory each GPU needs for --model (a folder, or qwen2.5-0.5b, qwen2.5-1.5b, "
+        "qwen2.5-7b) and these settings, say whether it fits, and exit (1 when it does not); needs no --env.",
+    )
+    plan_gpus: int = Field(default=1, ge=1, description="For --plan: the GPUs the run spreads over.")
+    plan_sharding: Literal["none", "fsdp", "zero3"] = Field(
+        default="none", description="For --plan: how the weights are spread (none is DDP: a whole copy per GPU)."
+    )
+    plan_gpu_gib: float = Field(default=80.0, gt=0, description="For --plan: each GPU's memory in GiB.")
+    memory_check: bool = Field(
+        default=True,
+        description="On a GPU, refuse to start a run whose planned memory exceeds the GPU's, naming the remedy.",
+    )
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Where the policy trains.")
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
     logger: Literal["tensorboard", "none"] = Field(default="tensorboard", description="Where metrics go.")
@@ -123,6 +138,8 @@ class TrainSettings(BaseSettings):
     @field_validator("env", mode="before")
     @classmethod
     def _env_urls(cls, value: str | list[str]) -> list[str]:
+        if not value:  # said after the other fields, since --plan needs no env
+            return []
         return env_urls(value)
 
     @field_validator("vllm_server")
@@ -134,6 +151,15 @@ class TrainSettings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.rstrip("/").endswith("/v1"):
             raise ValueError(f"--vllm-server {url!r}: give the server's base URL, e.g. http://localhost:8100")
         return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _env_unless_planning(self) -> "TrainSettings":
+        if not self.env and not self.plan:
+            raise ValueError(
+                "env: give the env server's URL with --env http://host:port (or REGROW_TRAIN_ENV); "
+                "--plan alone needs none"
+            )
+        return self
 
     @model_validator(mode="after")
     def _checkpointing_needs_vllm(self) -> "TrainSettings":

@@ -1,0 +1,54 @@
+"""`regrow train --plan`: the memory arithmetic against the shapes it ships and the targets it must meet (no GPU)."""
+
+import pytest
+from typer.testing import CliRunner
+
+from regrow.cli import app
+from trainer_client.train.memory_plan import GIB, RunShape, plan_memory, shape_of
+
+STEP = dict(rows=8, tokens_per_row=4096)  # the default step: 2 groups of 4, 3,072 completion tokens and a prompt
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"), [("qwen2.5-0.5b", 0.494), ("qwen2.5-1.5b", 1.544), ("qwen2.5-7b", 7.616)]
+)
+def test_the_shipped_shapes_count_the_published_parameters(name, billions):
+    assert shape_of(name).parameters / 1e9 == pytest.approx(billions, rel=0.005)
+
+
+def test_7b_full_fine_tune_fits_eight_80gb_gpus_only_when_sharded():
+    shape = shape_of("qwen2.5-7b")
+    sharded = plan_memory(shape, RunShape(rows=1, tokens_per_row=4096, gpus=8, sharding="fsdp"), 80)
+    assert sharded.fits
+    assert sharded.parts["optimizer (AdamW)"] == pytest.approx(8 * shape.parameters / 8)
+    copies = plan_memory(shape, RunShape(rows=1, tokens_per_row=4096, gpus=8, sharding="none"), 80)
+    assert not copies.fits and "FSDP" in copies.remedy()
+
+
+def test_7b_lora_fits_one_80gb_gpu_with_checkpointing_and_keeps_no_teacher_copy():
+    shape = shape_of("qwen2.5-7b")
+    lora = RunShape(**STEP, lora_r=16, gradient_checkpointing=True, sdpo_teacher="initial")
+    plan = plan_memory(shape, lora, 80)
+    assert plan.fits and "SDPO teacher copy" not in plan.parts
+    assert plan.parts["optimizer (AdamW)"] < 0.5 * GIB
+    assert not plan_memory(shape, RunShape(**STEP, lora_r=16), 80).fits  # every activation of 8 x 4,096 tokens
+
+
+def test_1_5b_full_fits_one_gpu_with_checkpointing_even_with_an_ema_teacher():
+    shape = shape_of("qwen2.5-1.5b")
+    plan = plan_memory(shape, RunShape(**STEP, gradient_checkpointing=True, sdpo_teacher="ema"), 80)
+    assert plan.fits
+    assert plan.parts["SDPO teacher copy"] == pytest.approx(4 * shape.parameters)
+    without = plan_memory(shape, RunShape(**STEP), 80)
+    assert not without.fits and without.remedy().startswith("--gradient-checkpointing")
+
+
+def test_plan_needs_no_env_and_exits_1_with_the_remedy_when_it_does_not_fit():
+    runner = CliRunner()
+    fits = runner.invoke(app, ["train", "--plan", "--model", "qwen2.5-0.5b", "--lora-r", "8"], env={})
+    assert fits.exit_code == 0, fits.output
+    assert "fits" in fits.output and "does not fit" not in fits.output
+    too_big = runner.invoke(app, ["train", "--plan", "--model", "qwen2.5-7b"], env={})
+    assert too_big.exit_code == 1 and "does not fit: try --gradient-checkpointing" in too_big.output
+    unknown = runner.invoke(app, ["train", "--plan", "--model", "no-such-model"], env={})
+    assert unknown.exit_code == 1 and "qwen2.5-7b" in unknown.output

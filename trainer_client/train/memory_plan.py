@@ -1,0 +1,209 @@
+"""`regrow train --plan`: the GPU memory a run needs, per GPU, from the model's shape and the run's settings.
+
+An estimate in closed form, so that it needs neither the weights nor a GPU:
+- weights, gradients and AdamW's two moments: 4 + 4 + 8 bytes a trained parameter (the loader keeps fp32 master
+  weights; bf16 is autocast); a frozen parameter under LoRA keeps only its 4 weight bytes;
+- FSDP (full shard) and ZeRO-3 divide those by the number of GPUs; DDP keeps a whole copy on each;
+- activations in bf16: about 2 x (8h + 4i) bytes a token a layer (attention through a memory-efficient kernel, so
+  nothing quadratic in the length); with gradient checkpointing, 2h bytes a token a layer plus one layer's whole set;
+- fp32 logits of one turn a row (TRL scores the rest in chunks; SDPO's student and teacher hold a turn each);
+- an SDPO teacher on `ema` or `initial` weights holds a second full fp32 copy, unless LoRA makes it the same weights;
+- 10% of the rest plus 1.5 GiB for the CUDA context and the allocator's slack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from trainer_client.train.settings import TrainSettings
+
+GIB = 1024**3
+SHAPES = Path(__file__).with_name("model_shapes")
+# SmolLM2-135M-Instruct, the demo policy (its GGUF holds the weights, so its shape is written here).
+DEMO_SHAPE = {
+    "hidden_size": 576,
+    "intermediate_size": 1536,
+    "num_hidden_layers": 30,
+    "num_attention_heads": 9,
+    "num_key_value_heads": 3,
+    "vocab_size": 49152,
+    "tie_word_embeddings": True,
+}
+# A prompt (system message, tools and task) before the completion tokens, in tokens.
+PROMPT_TOKENS = 1024
+Sharding = Literal["none", "fsdp", "zero3"]
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the arithmetic needs of a decoder-only transformer (Qwen2, Llama, SmolLM2)."""
+
+    name: str
+    hidden: int
+    intermediate: int
+    layers: int
+    heads: int
+    kv_heads: int
+    vocab: int
+    tied: bool
+
+    @classmethod
+    def from_config(cls, name: str, config: dict) -> ModelShape:
+        return cls(
+            name=name,
+            hidden=config["hidden_size"],
+            intermediate=config["intermediate_size"],
+            layers=config["num_hidden_layers"],
+            heads=config["num_attention_heads"],
+            kv_heads=config.get("num_key_value_heads", config["num_attention_heads"]),
+            vocab=config["vocab_size"],
+            tied=config.get("tie_word_embeddings", False),
+        )
+
+    @property
+    def kv_width(self) -> int:
+        return self.hidden // self.heads * self.kv_heads
+
+    @property
+    def linear_shapes(self) -> list[tuple[int, int]]:
+        """(in, out) of each linear layer of one block: q, k, v, o, gate, up, down."""
+        h, i, kv = self.hidden, self.intermediate, self.kv_width
+        return [(h, h), (h, kv), (h, kv), (h, h), (h, i), (h, i), (i, h)]
+
+    @property
+    def parameters(self) -> int:
+        block = sum(a * b for a, b in self.linear_shapes) + 2 * self.hidden
+        embeddings = self.vocab * self.hidden * (1 if self.tied else 2)
+        return self.layers * block + embeddings + self.hidden
+
+    def lora_parameters(self, r: int) -> int:
+        """An adapter of rank r on every linear layer of every block (peft's all-linear leaves the LM head out)."""
+        return self.layers * sum(r * (a + b) for a, b in self.linear_shapes)
+
+
+def shape_of(model: str) -> ModelShape:
+    """The shape of `model`: a shipped shape's name (qwen2.5-7b), a save_pretrained folder, or the demo policy."""
+    shipped = SHAPES / f"{model}.json"
+    if shipped.is_file():
+        return ModelShape.from_config(model, json.loads(shipped.read_text()))
+    if model == "smollm2":
+        return ModelShape.from_config(model, DEMO_SHAPE)
+    config = Path(model) / "config.json"
+    if config.is_file():
+        return ModelShape.from_config(model, json.loads(config.read_text()))
+    names = ", ".join(sorted(path.stem for path in SHAPES.glob("*.json")))
+    raise FileNotFoundError(f"--model {model!r}: no config.json there; for a plan, name a folder or one of: {names}")
+
+
+@dataclass(frozen=True)
+class RunShape:
+    """What a run puts on each GPU: its rows of tokens and how its weights are trained and held."""
+
+    rows: int  # sequences in one optimizer step on this GPU
+    tokens_per_row: int
+    turn_tokens: int = 384  # the longest turn: the logits held at once
+    gpus: int = 1
+    sharding: Sharding = "none"
+    lora_r: int = 0
+    gradient_checkpointing: bool = False
+    sdpo_teacher: str | None = None  # live, ema or initial when SDPO is on
+
+    @property
+    def teacher_copy(self) -> bool:
+        """An SDPO teacher with weights of its own: ema or initial on a full model (LoRA switches its adapter)."""
+        return self.sdpo_teacher in ("ema", "initial") and not self.lora_r
+
+
+@dataclass
+class MemoryPlan:
+    """Bytes per GPU by what holds them, against the GPU's memory."""
+
+    model: str
+    run: RunShape
+    capacity_bytes: int
+    parts: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.parts.values())
+
+    @property
+    def fits(self) -> bool:
+        return self.total_bytes <= self.capacity_bytes
+
+    def remedy(self) -> str:
+        """What would make a run that does not fit fit, the cheapest first."""
+        steps = []
+        if not self.run.gradient_checkpointing:
+            steps.append("--gradient-checkpointing (with --vllm-server)")
+        if not self.run.lora_r:
+            steps.append("--lora-r 16")
+        if self.run.sharding == "none" or self.run.gpus == 1:
+            steps.append("sharding over more GPUs (FSDP or ZeRO-3 under accelerate launch)")
+        steps.append("fewer tokens a step (--groups-per-step, --group-size, --max-completion-tokens)")
+        return "; or ".join(steps)
+
+    def lines(self) -> list[str]:
+        verdict = "fits" if self.fits else f"does not fit: try {self.remedy()}"
+        header = (
+            f"{self.model}: {self.run.rows} rows x {self.run.tokens_per_row} tokens on each of {self.run.gpus} GPU(s), "
+            f"sharding {self.run.sharding}, "
+            + (f"LoRA r={self.run.lora_r}" if self.run.lora_r else "full fine-tune")
+            + (", gradient checkpointing" if self.run.gradient_checkpointing else "")
+        )
+        parts = [f"  {name:<22} {value / GIB:8.1f} GiB" for name, value in self.parts.items()]
+        total = f"  {'total':<22} {self.total_bytes / GIB:8.1f} GiB of {self.capacity_bytes / GIB:.0f} GiB: {verdict}"
+        return [header, *parts, total]
+
+
+def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> MemoryPlan:
+    """The per-GPU memory of a run of `shape` shaped as `run`, against a GPU of `capacity_gib`."""
+    params = shape.parameters
+    trained = shape.lora_parameters(run.lora_r) if run.lora_r else params
+    shard = run.gpus if run.sharding != "none" else 1
+    plan = MemoryPlan(shape.name, run, int(capacity_gib * GIB))
+    plan.parts["weights"] = 4 * (params + (trained if run.lora_r else 0)) / shard
+    plan.parts["gradients"] = 4 * trained / shard
+    plan.parts["optimizer (AdamW)"] = 8 * trained / shard
+    if run.teacher_copy:
+        plan.parts["SDPO teacher copy"] = 4 * params
+    tokens = run.rows * run.tokens_per_row
+    per_layer_token = 2 * (8 * shape.hidden + 4 * shape.intermediate)
+    if run.gradient_checkpointing:
+        activations = tokens * (shape.layers * 2 * shape.hidden + per_layer_token)
+    else:
+        activations = tokens * shape.layers * per_layer_token
+    plan.parts["activations"] = activations
+    plan.parts["logits (fp32)"] = run.rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
+    plan.parts["CUDA context, slack"] = 0.1 * plan.total_bytes + 1.5 * GIB
+    return plan
+
+
+def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding) -> RunShape:
+    """How `settings` spread over `gpus`: each rank trains its share of a step's groups."""
+    rows = settings.group_size * settings.groups_per_step
+    return RunShape(
+        rows=-(-rows // gpus),
+        tokens_per_row=PROMPT_TOKENS + settings.max_completion_tokens,
+        turn_tokens=settings.max_turn_tokens,
+        gpus=gpus,
+        sharding=sharding,
+        lora_r=settings.lora_r,
+        gradient_checkpointing=settings.gradient_checkpointing,
+        sdpo_teacher=settings.sdpo_teacher if settings.alpha_sdpo else None,
+    )
+
+
+def launched_layout() -> tuple[int, Sharding]:
+    """The number of processes and the sharding `accelerate launch` started this one with (1, none alone)."""
+    gpus = int(os.environ.get("WORLD_SIZE", "1"))
+    if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
+        return gpus, "fsdp"
+    if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
+        return gpus, "zero3"
+    return gpus, "none"
