@@ -24,8 +24,11 @@ def train(settings: TrainSettings) -> None:
     try:
         if settings.vllm_server:  # a missing server is said in a second, not after torch has loaded
             check_vllm_answers(settings.vllm_server, settings.vllm_timeout_s)
-        from trainer_client.train.run import curves_dir, run_training
+        from trainer_client.train.run import curves_dir, process_rank, run_training
 
+        if process_rank()[0] != 0:  # under accelerate launch, the first rank speaks for the run
+            run_training(settings)
+            return
         if settings.logger == "tensorboard":
             console.print(f"training curves: tensorboard --logdir {curves_dir(settings.output_dir)}")
         with Live(Text("starting: loading the policy and reaching the env"), console=console) as live:

@@ -92,3 +92,13 @@ def test_encode_pair_rejects_a_pair_scored_by_another_tokenizer(tiny_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     with pytest.raises(ValueError, match="rerun `regrow replay` with the policy you train"):
         encode_pair(make_pair(chosen_tokens=1, rejected_tokens=1), tokenizer)
+
+
+def test_each_rank_trains_its_share_of_the_step_pairs_and_together_the_whole_batch():
+    pairs = [make_pair(step_index=index) for index in range(10)]
+    whole = next(PairBatches(pairs, 4, seed=1))
+    shares = [next(PairBatches(pairs, 4, seed=1, rank=rank, world=2)) for rank in range(2)]
+    assert sorted(p.step_index for p in shares[0] + shares[1]) == sorted(p.step_index for p in whole)
+    assert len(shares[0]) == len(shares[1]) == 2
+    with pytest.raises(ValueError, match="outside a world of 2"):
+        PairBatches(pairs, 4, rank=2, world=2)

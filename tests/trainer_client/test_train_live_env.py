@@ -107,6 +107,32 @@ def test_three_training_steps_against_the_live_env(live_env, demo_store, tiny_po
     assert exported.with_tokens == len({record.episode_id for record in tokens}) and exported.unmatched_tokens == 0
 
 
+def test_two_ranks_under_torchrun_each_stream_their_own_groups_from_the_live_env(
+    live_env, demo_store, tiny_policy_dir, tmp_path
+):
+    """`regrow train` as `accelerate launch` runs it: two gloo ranks on the CPU, each playing its share of a step's
+    groups against the real server; the first rank saves the model."""
+    out = tmp_path / "run"
+    command = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", "2", "-m", "regrow"]
+    options = ["train", "--env", live_env[0], "--model", str(tiny_policy_dir), "--output-dir", str(out)]
+    options += ["--task-id", DEMO_TASK_ID, "--device", "cpu", "--steps", "1", "--group-size", "2"]
+    options += ["--groups-per-step", "2", "--workers", "2", "--logger", "none", "--max-turns", "3"]
+    options += ["--max-turn-tokens", "32", "--max-completion-tokens", "1024", "--episode-timeout-s", "600"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([*command, *options], env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "trained 1 steps" in " ".join(done.stderr.split()) and (out / "final" / "config.json").is_file()
+    for rank in (0, 1):  # each rank played and logged episodes of its own
+        lines = (out / f"episode_tokens.rank{rank}.jsonl").read_text().splitlines()
+        assert len(lines) >= 2 and all(EpisodeTokens.model_validate_json(line).completion_ids for line in lines)
+    ids = [
+        EpisodeTokens.model_validate_json(line).episode_id
+        for rank in (0, 1)
+        for line in (out / f"episode_tokens.rank{rank}.jsonl").read_text().splitlines()
+    ]
+    assert len(ids) == len(set(ids))
+
+
 def test_training_outlives_an_env_server_killed_under_it_and_replays_what_it_lost(
     demo_store, tiny_policy_dir, tmp_path
 ):

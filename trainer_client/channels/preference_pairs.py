@@ -137,17 +137,26 @@ def read_pairs(path: Path) -> list[PreferencePair]:
 
 
 class PairBatches(Iterator[list[PreferencePair]]):
-    """Endless batches of pairs, reshuffled each pass, drawn beside the rollout batches."""
+    """Endless batches of pairs, reshuffled each pass, drawn beside the rollout batches.
 
-    def __init__(self, pairs: Sequence[PreferencePair], batch_size: int, seed: int = 0) -> None:
+    Every rank of a multi-process run draws the same step batch (one seed) and keeps its share, every `world`th pair
+    from its `rank`: together the ranks train on the batch one process would, each pair once.
+    """
+
+    def __init__(
+        self, pairs: Sequence[PreferencePair], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1
+    ) -> None:
         if not pairs:
             raise ValueError("PairBatches needs at least one pair; check the --pairs file")
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0 <= rank < world:
+            raise ValueError(f"rank {rank} is outside a world of {world} processes")
         self._pairs = list(pairs)
         self._batch_size = batch_size
         self._rng = random.Random(seed)
         self._order: list[int] = []
+        self._rank, self._world = rank, world
         self.passes = 0
 
     def __next__(self) -> list[PreferencePair]:
@@ -158,4 +167,4 @@ class PairBatches(Iterator[list[PreferencePair]]):
                 self._rng.shuffle(self._order)
                 self.passes += 1
             batch.append(self._pairs[self._order.pop()])
-        return batch
+        return batch[self._rank :: self._world]

@@ -3,6 +3,7 @@
 import contextlib
 import itertools
 import logging
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,11 +37,18 @@ class TrainSummary:
         return sum(entry.get("sdpo/distilled_tokens", 0.0) for entry in self.log_history)
 
 
-def reset_options(settings: TrainSettings) -> Iterator[dict[str, Any]]:
-    """One reset per group: the given tasks in turn, or fresh seeds of the split."""
+def reset_options(settings: TrainSettings, rank: int = 0, world: int = 1) -> Iterator[dict[str, Any]]:
+    """One reset per group: the given tasks in turn, or fresh seeds of the split. Under `accelerate launch` each of
+    the `world` ranks takes every `world`th of them from its own `rank`, so no two ranks play the same group."""
     if settings.task_ids:
-        return ({"task_id": task_id} for task_id in itertools.cycle(settings.task_ids))
-    return ({"seed": settings.seed * 1_000_003 + n, "split": settings.split} for n in itertools.count())
+        tasks = itertools.cycle(settings.task_ids)
+        return ({"task_id": task_id} for task_id in itertools.islice(tasks, rank, None, world))
+    return ({"seed": settings.seed * 1_000_003 + n, "split": settings.split} for n in itertools.count(rank, world))
+
+
+def process_rank() -> tuple[int, int]:
+    """(rank, world size) as `accelerate launch` or torchrun set them; (0, 1) for a process alone."""
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def resolve_device(choice: str) -> str:
@@ -64,14 +72,24 @@ def last_checkpoint(output_dir: Path) -> str | None:
     return get_last_checkpoint(str(output_dir)) if output_dir.is_dir() else None
 
 
-def build_config(settings: TrainSettings, device: str) -> "RegrowGRPOConfig":
+def local_groups(settings: TrainSettings, world: int) -> int:
+    """The groups of a step that one of `world` ranks plays and trains: --groups-per-step counts the whole step."""
+    if settings.groups_per_step % world:
+        raise ValueError(
+            f"--groups-per-step {settings.groups_per_step} does not split over {world} processes: give a multiple "
+            f"of {world}, so that each rank trains the same number of groups"
+        )
+    return settings.groups_per_step // world
+
+
+def build_config(settings: TrainSettings, device: str, world: int = 1) -> "RegrowGRPOConfig":
     from trainer_client.rollout.vllm_sampler import server_mode_config
     from trainer_client.train.grpo_trainer import CHANNEL_SETTINGS, RegrowGRPOConfig
 
     vllm = server_mode_config(settings.vllm_server, settings.vllm_timeout_s) if settings.vllm_server else {}
     return RegrowGRPOConfig(
         output_dir=str(settings.output_dir),
-        per_device_train_batch_size=settings.group_size * settings.groups_per_step,
+        per_device_train_batch_size=settings.group_size * local_groups(settings, world),
         num_generations=settings.group_size,
         max_completion_length=settings.max_completion_tokens,
         max_steps=settings.steps,
@@ -142,6 +160,8 @@ def run_training(
     from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, check_vllm_ready
     from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
 
+    rank, world = process_rank()
+    local_groups(settings, world)  # said before the model loads
     device = resolve_device(settings.device)
     if device == "cuda" and settings.memory_check:
         check_memory(settings)
@@ -151,11 +171,16 @@ def run_training(
     tokens = EpisodeTokenizer(tokenizer)
     pair_batches = None
     if settings.beta_dpo:
+        if settings.dpo_pairs_per_step < world:
+            raise ValueError(
+                f"--dpo-pairs-per-step {settings.dpo_pairs_per_step} gives some of the {world} processes no pair: "
+                f"give at least {world}"
+            )
         if settings.pairs is None:
             raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
         pairs = read_pairs(settings.pairs)
         check_reference_policy(pairs, model, settings.model, str(settings.pairs))
-        pair_batches = PairBatches(pairs, settings.dpo_pairs_per_step, seed=settings.seed)
+        pair_batches = PairBatches(pairs, settings.dpo_pairs_per_step, seed=settings.seed, rank=rank, world=world)
     if settings.lora_r:  # after the reference check, which hashes the weights as `regrow replay` loaded them
         from trainer_client.policy.lora_adapter import with_lora
 
@@ -176,18 +201,19 @@ def run_training(
     )
     token_log: TokenLog | None = None
     if settings.record_tokens:
-        token_log = TokenLog(settings.output_dir / "episode_tokens.jsonl", settings.model)
+        name = "episode_tokens.jsonl" if world == 1 else f"episode_tokens.rank{rank}.jsonl"  # one writer a file
+        token_log = TokenLog(settings.output_dir / name, settings.model)
         logger.info("episode tokens go to %s (regrow traces export --tokens %s)", token_log.path, token_log.path)
     stream = RolloutStream(
         settings.env,
         sampler,
         tokens,
         limits,
-        reset_options(settings),
+        reset_options(settings, rank, world),
         workers=settings.workers,
         group_size=settings.group_size,
         max_staleness=settings.max_staleness,
-        max_buffered_groups=2 * settings.groups_per_step,
+        max_buffered_groups=2 * local_groups(settings, world),
         episode_retries=settings.episode_retries,
         backoff_max_s=settings.env_backoff_max_s,
         outage_s=settings.env_outage_s,
@@ -196,7 +222,7 @@ def run_training(
     )
     trainer = RegrowGRPOTrainer(
         model=model,
-        args=build_config(settings, device),
+        args=build_config(settings, device, world),
         reward_funcs=env_reward,
         train_dataset=episode_slots(settings.groups_per_step),
         processing_class=tokenizer,
@@ -221,7 +247,7 @@ def run_training(
 
         # The step bar stays at 0/N for the minutes it takes to collect a step's episodes: show those instead.
         trainer.remove_callback(ProgressCallback)
-        per_step = settings.groups_per_step * settings.group_size
+        per_step = local_groups(settings, world) * settings.group_size  # this rank's share
         watch = ProgressWatch(
             lambda: rollout_progress(stream.stats, trainer.state.global_step, settings.steps, per_step), show_progress
         )
