@@ -23,20 +23,28 @@ class RunReport:
 
     outcomes: dict[str, Outcome] = field(default_factory=dict)
     error: str | None = None
+    uncollected: tuple[str, ...] = ()  # collectors (test files, folders) that failed to import
 
     @classmethod
     def of(cls, records: list[dict[str, Any]], error: str | None) -> RunReport:
         """From the test child's records: a test's outcome is its first phase that did not pass."""
         outcomes: dict[str, Outcome] = {}
+        uncollected: list[str] = []
         for record in records:
             nodeid, outcome = record.get("nodeid"), record.get("outcome")
             if isinstance(nodeid, str) and outcome in ("passed", "failed", "error", "skipped"):
                 if outcomes.get(nodeid, "passed") == "passed":
                     outcomes[nodeid] = outcome
-        return cls(outcomes, error)
+            elif isinstance(record.get("collect_error"), str) and record["collect_error"]:
+                uncollected.append(record["collect_error"])
+        return cls(outcomes, error, tuple(uncollected))
 
     def outcome(self, nodeid: str) -> Outcome:
-        return self.outcomes.get(nodeid, "missing")
+        """A test's outcome; one in a file that could not be collected erred (synthesis counted it as failing too)."""
+        if nodeid in self.outcomes:
+            return self.outcomes[nodeid]
+        inside = any(nodeid.startswith((f"{collector}::", f"{collector}/")) for collector in self.uncollected)
+        return "error" if inside else "missing"
 
 
 def score(

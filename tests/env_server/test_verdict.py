@@ -50,6 +50,19 @@ def test_passes_that_survive_the_stub_are_a_forgery():
     assert found.reward == 0.0 and found.tampered and found.tamper_reasons == ["counterfactual_passed"]
 
 
+def test_tests_of_a_file_the_stub_keeps_from_importing_erred_and_are_credited():
+    """A deletion that breaks a test file's import (a name it uses at module level) leaves no report per test, only
+    the file's collection error: synthesis counted those tests as failing, so the counterfactual must too."""
+    file = F2P[0].split("::")[0]
+    records = [{"collect_error": file}, *({"nodeid": n, "outcome": "failed"} for n in F2P if not n.startswith(file))]
+    counter = RunReport.of(records, None)
+    assert {counter.outcome(n) for n in F2P if n.startswith(file)} == {"error"}
+    assert counter.outcome("tests/test_other.py::test_x") == "missing"
+    found = score(RECORD, RunReport(ALL_PASS), counter, checks((None, "passed")), "fraction")
+    assert (found.reward, found.f2p_passed) == (1.0, 3)
+    assert RunReport.of([{"collect_error": ""}], None).outcome(F2P[0]) == "missing"  # no collector named: nothing
+
+
 def test_a_dead_counterfactual_leaves_the_checks_to_decide_and_pays_nothing_without_them():
     dead = RunReport(error="the tests ran past 30s")
     with_checks = score(RECORD, RunReport(ALL_PASS), dead, checks((None, "passed")), "fraction")

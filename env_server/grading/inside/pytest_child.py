@@ -35,6 +35,10 @@ class Recorder:
             outcome = "passed"
         self.send({"nodeid": report.nodeid, "outcome": outcome})
 
+    def pytest_collectreport(self, report):
+        if report.failed and report.nodeid:  # a test file that cannot even be imported: each of its tests errs
+            self.send({"collect_error": report.nodeid})
+
     def send(self, record):
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
