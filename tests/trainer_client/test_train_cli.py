@@ -54,6 +54,7 @@ def test_every_setting_the_trainer_config_shares_reaches_it():
         "beta_dpo": 0.4,
         "dpo_beta": 0.2,
         "dpo_context_grad": False,
+        "channel_weights": "auto",
         "learning_rate": 3e-5,
         "temperature": 0.7,
         "loss_type": "grpo",

@@ -311,3 +311,35 @@ def test_dpo_weight_without_pairs_is_refused(tmp_path, tokenizer, trajectories, 
             trajectories,
             episode_tokens,
         )
+
+
+def test_auto_channel_weights_steer_each_channels_gradient_towards_its_share_of_rlvrs(
+    tmp_path, tokenizer, trajectories, episode_tokens
+):
+    from regrow.benchmarks.training import synthetic_pairs
+    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    model = tiny_qwen2(tokenizer)
+    pairs = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
+    target = 0.5  # DPO's gradient at half of RLVR's
+    args = config(tmp_path, RegrowGRPOConfig, beta_dpo=target, channel_weights="auto", max_steps=3, learning_rate=1e-4)
+    trainer = build(
+        RegrowGRPOTrainer, args, model, tokenizer, trajectories, episode_tokens, pair_batches=PairBatches(pairs, 2)
+    )
+    trainer.train()
+
+    steps = [entry for entry in trainer.state.log_history if "dpo/weight" in entry]
+    assert len(steps) == 3 and steps[0]["dpo/weight"] == target  # the first step trains with the asked ratio
+    assert steps[1]["dpo/weight"] != target
+    misses = [abs(math.log(step["dpo/grad_norm"] / step["rlvr/grad_norm"] / target)) for step in steps]
+    assert misses[-1] < misses[0] / 2  # the measured ratio closes in on the wanted one
+
+
+def test_an_automatic_weight_moves_halfway_in_log_space_and_holds_without_a_measurement():
+    from trainer_client.train.channel_gradients import AUTO_RANGE, next_weight
+
+    # weighted by 2, the channel's gradient was 8 against RLVR's 1: raw 4, so 0.5 * 1 / 4 = 0.125 would hit the target
+    assert next_weight(2.0, 0.5, 1.0, 8.0) == pytest.approx(math.sqrt(2.0 * 0.125))
+    assert next_weight(2.0, 0.5, 0.0, 8.0) == 2.0 and next_weight(2.0, 0.5, 1.0, 0.0) == 2.0
+    assert next_weight(0.5, 0.5, 1e12, 1e-12) == pytest.approx(0.5 * AUTO_RANGE)

@@ -75,3 +75,20 @@ class ChannelGradients:
             grad = flat.index_add(0, self._sdpo_index, -self._sdpo_grad.to(flat.dtype))
             self._sdpo_grad = None
         self._add("rlvr", grad)
+
+
+# How far one step's measurement moves an automatic weight, in log space: single steps' norms are noisy.
+AUTO_MOMENTUM = 0.5
+# An automatic weight stays within this factor of the ratio it was asked for.
+AUTO_RANGE = 1e4
+
+
+def next_weight(weight: float, target: float, rlvr_norm: float, channel_norm: float) -> float:
+    """The multiplier of a channel after a step in which, weighted by `weight`, its gradient norm was `channel_norm`
+    and RLVR's `rlvr_norm`: moved (geometrically, by AUTO_MOMENTUM) to where the channel's norm would be `target`
+    times RLVR's. A step without either gradient leaves it as it was."""
+    if weight <= 0 or target <= 0 or rlvr_norm <= 0 or channel_norm <= 0:
+        return weight
+    wanted = target * rlvr_norm / (channel_norm / weight)
+    moved = math.exp((1 - AUTO_MOMENTUM) * math.log(weight) + AUTO_MOMENTUM * math.log(wanted))
+    return min(max(moved, target / AUTO_RANGE), target * AUTO_RANGE)

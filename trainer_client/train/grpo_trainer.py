@@ -8,6 +8,8 @@ Dr.GRPO's scale, a sum over tokens (SDPO) or pairs (DPO) divided by B * L_max, s
 weigh a token against an RLVR token whatever the batch holds. Without vLLM, the sampler's own logprobs
 are PPO's old logprobs (`importance_correction`). Each term is logged by name, with its gradient norm:
 `rlvr/loss`, `rlvr/grad_norm`, `sdpo/loss`, `sdpo/grad_norm`, `sdpo/distilled_tokens`, `dpo/loss`, ...
+With `channel_weights="auto"`, alpha and beta are instead the wanted ratio of each channel's gradient norm to RLVR's,
+and the multipliers follow the norms each step measures (`sdpo/weight`, `dpo/weight`).
 """
 
 import logging
@@ -25,7 +27,7 @@ from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair
 from trainer_client.channels.sdpo_loss import sdpo_token_loss
 from trainer_client.policy.policy_forward import head_logits, pair_logps
 from trainer_client.policy.prefix_cache import Prefix, recorded_forward
-from trainer_client.train.channel_gradients import ChannelGradients
+from trainer_client.train.channel_gradients import ChannelGradients, next_weight
 from trainer_client.train.settings import TrainSettings
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,7 @@ class RegrowGRPOConfig(_DrGRPOConfig):
 
     importance_correction: bool = _declared_in_settings("importance_correction")
     alpha_sdpo: float = _declared_in_settings("alpha_sdpo")
+    channel_weights: Literal["fixed", "auto"] = _declared_in_settings("channel_weights")
     sdpo_teacher: Literal["live", "ema", "initial"] = _declared_in_settings("sdpo_teacher")
     sdpo_jsd_alpha: float = _declared_in_settings("sdpo_jsd_alpha")
     sdpo_top_k: int | None = _declared_in_settings("sdpo_top_k")
@@ -112,6 +115,8 @@ class RegrowGRPOTrainer(GRPOTrainer):
         self.pair_batches = pair_batches if args.beta_dpo else None
         self._encoded_pairs: dict[tuple[str, int, str], EncodedPair] = {}
         self._gradients = ChannelGradients()
+        # What multiplies each extra channel's loss: its fixed weight, or (auto) one the measured norms steer.
+        self.channel_weight = {"sdpo": args.alpha_sdpo, "dpo": args.beta_dpo}
         super().__init__(model=model, args=args, **kwargs)
         self.add_callback(_TeacherFollowsPolicy(self))
 
@@ -149,8 +154,21 @@ class RegrowGRPOTrainer(GRPOTrainer):
 
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
-        for channel, norm in self._gradients.norms().items():  # the hooks ran during this step's backward
+        norms = self._gradients.norms()  # the hooks ran during this step's backward
+        if self.accelerator.num_processes > 1 and norms:  # every rank steers its weights by the same numbers
+            names = ["rlvr", "sdpo", "dpo"]
+            squares = torch.tensor([norms.get(name, 0.0) ** 2 for name in names], device=self.accelerator.device)
+            norms = dict(zip(names, self.accelerator.reduce(squares, "mean").sqrt().tolist(), strict=True))
+        for channel, norm in norms.items():
             self._metrics["train"][f"{channel}/grad_norm"].append(norm)
+        targets = {"sdpo": self.args.alpha_sdpo, "dpo": self.args.beta_dpo}
+        for channel, weight in self.channel_weight.items():
+            if self.args.channel_weights == "auto" and targets[channel]:
+                self.channel_weight[channel] = next_weight(
+                    weight, targets[channel], norms.get("rlvr", 0.0), norms.get(channel, 0.0)
+                )
+            if targets[channel]:
+                self._metrics["train"][f"{channel}/weight"].append(weight)  # the weight this step trained with
         return loss
 
     def _compute_loss(self, model, inputs):
@@ -172,13 +190,13 @@ class RegrowGRPOTrainer(GRPOTrainer):
             if self.args.alpha_sdpo:
                 sdpo = self._sdpo_loss(model, inputs, recorded.hidden[-1] if sdpo_on else None, mode, recorded.prefix)
                 if sdpo is not None:
-                    loss = loss + self.args.alpha_sdpo * sdpo / accumulation
+                    loss = loss + self.channel_weight["sdpo"] * sdpo / accumulation
             if self.pair_batches is not None:
                 with self._gradients.head_inputs(policy, "dpo"):
                     dpo, pairs = self._dpo_loss(model, mode, recorded.prefix)
                 # DPO's loss is a mean over its pairs; a sum over pairs / (B * L_max) puts it on Dr.GRPO's scale
                 scale = pairs / self._dr_grpo_denominator(inputs)
-                loss = loss + self.args.beta_dpo * dpo * scale / accumulation
+                loss = loss + self.channel_weight["dpo"] * dpo * scale / accumulation
         return loss
 
     def _dr_grpo_denominator(self, inputs) -> int:

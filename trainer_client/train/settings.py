@@ -47,7 +47,15 @@ class TrainSettings(BaseSettings):
         description="Without vLLM, the sampler's own logprobs are PPO's old logprobs: the ratio and its clipping see "
         "how far the policy moved since a turn was sampled. False: TRL's on-policy default (ratio 1).",
     )
-    alpha_sdpo: float = Field(default=0.0, ge=0, description="Weight of the SDPO channel.")
+    alpha_sdpo: float = Field(
+        default=0.0, ge=0, description="Weight of the SDPO channel (with --channel-weights auto: its gradient's share)."
+    )
+    channel_weights: Literal["fixed", "auto"] = Field(
+        default="fixed",
+        description="fixed: --alpha-sdpo and --beta-dpo multiply their losses. auto: they are the wanted ratio of each "
+        "channel's gradient norm to RLVR's, and each step's measured norms set the multiplier (logged as "
+        "sdpo/weight, dpo/weight).",
+    )
     sdpo_teacher: Literal["live", "ema", "initial"] = Field(default="live", description="SDPO teacher weights.")
     sdpo_jsd_alpha: float = Field(default=0.5, ge=0, le=1, description="0 forward KL, 1 reverse KL, between: JSD.")
     sdpo_top_k: int | None = Field(
@@ -55,7 +63,9 @@ class TrainSettings(BaseSettings):
     )
     sdpo_importance_clip: float = Field(default=2.0, gt=0, description="Upper clip of pi_theta/pi_rollout per token.")
     pairs: Path | None = Field(default=None, description="Replay pairs JSONL for the DPO channel.")
-    beta_dpo: float = Field(default=0.0, ge=0, description="Weight of the DPO channel.")
+    beta_dpo: float = Field(
+        default=0.0, ge=0, description="Weight of the DPO channel (with --channel-weights auto: its gradient's share)."
+    )
     dpo_beta: float = Field(default=0.1, gt=0, description="The DPO loss's own beta.")
     dpo_pairs_per_step: int = Field(default=4, ge=1, description="Replay pairs in each optimizer step.")
     dpo_context_grad: bool = Field(
