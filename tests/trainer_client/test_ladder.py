@@ -81,6 +81,23 @@ def test_an_arm_without_its_pairs_is_listed_as_not_run_and_says_why(tmp_path):
 
 
 @pytest.mark.docker
+def test_a_ladder_whose_env_lacks_the_evaluation_split_stops_before_any_arm_trains(
+    docker_backend, base_image, tmp_path_factory
+):
+    store = build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks"))  # train only
+    out = tmp_path_factory.mktemp("ladder")
+    serve = [str(Path(sys.executable).parent / "regrow"), "serve", "--tasks", str(store), "--host", "127.0.0.1"]
+    serve += ["--grpc-port", str(free_port())]
+    log = tmp_path_factory.mktemp("serve") / "serve.log"
+    with served_subprocess(serve, log, {**os.environ, "REGROW_SERVER_HOST": "127.0.0.1"}, 120, 60) as url:
+        args = ["ladder", "--env", url, "--out", str(out), "--model", "no-such-policy", "--eval-split", "test"]
+        result = CliRunner().invoke(regrow_app, args)
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert "split 'test'" in said and "train (1)" in said and "regrow synth --split test" in said
+    assert not (out / "a1").exists() and not (out / "ladder.json").exists()  # said before the model even loaded
+
+
 def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures(
     docker_backend, base_image, tmp_path_factory
 ):

@@ -193,6 +193,17 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
     return Evaluation(pass_at_1=passed / len(rewards), mean_reward=sum(rewards) / len(rewards), episodes=len(rewards))
 
 
+def preflight(train: TrainSettings, ladder: LadderSettings) -> None:
+    """Check, before the first arm trains for minutes, that every env server holds the splits the ladder draws from;
+    ValueError or EnvError says what is missing. The model and the pairs are checked next, by start_weights."""
+    from trainer_client.env.task_splits import require_split
+
+    for url in train.env:
+        require_split(url, ladder.eval_split, 1, "the ladder's evaluation (--eval-split)")
+        if not train.task_ids:
+            require_split(url, train.split, 1, "training (--split)")
+
+
 def start_weights(train: TrainSettings) -> str:
     """sha256 of the initial weights every arm starts from; the pairs are checked against them before any arm runs."""
     from trainer_client.channels.preference_pairs import read_pairs
@@ -240,6 +251,7 @@ def run_ladder(
     train: TrainSettings, ladder: LadderSettings, on_arm: Callable[[ArmResult], None] | None = None
 ) -> LadderTable:
     """Run A1-A4 in order and write the table to ladder.out as ladder.md and ladder.json."""
+    preflight(train, ladder)
     ladder.out.mkdir(parents=True, exist_ok=True)
     table = LadderTable(
         model=train.model,
