@@ -343,3 +343,32 @@ def test_an_automatic_weight_moves_halfway_in_log_space_and_holds_without_a_meas
     assert next_weight(2.0, 0.5, 1.0, 8.0) == pytest.approx(math.sqrt(2.0 * 0.125))
     assert next_weight(2.0, 0.5, 0.0, 8.0) == 2.0 and next_weight(2.0, 0.5, 1.0, 0.0) == 2.0
     assert next_weight(0.5, 0.5, 1e12, 1e-12) == pytest.approx(0.5 * AUTO_RANGE)
+
+
+def test_pairs_scored_in_float32_are_scored_again_at_the_bf16_autocast_training_uses(
+    tmp_path, tokenizer, trajectories, episode_tokens
+):
+    from regrow.benchmarks.training import synthetic_pairs
+    from trainer_client.channels.preference_pairs import BF16_AUTOCAST, PairBatches
+    from trainer_client.channels.reference_policy import rescored_at, training_precision
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    assert training_precision("cuda", True) == BF16_AUTOCAST and training_precision("cpu", True) == "float32"
+    model = tiny_qwen2(tokenizer)
+    scored = synthetic_pairs(tokenizer, model, count=2, context_turns=1)
+    assert rescored_at(scored, model, tokenizer, "float32") == scored  # already at that precision: untouched
+    again = rescored_at(scored, model, tokenizer, BF16_AUTOCAST)
+    assert all(pair.reference_precision == BF16_AUTOCAST for pair in again)
+    assert [p.reference_chosen_logp for p in again] != [p.reference_chosen_logp for p in scored]
+
+    def first_margin(pairs) -> float:
+        args = config(tmp_path / str(len(pairs[0].reference_precision)), RegrowGRPOConfig, bf16=True, beta_dpo=1.0)
+        trainer = build(
+            RegrowGRPOTrainer, args, copy.deepcopy(model), tokenizer, trajectories, episode_tokens,
+            pair_batches=PairBatches(pairs, 2),
+        )  # fmt: skip
+        trainer.train()
+        return abs(next(e for e in trainer.state.log_history if "dpo/loss" in e)["dpo/rewards/margins"])
+
+    # At the first step the policy is the reference: only rounding separates them, far less at the same precision.
+    assert first_margin(again) < first_margin(scored) / 4

@@ -21,6 +21,10 @@ class ChatMessage(BaseModel):
     content: str
 
 
+FULL_PRECISION = "float32"
+BF16_AUTOCAST = "bf16-autocast"
+
+
 class PreferencePair(BaseModel):
     """At one step of a recorded episode, the teachers' consensus action beats the student's."""
 
@@ -42,6 +46,11 @@ class PreferencePair(BaseModel):
     reference_policy: str = Field(description="The model the reference logprobs were computed with.")
     reference_weights: str = Field(description="sha256 of that model's weights; training checks it is the policy's.")
     reference_dtype: str = Field(description="dtype of those weights (float32, bfloat16, ...); checked the same way.")
+    reference_precision: str = Field(
+        default=FULL_PRECISION,
+        description="How the reference forward computed: float32, or bf16-autocast (a GPU run's). Training scores "
+        "the pairs again at its own precision when they differ.",
+    )
     teachers: list[str] = Field(description="Names of the teachers that chose `chosen`.")
     agreement: float = Field(ge=0, le=1, description="Share of the queried teachers that agreed.")
 

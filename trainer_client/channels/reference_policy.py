@@ -1,14 +1,16 @@
 """Which model the DPO pairs' reference logprobs came from: the hash and dtype of its weights, checked before training.
 
 DPO's reference must be the policy at the start of training, loaded as training loads it: logprobs stored by
-another model, or by the same one in another dtype, shift every implicit reward with no sign in the loss.
+another model, or by the same one in another dtype, shift every implicit reward with no sign in the loss. The same
+holds for the precision of the forward: pairs scored in float32 and trained under bf16 autocast start with implicit
+rewards of bf16 rounding, so training scores them again at its own precision first.
 """
 
 import hashlib
 from collections.abc import Sequence
 from typing import Any
 
-from trainer_client.channels.preference_pairs import PreferencePair
+from trainer_client.channels.preference_pairs import BF16_AUTOCAST, PreferencePair, encode_pair
 
 
 def weights_dtype(model: Any) -> str:
@@ -49,3 +51,33 @@ def check_reference_policy(pairs: Sequence[PreferencePair], model: Any, model_na
             f"(sha256 {digest[:12]}): DPO would measure the policy against another model; rerun "
             f"`regrow replay --policy {model_name}` with the model you train, before training it"
         )
+
+
+def training_precision(device: str, bf16: bool) -> str:
+    """The precision `regrow train` computes in: bf16 autocast on a GPU when asked, float32 otherwise."""
+    from trainer_client.channels.preference_pairs import FULL_PRECISION
+
+    return BF16_AUTOCAST if device == "cuda" and bf16 else FULL_PRECISION
+
+
+def rescored_at(pairs: Sequence[PreferencePair], model: Any, tokenizer: Any, precision: str) -> list[PreferencePair]:
+    """`pairs` with the reference logprobs of those scored at another precision computed again by `model` (the start
+    weights, already checked to be the reference) at `precision`; the others as they are."""
+    import torch
+
+    from trainer_client.channels.dpo_loss import completion_logps
+
+    device = next(model.parameters()).device
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == BF16_AUTOCAST)
+    out = []
+    for pair in pairs:
+        if pair.reference_precision == precision:
+            out.append(pair)
+            continue
+        encoded = encode_pair(pair, tokenizer)
+        sequences = [(encoded.prompt_ids, encoded.chosen_ids), (encoded.prompt_ids, encoded.rejected_ids)]
+        with torch.no_grad(), autocast:
+            chosen, rejected = completion_logps(model, sequences, tokenizer.pad_token_id).tolist()
+        update = {"reference_chosen_logp": chosen, "reference_rejected_logp": rejected}
+        out.append(pair.model_copy(update={**update, "reference_precision": precision}))
+    return out

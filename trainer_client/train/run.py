@@ -149,7 +149,7 @@ def run_training(
 ) -> TrainSummary:
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
     from trainer_client.channels.preference_pairs import PairBatches, read_pairs
-    from trainer_client.channels.reference_policy import check_reference_policy
+    from trainer_client.channels.reference_policy import check_reference_policy, rescored_at, training_precision
     from trainer_client.policy.policy_loading import load_policy
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
@@ -180,6 +180,13 @@ def run_training(
             raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
         pairs = read_pairs(settings.pairs)
         check_reference_policy(pairs, model, settings.model, str(settings.pairs))
+        precision = training_precision(device, settings.bf16)
+        stale = sum(pair.reference_precision != precision for pair in pairs)
+        if stale:
+            logger.info(
+                "scoring the reference of %d pair(s) again at %s, the precision training uses", stale, precision
+            )
+            pairs = rescored_at(pairs, model, tokenizer, precision)
         pair_batches = PairBatches(pairs, settings.dpo_pairs_per_step, seed=settings.seed, rank=rank, world=world)
     if settings.lora_r:  # after the reference check, which hashes the weights as `regrow replay` loaded them
         from trainer_client.policy.lora_adapter import with_lora
