@@ -20,8 +20,18 @@ if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling
 
 
 def head_logits(model: PreTrainedModel, hidden: torch.Tensor, temperature: float) -> torch.Tensor:
-    """Temperature-scaled float32 logits of hidden states (N, H) -> (N, V)."""
-    return model.get_output_embeddings()(hidden).float() / temperature
+    """Temperature-scaled float32 logits of hidden states (N, H) -> (N, V), with what the model family's own forward
+    does after its LM head: Cohere's scale, Granite's divisor, Gemma's soft cap."""
+    logits = model.get_output_embeddings()(hidden).float()
+    config = model.config
+    if getattr(config, "logit_scale", None):  # Cohere
+        logits = logits * config.logit_scale
+    if getattr(config, "logits_scaling", None):  # Granite
+        logits = logits / config.logits_scaling
+    cap = getattr(config, "final_logit_softcapping", None)  # Gemma 2 and 3
+    if cap:
+        logits = cap * torch.tanh(logits / cap)
+    return logits / temperature
 
 
 def token_logps(
