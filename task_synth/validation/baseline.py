@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from sandbox import Sandbox
@@ -132,7 +133,9 @@ def run_baseline(
     passes: list[set[str]] = []
     collected: set[str] = set()
     executions = 0
+    slowest = 0.0
     for index in range(runs):
+        started = time.monotonic()
         run = run_tests(sb, test_command, None, timeout)
         if run.exit_code == KILLED and not run.outcomes and not run.oom_killed:
             log.warning("baseline run %d was killed from outside (exit %d); running it again", index + 1, run.exit_code)
@@ -163,6 +166,16 @@ def run_baseline(
             )
         collected |= set(run.outcomes)
         passes.append({test for test, passed in run.outcomes.items() if passed})
+        slowest = max(slowest, time.monotonic() - started)
+        # a suite of minutes would otherwise show nothing here for a quarter of an hour
+        log.info(
+            "baseline run %d/%d: %d tests, %d passed, %.0fs",
+            index + 1,
+            runs,
+            len(run.outcomes),
+            len(passes[-1]),
+            slowest,
+        )
     stable = set.intersection(*passes)
     failing = len(collected - stable)
     if not stable or failing > max_failure_fraction * len(collected):
@@ -170,8 +183,15 @@ def run_baseline(
             f"the test suite fails at baseline ({failing} of {len(collected)} tests are not always passing): "
             "fix the suite, or pass a --test-cmd that selects its passing part"
         )
+    log.info("baseline: the coverage run (every line each test runs; a few times slower than a plain run)")
     run, lines = coverage_map(sb, test_command, layout.top_packages, timeout)
     executions += run.executions
+    if run.timed_out:
+        raise SynthError(
+            f"the test suite under coverage took longer than {timeout:.0f}s (a plain run took {slowest:.0f}s; tracing "
+            "every line of every test slows it): raise REGROW_SYNTH_TEST_TIMEOUT_S to a few times the plain run, or "
+            "pass a --test-cmd that selects part of the suite"
+        )
     unmeasured = unmeasured_package_error(lines, layout, run.output_tail)
     if unmeasured:
         raise SynthError(unmeasured)

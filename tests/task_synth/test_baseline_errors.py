@@ -54,3 +54,22 @@ def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypat
     monkeypatch.setattr(baseline, "runner_imports", lambda sb, packages, timeout: [])
     result = baseline.run_baseline(None, read_layout(tmp_path), "pytest", runs=3, timeout=60, max_failure_fraction=0.2)
     assert result.stable == {"test_pkg.py::test_f"} and not runs
+
+
+def test_a_suite_that_outlasts_the_timeout_only_under_coverage_says_so_at_the_start(monkeypatch, tmp_path):
+    import pytest
+
+    from task_synth.errors import SynthError
+    from task_synth.validation import baseline
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("def f():\n    return 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_f.py").write_text("from pkg import f\n\n\ndef test_f():\n    assert f() == 1\n")
+    plain = suite_runs.SuiteRun(outcomes={"tests/test_f.py::test_f": True}, executions=1)
+    monkeypatch.setattr(baseline, "run_tests", lambda *args, **kwargs: plain)
+    traced = suite_runs.SuiteRun(timed_out=True, exit_code=124)
+    monkeypatch.setattr(baseline, "coverage_map", lambda *args, **kwargs: (traced, {}))
+    with pytest.raises(SynthError, match="under coverage took longer than 600s") as raised:
+        baseline.run_baseline(None, read_layout(tmp_path), "python -m pytest", 3, 600, 0.1)
+    assert "REGROW_SYNTH_TEST_TIMEOUT_S" in str(raised.value) and "never ran the package" not in str(raised.value)
