@@ -70,11 +70,13 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
     from trainer_client.train.ladder import run_ladder
 
     try:
-        with console.status("training and evaluating the arms (see the log for progress)..."):
+        with console.status("checking the env, the model and the pairs") as status:
             table = run_ladder(
                 settings.model_copy(update={"output_dir": rung.out}),
                 rung,
                 on_arm=lambda arm: console.print(f"{arm.name}: {'done' if arm.ran else arm.reason}"),
+                # the arm in training and its rollouts, live: a step of minutes is no frozen bar
+                on_progress=lambda arm, progress: status.update(f"{arm}: {progress.line()}"),
             )
     except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         console.print(f"[bold red]error:[/] {error}")

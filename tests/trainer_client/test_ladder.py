@@ -98,6 +98,7 @@ def test_a_ladder_whose_env_lacks_the_evaluation_split_stops_before_any_arm_trai
     assert not (out / "a1").exists() and not (out / "ladder.json").exists()  # said before the model even loaded
 
 
+@pytest.mark.docker
 def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures(
     docker_backend, base_image, tmp_path_factory
 ):
@@ -148,3 +149,26 @@ def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures
     # and each was evaluated from its own final weights, in its own folder
     finals = {weights_sha256(load_policy(str(Path(arm["run_dir"]) / "final"))[0]) for arm in arms}
     assert len({arm["run_dir"] for arm in arms}) == 4 and len(finals) == 4
+
+
+def test_the_arm_in_training_reports_its_rollouts_as_they_come(monkeypatch, tmp_path):
+    """A ladder step can take minutes: the arm's progress reaches the caller while it trains, not a frozen bar."""
+    from trainer_client.train import run
+    from trainer_client.train.ladder import run_arm
+    from trainer_client.train.progress import RolloutProgress
+
+    reading = RolloutProgress(
+        step=0, steps=1, episodes=3, episodes_needed=8, turns=5, mean_reward=None, replays=0, env_waits=0,
+        groups_dropped=0,
+    )  # fmt: skip
+
+    def training(settings, show_progress=None):
+        show_progress(reading)
+        raise RuntimeError("stop here: the evaluation is not under test")
+
+    monkeypatch.setattr(run, "run_training", training)
+    seen = []
+    train = TrainSettings(env=["http://127.0.0.1:9"], output_dir=tmp_path)
+    with pytest.raises(RuntimeError, match="stop here"):
+        run_arm(ARMS[0], train, LadderSettings(out=tmp_path), lambda arm, progress: seen.append((arm, progress)))
+    assert seen == [(ARMS[0].name, reading)]

@@ -12,12 +12,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
 
 from trainer_client.train.run import TrainSummary
 from trainer_client.train.settings import TrainSettings
+
+if TYPE_CHECKING:
+    from trainer_client.train.progress import RolloutProgress
 
 logger = logging.getLogger(__name__)
 
@@ -221,7 +225,12 @@ def _final_losses(summary: TrainSummary) -> dict[str, float]:
     return {name: float(last[name]) for name in ("rlvr/loss", "sdpo/loss", "dpo/loss") if name in last}
 
 
-def run_arm(arm: Arm, train: TrainSettings, ladder: LadderSettings) -> ArmResult:
+def run_arm(
+    arm: Arm,
+    train: TrainSettings,
+    ladder: LadderSettings,
+    on_progress: "Callable[[str, RolloutProgress], None] | None" = None,
+) -> ArmResult:
     """Train one arm from the start weights, then evaluate it; every figure comes from this run."""
     from trainer_client.train.run import run_training
 
@@ -231,7 +240,8 @@ def run_arm(arm: Arm, train: TrainSettings, ladder: LadderSettings) -> ArmResult
         figures.reason = "needs --pairs pairs.jsonl (made by `regrow replay` from recorded traces and teachers)"
         return figures
     started = time.monotonic()
-    summary = run_training(settings)
+    shown = None if on_progress is None else (lambda progress: on_progress(arm.name, progress))
+    summary = run_training(settings, show_progress=shown)
     trained = time.monotonic()
     evaluation = evaluate(summary.final_model, train, ladder)
     figures.ran = True
@@ -248,7 +258,10 @@ def run_arm(arm: Arm, train: TrainSettings, ladder: LadderSettings) -> ArmResult
 
 
 def run_ladder(
-    train: TrainSettings, ladder: LadderSettings, on_arm: Callable[[ArmResult], None] | None = None
+    train: TrainSettings,
+    ladder: LadderSettings,
+    on_arm: Callable[[ArmResult], None] | None = None,
+    on_progress: "Callable[[str, RolloutProgress], None] | None" = None,
 ) -> LadderTable:
     """Run A1-A4 in order and write the table to ladder.out as ladder.md and ladder.json."""
     preflight(train, ladder)
@@ -266,7 +279,7 @@ def run_ladder(
     )
     for arm in ARMS:
         logger.info("ladder: %s", arm.name)
-        result = run_arm(arm, train, ladder)
+        result = run_arm(arm, train, ladder, on_progress)
         table.arms.append(result)
         write_table(table, ladder.out)  # a crash in a later arm keeps the earlier ones
         if on_arm is not None:
