@@ -121,7 +121,7 @@ def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures
                 "--task-id", DEMO_TASK_ID, "--group-size", "2", "--groups-per-step", "1", "--workers", "2",
                 "--max-turns", "2", "--max-turn-tokens", "24", "--max-completion-tokens", "512", "--lr", "1e-3",
                 "--pairs", str(pairs), "--dpo-pairs-per-step", "2", "--eval-split", "test", "--eval-tasks", "1",
-                "--k", "2", "--device", "cpu", "--logger", "none", "--save-steps", "100",
+                "--k", "2", "--seeds", "1", "--device", "cpu", "--logger", "none", "--save-steps", "100",
             ],
         )  # fmt: skip
     assert result.exit_code == 0, result.output
@@ -172,3 +172,29 @@ def test_the_arm_in_training_reports_its_rollouts_as_they_come(monkeypatch, tmp_
     with pytest.raises(RuntimeError, match="stop here"):
         run_arm(ARMS[0], train, LadderSettings(out=tmp_path), lambda arm, progress: seen.append((arm, progress)))
     assert seen == [(ARMS[0].name, reading)]
+
+
+def test_the_table_gives_each_arm_a_mean_with_its_interval_and_a_difference_from_a1_paired_by_seed():
+    from trainer_client.train.ladder import ArmResult, LadderTable
+
+    def run(arm, seed, score):
+        figures = dict(mean_reward=score, train_s=1, eval_s=1, tokens_generated=1, sdpo_teacher_tokens=0)
+        return ArmResult(name=ARMS[arm].name, seed=seed, ran=True, alpha_sdpo=0, beta_dpo=0, pass_at_1=score, **figures)
+
+    scores = {0: [0.25, 0.5, 0.75], 1: [0.5, 0.5, 1.0]}  # A2 beats A1 by 0.25, 0, 0.25 seed by seed
+    table = LadderTable(
+        model="m", env="e", steps=1, seed=0, eval_split="test", eval_tasks=2, k=2, start_weights_sha256="0" * 64,
+        seeds=[0, 1, 2], arms=[run(arm, seed, scores[arm][seed]) for arm in scores for seed in range(3)],
+    )  # fmt: skip
+    table.summarize()
+    first, second = table.summary
+    assert first.pass_at_1.mean == 0.5 and first.versus_first is None
+    # sd 0.25 over 3 seeds: half-width 4.303 * 0.25 / sqrt(3)
+    assert first.pass_at_1.high - 0.5 == pytest.approx(4.303 * 0.25 / 3**0.5)
+    assert second.versus_first is not None and second.versus_first.mean == pytest.approx(1 / 6)
+    assert second.versus_first.low < 0 < second.versus_first.high  # three seeds cannot tell these two apart
+    markdown = table.markdown()
+    assert "| A2 +SDPO | 0.667 [" in markdown and "| A2 +SDPO | 2 | 1.000 |" in markdown
+    single = LadderTable(**{**table.model_dump(), "seeds": [0], "arms": [run(0, 0, 0.5)], "summary": []})
+    single.summarize()
+    assert "1 seed: no interval" in single.markdown()

@@ -1,8 +1,9 @@
 """The channel ladder: does each channel help? Four arms trained from one start, then scored on held-out tasks.
 
 A1 is Dr.GRPO alone, A2 adds SDPO, A3 adds trace-replay DPO, A4 has all three. Every arm loads the same initial
-weights, plays the same task order with the same seed, and is evaluated on the same held-out draws: k samples of
-each of `eval_tasks` tasks of `eval_split`. The table gives each arm's pass@1, mean reward and cost.
+weights and runs once per seed; a seed fixes the task order, the sampling and the evaluation draws (k samples of each
+of `eval_tasks` tasks of `eval_split`) for every arm. The table gives each arm's mean pass@1 over the seeds with a 95%
+interval, its difference from A1 paired by seed, and each run's figures and cost.
 """
 
 import json
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
 
+from trainer_client.train.ladder_stats import ArmSummary, interval, paired_difference
 from trainer_client.train.run import TrainSummary
 from trainer_client.train.settings import TrainSettings
 
@@ -39,6 +41,13 @@ class LadderSettings(BaseSettings):
     eval_split: str = Field(default="test", description="Held-out task split the arms are evaluated on.")
     eval_tasks: int = Field(default=8, ge=1, description="Held-out tasks drawn (seeds 0..N-1 of the split).")
     k: int = Field(default=4, ge=1, description="Episodes per held-out task: pass@1 and mean reward over k samples.")
+    seeds: int = Field(
+        default=3,
+        ge=1,
+        description="Seeds per arm, from --seed on: each seed fixes the task order, the sampling and the evaluation "
+        "draws for every arm, so the table gives each arm's mean pass@1 with a 95% interval and its difference from "
+        "A1 paired by seed.",
+    )
 
 
 class ArmsTrainSettings(TrainSettings):
@@ -72,6 +81,7 @@ class ArmResult(BaseModel):
     """One arm's figures, all from its own training run and its own evaluation."""
 
     name: str
+    seed: int = 0
     ran: bool
     reason: str | None = Field(default=None, description="Why the arm did not run.")
     alpha_sdpo: float
@@ -102,28 +112,54 @@ class LadderTable(BaseModel):
     eval_tasks: int
     k: int
     start_weights_sha256: str
-    arms: list[ArmResult]
+    seeds: list[int] = Field(default_factory=list)
+    arms: list[ArmResult] = Field(description="One entry per arm and seed, in arm order.")
+    summary: list[ArmSummary] = Field(default_factory=list, description="Each arm over its seeds.")
+
+    def summarize(self) -> None:
+        """Each arm's mean pass@1 over its seeds, and its paired difference from the first arm."""
+        by_arm: dict[str, dict[int, float]] = {}
+        for run in self.arms:
+            if run.ran and run.pass_at_1 is not None:
+                by_arm.setdefault(run.name, {})[run.seed] = run.pass_at_1
+        first = by_arm.get(ARMS[0].name, {})
+        self.summary = [
+            ArmSummary(
+                name=name,
+                pass_at_1=interval(list(runs.values())),
+                versus_first=None if name == ARMS[0].name else paired_difference(runs, first),
+            )
+            for name, runs in by_arm.items()
+        ]
 
     def markdown(self) -> str:
-        """The table as Markdown, one row per arm."""
+        """The summary (one row per arm), then every run (one row per arm and seed)."""
         head = (
-            f"Ladder: {self.steps} steps of `{self.model}` from weights {self.start_weights_sha256[:12]}, seed "
-            f"{self.seed}; evaluated on {self.eval_tasks} `{self.eval_split}` tasks x {self.k} samples.\n\n"
-            "| arm | pass@1 | mean reward | train s | eval s | tokens generated | teacher $ | SDPO teacher tokens "
-            "| final losses | curves |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            f"Ladder: {self.steps} steps of `{self.model}` from weights {self.start_weights_sha256[:12]}, seeds "
+            f"{', '.join(map(str, self.seeds or [self.seed]))}; evaluated on {self.eval_tasks} `{self.eval_split}` "
+            f"tasks x {self.k} samples, the same draws for every arm.\n\n"
+            "| arm | pass@1, mean [95% interval] | minus A1, paired by seed |\n|---|---|---|\n"
+        )
+        summary = [
+            f"| {arm.name} | {arm.pass_at_1.text()} | {arm.versus_first.text() if arm.versus_first else ''} |"
+            for arm in self.summary
+        ]
+        runs_head = (
+            "\n| arm | seed | pass@1 | mean reward | train s | eval s | tokens generated | teacher $ "
+            "| SDPO teacher tokens | final losses | curves |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
         )
         rows = []
         for arm in self.arms:
             if not arm.ran:
-                rows.append(f"| {arm.name} | not run: {arm.reason} |  |  |  |  |  |  |  |  |")
+                rows.append(f"| {arm.name} | {arm.seed} | not run: {arm.reason} |  |  |  |  |  |  |  |  |")
                 continue
             losses = ", ".join(f"{name} {value:.4g}" for name, value in arm.final_losses.items())
             rows.append(
-                f"| {arm.name} | {arm.pass_at_1:.3f} | {arm.mean_reward:.3f} | {arm.train_s:.0f} | {arm.eval_s:.0f} "
-                f"| {arm.tokens_generated} | {_money(arm.teacher_usd)} | {arm.sdpo_teacher_tokens:.0f} | {losses} "
-                f"| {_link(arm.curves)} |"
+                f"| {arm.name} | {arm.seed} | {arm.pass_at_1:.3f} | {arm.mean_reward:.3f} | {arm.train_s:.0f} "
+                f"| {arm.eval_s:.0f} | {arm.tokens_generated} | {_money(arm.teacher_usd)} "
+                f"| {arm.sdpo_teacher_tokens:.0f} | {losses} | {_link(arm.curves)} |"
             )
-        return head + "\n".join(rows) + "\n"
+        return head + "\n".join(summary) + "\n" + runs_head + "\n".join(rows) + "\n"
 
 
 def _link(folder: str | None) -> str:
@@ -146,9 +182,8 @@ def arm_settings(train: TrainSettings, arm: Arm, out: Path) -> TrainSettings:
     alpha = (train.alpha_sdpo or DEFAULT_ALPHA_SDPO) if arm.sdpo else 0.0
     beta = (train.beta_dpo or DEFAULT_BETA_DPO) if arm.dpo else 0.0
     # a fresh run in a folder of its own: no arm resumes from a checkpoint, its own or another's
-    return train.model_copy(
-        update={"alpha_sdpo": alpha, "beta_dpo": beta, "output_dir": out / arm.folder, "resume": False}
-    )
+    folder = out / arm.folder / f"seed{train.seed}"
+    return train.model_copy(update={"alpha_sdpo": alpha, "beta_dpo": beta, "output_dir": folder, "resume": False})
 
 
 def replay_spend(pairs: Path) -> float | None:
@@ -235,7 +270,9 @@ def run_arm(
     from trainer_client.train.run import run_training
 
     settings = arm_settings(train, arm, ladder.out)
-    figures = ArmResult(name=arm.name, ran=False, alpha_sdpo=settings.alpha_sdpo, beta_dpo=settings.beta_dpo)
+    figures = ArmResult(
+        name=arm.name, seed=train.seed, ran=False, alpha_sdpo=settings.alpha_sdpo, beta_dpo=settings.beta_dpo
+    )
     if arm.dpo and train.pairs is None:
         figures.reason = "needs --pairs pairs.jsonl (made by `regrow replay` from recorded traces and teachers)"
         return figures
@@ -275,15 +312,18 @@ def run_ladder(
         eval_tasks=ladder.eval_tasks,
         k=ladder.k,
         start_weights_sha256=start_weights(train),
+        seeds=list(range(train.seed, train.seed + ladder.seeds)),
         arms=[],
     )
     for arm in ARMS:
-        logger.info("ladder: %s", arm.name)
-        result = run_arm(arm, train, ladder, on_progress)
-        table.arms.append(result)
-        write_table(table, ladder.out)  # a crash in a later arm keeps the earlier ones
-        if on_arm is not None:
-            on_arm(result)
+        for seed in table.seeds:
+            logger.info("ladder: %s, seed %d", arm.name, seed)
+            result = run_arm(arm, train.model_copy(update={"seed": seed}), ladder, on_progress)
+            table.arms.append(result)
+            table.summarize()
+            write_table(table, ladder.out)  # a crash in a later arm keeps the earlier ones
+            if on_arm is not None:
+                on_arm(result)
     return table
 
 
