@@ -52,3 +52,22 @@ def test_plan_needs_no_env_and_exits_1_with_the_remedy_when_it_does_not_fit():
     assert too_big.exit_code == 1 and "does not fit: try --gradient-checkpointing" in too_big.output
     unknown = runner.invoke(app, ["train", "--plan", "--model", "no-such-model"], env={})
     assert unknown.exit_code == 1 and "qwen2.5-7b" in unknown.output
+
+
+def test_bf16_weights_halve_what_the_weights_their_gradients_and_adamw_hold():
+    shape = shape_of("qwen2.5-1.5b")
+    full = plan_memory(shape, RunShape(**STEP, gradient_checkpointing=True), 80)
+    half = plan_memory(shape, RunShape(**STEP, gradient_checkpointing=True, weight_bytes=2), 80)
+    for part in ("weights", "gradients", "optimizer (AdamW)"):
+        assert half.parts[part] == pytest.approx(full.parts[part] / 2)
+    assert half.parts["optimizer (AdamW)"] == pytest.approx(4 * shape.parameters)
+
+
+def test_the_policy_loads_in_bf16_when_asked(tmp_path):
+    pytest.importorskip("torch")
+    from tests.trainer_client.tiny_policy import save_tiny_policy
+    from trainer_client.policy.policy_loading import load_policy
+
+    folder = save_tiny_policy(tmp_path / "tiny")
+    model, _ = load_policy(str(folder), "cpu", "bfloat16")
+    assert {str(p.dtype) for p in model.parameters()} == {"torch.bfloat16"}

@@ -372,3 +372,20 @@ def test_pairs_scored_in_float32_are_scored_again_at_the_bf16_autocast_training_
 
     # At the first step the policy is the reference: only rounding separates them, far less at the same precision.
     assert first_margin(again) < first_margin(scored) / 4
+
+
+def test_a_step_on_bf16_weights_keeps_them_and_adamws_state_in_bf16(tmp_path, tokenizer, trajectories, episode_tokens):
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    model = tiny_qwen2(tokenizer).to(torch.bfloat16)
+    start = {name: p.detach().clone() for name, p in model.named_parameters()}
+    trainer = build(
+        RegrowGRPOTrainer, config(tmp_path, RegrowGRPOConfig, alpha_sdpo=1.0, learning_rate=1e-2), model, tokenizer,
+        trajectories, episode_tokens,
+    )  # fmt: skip
+    trainer.train()
+    logged = next(e for e in trainer.state.log_history if "loss" in e)
+    assert math.isfinite(logged["loss"]) and math.isfinite(logged["sdpo/loss"])
+    assert any(not torch.equal(p, start[name]) for name, p in model.named_parameters())
+    moments = [t for state in trainer.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
+    assert moments and {t.dtype for t in moments if t.dim() > 0} == {torch.bfloat16}

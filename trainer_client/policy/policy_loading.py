@@ -29,8 +29,9 @@ def demo_gguf_path() -> Path:
     return path
 
 
-def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
-    """(model, tokenizer) for `spec`: 'smollm2', a .gguf file, or a folder saved with save_pretrained."""
+def load_policy(spec: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) for `spec`: 'smollm2', a .gguf file, or a folder saved with save_pretrained; its weights in
+    `dtype` (float32, or bfloat16 for weights, gradients and optimizer state at half the memory)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file must fail here, not trigger a download
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -45,7 +46,7 @@ def load_policy(spec: str, device: str = "cpu") -> tuple[Any, Any]:
             f"{DEMO_POLICY!r}"
         )
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype="float32", **extra)
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype, **extra)
     if extra:
         _drop_dequantized_gguf_quantizer(model)
     if tokenizer.pad_token is None:

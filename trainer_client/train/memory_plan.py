@@ -2,7 +2,8 @@
 
 An estimate in closed form, so that it needs neither the weights nor a GPU:
 - weights, gradients and AdamW's two moments: 4 + 4 + 8 bytes a trained parameter (the loader keeps fp32 master
-  weights; bf16 is autocast); a frozen parameter under LoRA keeps only its 4 weight bytes;
+  weights; bf16 is autocast), half that with --weights-dtype bfloat16; a frozen parameter under LoRA keeps only its
+  weight bytes;
 - FSDP (full shard) and ZeRO-3 divide those by the number of GPUs; DDP keeps a whole copy on each;
 - activations in bf16: about 2 x (8h + 4i) bytes a token a layer (attention through a memory-efficient kernel, so
   nothing quadratic in the length); with gradient checkpointing, 2h bytes a token a layer plus one layer's whole set;
@@ -112,6 +113,7 @@ class RunShape:
     lora_r: int = 0
     gradient_checkpointing: bool = False
     sdpo_teacher: str | None = None  # live, ema or initial when SDPO is on
+    weight_bytes: int = 4  # 2 with --weights-dtype bfloat16: its gradients and AdamW state too
 
     @property
     def teacher_copy(self) -> bool:
@@ -155,6 +157,7 @@ class MemoryPlan:
             f"sharding {self.run.sharding}, "
             + (f"LoRA r={self.run.lora_r}" if self.run.lora_r else "full fine-tune")
             + (", gradient checkpointing" if self.run.gradient_checkpointing else "")
+            + (", bf16 weights and optimizer state" if self.run.weight_bytes == 2 else "")
         )
         parts = [f"  {name:<22} {value / GIB:8.1f} GiB" for name, value in self.parts.items()]
         total = f"  {'total':<22} {self.total_bytes / GIB:8.1f} GiB of {self.capacity_bytes / GIB:.0f} GiB: {verdict}"
@@ -167,11 +170,12 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     trained = shape.lora_parameters(run.lora_r) if run.lora_r else params
     shard = run.gpus if run.sharding != "none" else 1
     plan = MemoryPlan(shape.name, run, int(capacity_gib * GIB))
-    plan.parts["weights"] = 4 * (params + (trained if run.lora_r else 0)) / shard
-    plan.parts["gradients"] = 4 * trained / shard
-    plan.parts["optimizer (AdamW)"] = 8 * trained / shard
+    width = run.weight_bytes
+    plan.parts["weights"] = width * (params + (trained if run.lora_r else 0)) / shard
+    plan.parts["gradients"] = width * trained / shard
+    plan.parts["optimizer (AdamW)"] = 2 * width * trained / shard
     if run.teacher_copy:
-        plan.parts["SDPO teacher copy"] = 4 * params
+        plan.parts["SDPO teacher copy"] = width * params
     tokens = run.rows * run.tokens_per_row
     per_layer_token = 2 * (8 * shape.hidden + 4 * shape.intermediate)
     if run.gradient_checkpointing:
@@ -196,6 +200,7 @@ def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding) -> RunShap
         lora_r=settings.lora_r,
         gradient_checkpointing=settings.gradient_checkpointing,
         sdpo_teacher=settings.sdpo_teacher if settings.alpha_sdpo else None,
+        weight_bytes=2 if settings.weights_dtype == "bfloat16" else 4,
     )
 
 

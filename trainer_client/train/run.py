@@ -167,7 +167,7 @@ def run_training(
         check_memory(settings)
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
-    model, tokenizer = load_policy(settings.model, device)
+    model, tokenizer = load_policy(settings.model, device, settings.weights_dtype)
     tokens = EpisodeTokenizer(tokenizer)
     pair_batches = None
     if settings.beta_dpo:

@@ -85,6 +85,11 @@ class TrainSettings(BaseSettings):
         default="all-linear",
         description="Layers that get an adapter: 'all-linear' or comma-separated names (q_proj,v_proj).",
     )
+    weights_dtype: Literal["float32", "bfloat16"] = Field(
+        default="float32",
+        description="bfloat16 keeps the weights, their gradients and AdamW's state in bf16: half the memory, but "
+        "updates smaller than bf16's resolution of a weight are lost. Pairs for --beta-dpo must be scored in it too.",
+    )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in the backward pass: less memory, about a third slower."
     )
