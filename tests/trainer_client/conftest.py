@@ -1,8 +1,10 @@
 """Fixtures of the trainer tests: the tiny tokenizer and policy, a scripted policy and the scripted env."""
 
+import asyncio
+
 import pytest
 
-from trainer_client.rollout.agent_loop import GeneratedTurn
+from trainer_client.rollout.agent_loop import EpisodeLimits, GeneratedTurn, play_episode
 
 
 class ScriptedSampler:
@@ -44,3 +46,26 @@ def scripted_env_url():
 
     with serve_scripted_env(max_sessions=8) as url:
         yield url
+
+
+def play_scripts(url: str, tokenizer, episode_tokens, scripts: list[list[str]]) -> list:
+    """One episode of the scripted env's `calc` task per script of turn texts, in order: the trajectories."""
+    from trainer_client.env.client import EnvClient
+
+    async def play_all():
+        client = EnvClient(url, max_connections=4)
+        try:
+            return [
+                await play_episode(
+                    client,
+                    ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, script),
+                    episode_tokens,
+                    EpisodeLimits(),
+                    {"task_id": "calc"},
+                )
+                for script in scripts
+            ]
+        finally:
+            await client.aclose()
+
+    return asyncio.run(play_all())

@@ -4,20 +4,17 @@ parameters after the step to OUT/params<rank>.pt.
 
 `python -m tests.trainer_client.rank_step OUT [--swap]`; --swap puts the second group first (one process only)."""
 
-import asyncio
 import os
 import sys
 
 import torch
 
 from regrow.benchmarks.training import synthetic_pairs
-from tests.trainer_client.conftest import ScriptedSampler
+from tests.trainer_client.conftest import play_scripts
 from tests.trainer_client.scripted_env import serve_scripted_env
 from tests.trainer_client.test_trainer_step import MALFORMED, RUN_LS, SUBMIT, WRITE, config
 from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer
 from trainer_client.channels.preference_pairs import PairBatches
-from trainer_client.env.client import EnvClient
-from trainer_client.rollout.agent_loop import EpisodeLimits, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 from trainer_client.rollout.rows import env_reward, episode_slots, trajectory_rows
 from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
@@ -44,24 +41,7 @@ def main(out: str) -> None:
     tokenizer = train_tokenizer()
     tokens = EpisodeTokenizer(tokenizer)
     with serve_scripted_env(max_sessions=8) as url:
-
-        async def play_all():
-            client = EnvClient(url, max_connections=4)
-            try:
-                return [
-                    await play_episode(
-                        client,
-                        ScriptedSampler(tokenizer, tokens.end_of_turn_id, script),
-                        tokens,
-                        EpisodeLimits(),
-                        {"task_id": "calc"},
-                    )
-                    for script in SCRIPTS
-                ]
-            finally:
-                await client.aclose()
-
-        trajectories = asyncio.run(play_all())
+        trajectories = play_scripts(url, tokenizer, tokens, SCRIPTS)
     rows = len(SCRIPTS) // world
     mine = trajectories[rank * rows : (rank + 1) * rows]
     if "--swap" in sys.argv:

@@ -1,7 +1,6 @@
 """LoRA through peft on the tiny Qwen2: the step trains the adapter alone, and SDPO's teacher is the policy's own
 weights with the adapter off (initial) or averaged (EMA), never a second copy of the model."""
 
-import asyncio
 import copy
 import math
 
@@ -114,33 +113,6 @@ def test_a_lora_step_with_sdpo_moves_the_adapter_and_leaves_the_weights(
 
 @pytest.fixture(scope="module")
 def trajectories(scripted_env_url, tokenizer, episode_tokens):
-    from tests.trainer_client.conftest import ScriptedSampler
-    from trainer_client.env.client import EnvClient
-    from trainer_client.rollout.agent_loop import EpisodeLimits, play_episode
+    from tests.trainer_client.conftest import play_scripts
 
-    async def play_all():
-        client = EnvClient(scripted_env_url, max_connections=4)
-        try:
-            return [
-                await play_episode(
-                    client,
-                    ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, script),
-                    episode_tokens,
-                    EpisodeLimits(),
-                    {"task_id": "calc"},
-                )
-                for script in SCRIPTS
-            ]
-        finally:
-            await client.aclose()
-
-    return asyncio.run(play_all())
-
-
-def test_gradient_checkpointing_without_vllm_is_refused_with_the_remedy():
-    from pydantic import ValidationError
-
-    from trainer_client.train.settings import TrainSettings
-
-    with pytest.raises(ValidationError, match="use it with --vllm-server"):
-        TrainSettings(env=["http://localhost:8000"], gradient_checkpointing=True)
+    return play_scripts(scripted_env_url, tokenizer, episode_tokens, SCRIPTS)

@@ -1,6 +1,5 @@
 """The trainer step on the tiny Qwen2: alpha=0 is stock GRPO, SDPO touches only hinted turns, DPO plugs in."""
 
-import asyncio
 import copy
 import math
 
@@ -9,10 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from tests.trainer_client.conftest import ScriptedSampler  # noqa: E402
+from tests.trainer_client.conftest import play_scripts  # noqa: E402
 from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.env.client import EnvClient  # noqa: E402
-from trainer_client.rollout.agent_loop import EpisodeLimits, play_episode  # noqa: E402
 from trainer_client.rollout.rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows  # noqa: E402
 
 pytestmark = pytest.mark.train
@@ -26,23 +23,7 @@ SCRIPTS = [[MALFORMED, WRITE, SUBMIT], [RUN_LS, SUBMIT], [WRITE, RUN_LS, SUBMIT]
 
 @pytest.fixture(scope="module")
 def trajectories(scripted_env_url, tokenizer, episode_tokens):
-    async def play_all():
-        client = EnvClient(scripted_env_url, max_connections=4)
-        try:
-            return [
-                await play_episode(
-                    client,
-                    ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, s),
-                    episode_tokens,
-                    EpisodeLimits(),
-                    {"task_id": "calc"},
-                )
-                for s in SCRIPTS
-            ]
-        finally:
-            await client.aclose()
-
-    return asyncio.run(play_all())
+    return play_scripts(scripted_env_url, tokenizer, episode_tokens, SCRIPTS)
 
 
 def config(tmp_path, cls, **overrides):
