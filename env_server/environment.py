@@ -48,17 +48,24 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         episode_id: str | None = None,
         task_id: str | None = None,
         split: str | None = None,
+        sampler: str | None = None,
         **kwargs: Any,
     ) -> CodingObservation:
-        """Start an episode on `task_id`, or on a task sampled from `split` with `seed`.
+        """Start an episode on `task_id`, or on a task sampled from `split` with `seed`: uniformly, or with
+        `sampler="frontier"` by recorded pass rate (the server's REGROW_SERVER_SAMPLER when not given).
 
         Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
         """
-        self.runtime.pick_task(task_id, seed, split)  # a bad reset must not end the running episode
+        self.runtime.pick_task(task_id, seed, split, sampler)  # a bad reset must not end the running episode
         if self.episode is not None and not self.episode.addressable:
             self.runtime.abort(self.episode, "reset again")
         self.episode = self.runtime.start_episode(
-            task_id=task_id, seed=seed, split=split, episode_id=episode_id, addressable=self.per_request
+            task_id=task_id,
+            seed=seed,
+            split=split,
+            episode_id=episode_id,
+            addressable=self.per_request,
+            sampler=sampler,
         )
         return self.runtime.reset_observation(self.episode)
 

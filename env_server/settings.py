@@ -3,6 +3,7 @@
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -89,6 +90,15 @@ class ServerSettings(BaseSettings):
         description="Share of sampled resets that get an impossible twin (`regrow synth --twins`): any reward on one "
         "is a forgery, shown as a live rate",
     )
+    sampler: Literal["uniform", "frontier"] = Field(
+        default="uniform",
+        description="How a reset without a task id draws from its split, unless it names one (reset(sampler=...)): "
+        "uniform, or frontier: the tasks whose recorded pass rate is nearest one half (env_server/frontier_sampler.py)",
+    )
+    frontier_explore_share: float = Field(
+        default=0.2, ge=0, le=1, description="Share of frontier draws that go to tasks graded fewer than min_seen times"
+    )
+    frontier_min_seen: int = Field(default=4, ge=1, description="Graded episodes before a task's pass rate counts")
     grade_timeout_factor: float = Field(
         default=3.0, gt=0, description="A graded run gets this many times the suite's time at synthesis, plus slack"
     )

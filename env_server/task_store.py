@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,9 +141,16 @@ class TaskStore:
             known = ", ".join(sorted(self.tasks)[:5])
             raise UnknownTask(f"unknown task {task_id!r}; known tasks include: {known}") from None
 
-    def pick(self, task_id: str | None, seed: int | None, split: str | None, twin_rate: float = 0.0) -> Task:
+    def pick(
+        self,
+        task_id: str | None,
+        seed: int | None,
+        split: str | None,
+        twin_rate: float = 0.0,
+        choose: Callable[[list[str], random.Random], str] | None = None,
+    ) -> Task:
         """The named task, else one sampled from `split` (default train) with `seed`: a twin with probability
-        `twin_rate`, where the split has twins."""
+        `twin_rate`, where the split has twins; `choose` picks among the split's ids (default: uniformly)."""
         if task_id is not None:
             return self.get(task_id)
         split = split or "train"
@@ -153,4 +161,4 @@ class TaskStore:
         twins = sorted(t.id for t in self.twins.values() if t.record.split == split)
         if twins and rng.random() < twin_rate:
             return self.twins[rng.choice(twins)]
-        return self.tasks[rng.choice(ids)]
+        return self.tasks[choose(ids, rng) if choose is not None else rng.choice(ids)]

@@ -7,11 +7,14 @@ episodes leave behind goes through one StepRecorder (stepping/recorder.py).
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 import uuid
 from datetime import UTC, datetime
 
+from env_server.dashboard.trace_summaries import PASSED
+from env_server.frontier_sampler import Graded, PassRates, frontier_pick
 from env_server.lifecycle.engine_watch import EngineWatch, server_health
 from env_server.lifecycle.provisioning import SandboxSupply
 from env_server.observability.event_log import log_event
@@ -58,6 +61,7 @@ class EpisodeRuntime:
         metrics: ServerMetrics | None = None,
     ):
         self.settings, self.store, self.backend, self.traces = settings, store, backend, traces
+        self.pass_rates = PassRates(self._graded)
         self.metrics = metrics or ServerMetrics()
         self.live_stats = LiveStats()
         self.recorder = StepRecorder(self.metrics, self.live_stats, traces)
@@ -161,11 +165,29 @@ class EpisodeRuntime:
 
     # --- episodes --------------------------------------------------------------------------------
 
-    def pick_task(self, task_id: str | None, seed: int | None, split: str | None) -> Task:
+    def pick_task(self, task_id: str | None, seed: int | None, split: str | None, sampler: str | None = None) -> Task:
+        sampler = sampler or self.settings.sampler
+        if sampler not in ("uniform", "frontier"):
+            raise TaskNotFound(f"unknown sampler {sampler!r}: use uniform or frontier")
+        choose = None
+        if sampler == "frontier":
+            settings = self.settings
+
+            def choose(ids: list[str], rng: random.Random) -> str:
+                rates = self.pass_rates.current()
+                return frontier_pick(ids, rates, rng, settings.frontier_explore_share, settings.frontier_min_seen)
+
         try:
-            return self.store.pick(task_id, seed, split, self.settings.twin_rate)
+            return self.store.pick(task_id, seed, split, self.settings.twin_rate, choose)
         except UnknownTask as error:
             raise TaskNotFound(str(error)) from None
+
+    def _graded(self) -> dict[str, Graded]:
+        """Each task's graded episodes and passes, from the trace store."""
+        rows = self.traces.read(
+            "SELECT task_id, count(reward), coalesce(sum(reward >= ?), 0) FROM episodes GROUP BY task_id", (PASSED,)
+        )
+        return {task: Graded(graded, passed) for task, graded, passed in rows if graded}
 
     def start_episode(
         self,
@@ -174,9 +196,10 @@ class EpisodeRuntime:
         split: str | None = None,
         episode_id: str | None = None,
         addressable: bool = False,
+        sampler: str | None = None,
     ) -> Episode:
         """A new episode in a started sandbox; an addressable one outlives its session and is continued by id."""
-        task = self.pick_task(task_id, seed, split)
+        task = self.pick_task(task_id, seed, split, sampler)
         engine = self.engine.status
         if not engine.up:
             raise EngineUnreachable(

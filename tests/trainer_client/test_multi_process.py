@@ -73,3 +73,12 @@ def test_a_step_whose_groups_do_not_split_over_the_ranks_is_refused():
     assert local_groups(settings, 1) == 3
     with pytest.raises(ValueError, match="give a multiple of 2"):
         local_groups(settings, 2)
+
+
+def test_a_frontier_run_asks_the_env_for_its_sampler_on_every_drawn_reset():
+    from trainer_client.train.run import reset_options
+    from trainer_client.train.settings import TrainSettings
+
+    frontier = TrainSettings(env=["http://127.0.0.1:9"], sampler="frontier")
+    assert next(reset_options(frontier)) == {"seed": 0, "split": "train", "sampler": "frontier"}
+    assert "sampler" not in next(reset_options(TrainSettings(env=["http://127.0.0.1:9"])))

@@ -43,7 +43,8 @@ def reset_options(settings: TrainSettings, rank: int = 0, world: int = 1) -> Ite
     if settings.task_ids:
         tasks = itertools.cycle(settings.task_ids)
         return ({"task_id": task_id} for task_id in itertools.islice(tasks, rank, None, world))
-    return ({"seed": settings.seed * 1_000_003 + n, "split": settings.split} for n in itertools.count(rank, world))
+    drawn = {"split": settings.split} | ({"sampler": "frontier"} if settings.sampler == "frontier" else {})
+    return ({"seed": settings.seed * 1_000_003 + n, **drawn} for n in itertools.count(rank, world))
 
 
 def process_rank() -> tuple[int, int]:

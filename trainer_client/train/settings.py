@@ -31,6 +31,12 @@ class TrainSettings(BaseSettings):
         description="Tasks to train on, cycled (repeat the flag); empty samples by seed.",
     )
     split: str = Field(default="train", description="Task split to sample from when no task ids are given.")
+    sampler: Literal["uniform", "frontier"] = Field(
+        default="uniform",
+        description="How the env draws each group's task from the split: uniformly, or frontier (the tasks whose "
+        "recorded pass rate is nearest one half, so fewer groups pass or fail whole and carry no gradient: TRL logs "
+        "their share as frac_reward_zero_std). Over HTTP/WebSocket servers.",
+    )
     steps: int = Field(default=100, ge=1, description="Optimizer steps.")
     group_size: int = Field(default=4, ge=2, description="Episodes per task in a GRPO group.")
     groups_per_step: int = Field(default=2, ge=1, description="Groups in one optimizer step.")
