@@ -96,7 +96,9 @@ def problem_statement(deletion: Deletion, module_name: str, fail_to_pass: list[s
     lines += ["", f"Tests that fail now ({len(fail_to_pass)}):", *(f"- {test}" for test in fail_to_pass[:MAX_LISTED])]
     if len(fail_to_pass) > MAX_LISTED:
         lines.append(f"- ... and {len(fail_to_pass) - MAX_LISTED} more")
-    usages = [found for piece in unit.pieces for found in _usages(test_texts, piece.qualname.rsplit(".", 1)[-1])]
+    # A dunder is reached through syntax, not its name: `__init__` would list every test helper's own constructor.
+    names = [piece.qualname.rsplit(".", 1)[-1] for piece in unit.pieces]
+    usages = [found for name in names if not name.startswith("__") for found in _usages(test_texts, name)]
     usages = list(dict.fromkeys(usages))[:MAX_LISTED]
     if usages:
         lines += ["", "Where the tests use it:", *usages]

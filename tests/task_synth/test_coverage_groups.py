@@ -172,3 +172,6 @@ def test_a_group_is_recorded_named_and_described_by_each_part(layout, lru_group)
     assert "These functions and methods have been removed from `src/minilib/containers.py`" in statement
     for part in ("`LRUCache.__init__`", "`LRUCache.get`: `def get(self, key, default=None): ...`", "`LRUCache.put`"):
         assert part in statement
+    helpers = {"tests/helpers.py": "class Fake:\n    def __init__(self):\n        self.cache = None\n"}
+    with_helper = problem_statement(deletion, "minilib.containers", ["tests/test_containers.py::test_lru"], helpers)
+    assert "tests/helpers.py:2" not in with_helper  # a test helper's own __init__ is no use of LRUCache.__init__
