@@ -73,7 +73,10 @@ def bench_corpus(
     """Synthesis on the pinned corpus of real PyPI sdists: per repo tests, candidates, yield and errors."""
     from regrow.benchmarks.corpus import run_corpus_bench, select
     from sandbox import SandboxError
+    from task_synth.cli import stop_on_sigterm
     from task_synth.errors import SynthError
+
+    stop_on_sigterm()  # a killed bench removes its sandboxes as `regrow synth` does
 
     settings = synth_settings(
         max_tasks=max_tasks, max_candidates=max_candidates, cache_dir=cache_dir, seed=seed, jobs=1
@@ -116,7 +119,10 @@ def bench_synth(
     """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
     from regrow.benchmarks.synthesis import run_synth_bench, run_throughput_bench
     from sandbox import SandboxError
+    from task_synth.cli import stop_on_sigterm
     from task_synth.errors import SynthError
+
+    stop_on_sigterm()  # a killed bench removes its sandboxes as `regrow synth` does
 
     if (source is None) == (repo is None):
         fail("give the repository as SOURCE or as --repo, not both and not neither")

@@ -30,7 +30,7 @@ def synth_settings(**overrides):
     return SynthSettings(**{key: value for key, value in overrides.items() if value is not None})
 
 
-def _stop_on_sigterm() -> None:
+def stop_on_sigterm() -> None:
     """SIGTERM (`docker stop`, `kill`, a batch scheduler) ends a run as Ctrl-C does, so its sandboxes are removed on
     the way out; Python's default would end the process where it stands and leave them running."""
     import signal
@@ -145,7 +145,7 @@ def synth(targets: SynthTargets, settings: SynthSettings) -> None:
 
     source, out, repos = targets.source, targets.out, targets.repos
     progress, shown, on_repo = progress_bars(console)
-    _stop_on_sigterm()
+    stop_on_sigterm()
     log_file, new_store = targets.log_file or out / "synth.log", not out.exists()
     try:
         with _logged_progress(log_file, shown) as update:

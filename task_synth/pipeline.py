@@ -20,10 +20,12 @@ from pathlib import Path
 
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
+from sandbox.lifecycle.owner import OWNER_LABEL
 from task_synth.candidates.coverage_groups import coverage_groups
 from task_synth.candidates.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
 from task_synth.candidates.units import Unit, enumerate_units, rank_weight, sample_units
 from task_synth.errors import SynthError
+from task_synth.repository.repo_image import SYNTH_LABEL
 from task_synth.repository.source import require_source
 from task_synth.settings import SynthSettings
 from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
@@ -297,15 +299,13 @@ def _run_candidates(
     report.skipped = len(done)
     report.resumed = sum(j.outcome == VALID and j.instance_id in writer.records for j in done.values())
     pending = [pair for pair, key in zip(candidates, keys, strict=True) if key not in done]
-    kept = KeptTasks(writer.records.values())
     if done:
         log.info("%d candidates judged by an earlier run (%d tasks): going on", len(done), report.resumed)
     progress("candidates", len(done), len(candidates))
+    kept = KeptTasks(writer.records.values())
     outcomes: list[tuple[str | None, str]] = []
-    with (
-        context.sandbox_pool(min(settings.jobs, max(1, len(pending)))) as pool,
-        ThreadPoolExecutor(settings.jobs) as executor,
-    ):
+
+    def judge(pool, executor: ThreadPoolExecutor) -> None:
         index = 0
         while index < len(pending) and report.valid + report.resumed < settings.max_tasks:
             batch = pending[index : index + settings.jobs]
@@ -336,6 +336,25 @@ def _run_candidates(
             failure = repeated_setup_failure(outcomes)
             if failure:
                 raise SynthError(failure)
+
+    with context.sandbox_pool(min(settings.jobs, max(1, len(pending)))) as pool:
+        executor = ThreadPoolExecutor(settings.jobs)
+        try:
+            judge(pool, executor)
+        except KeyboardInterrupt:
+            # Ctrl-C or SIGTERM: end the candidates in flight now, not when their suites end (minutes for some).
+            executor.shutdown(wait=False, cancel_futures=True)
+            _remove_synth_sandboxes(context.backend)
+            raise
+        executor.shutdown(wait=True)
+
+
+def _remove_synth_sandboxes(backend) -> None:
+    """Remove every sandbox this process's synthesis started (validation, install and oracle containers), so the
+    commands in flight in them end at once."""
+    for container in backend.containers_labelled({OWNER_LABEL: backend.owner}):
+        if SYNTH_LABEL in (container.get("Labels") or {}):
+            backend.remove(container["Id"])
 
 
 def _keep(built: BuiltTask, settings: SynthSettings, report: SynthReport, writer: StoreWriter) -> None:

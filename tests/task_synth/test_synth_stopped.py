@@ -50,6 +50,18 @@ def test_sigterm_stops_synthesis_and_leaves_no_container(docker_backend, base_im
     assert process.returncode != 0
 
 
+def test_sigterm_stops_the_synthesis_benchmark_and_leaves_no_container(docker_backend, base_image, tmp_path):
+    """`regrow bench synth` killed by a scheduler left its validation sandboxes running (a corpus run showed it)."""
+    command = [sys.executable, "-m", "regrow", "bench", "synth", str(MINILIB), "--max-tasks", "4", "--json"]
+    sandbox_up = lambda started: bool(_containers_of(docker_backend, started.pid))  # noqa: E731
+    process = _sigterm_once(command, tmp_path / "bench.log", sandbox_up)
+    left = _containers_of(docker_backend, process.pid)
+    for container in left:
+        docker_backend.remove(container["Id"])
+    assert left == [], [c["Names"] for c in left]
+    assert "stopped:" in (tmp_path / "bench.log").read_text()
+
+
 def test_a_stopped_run_keeps_its_tasks_and_image_and_a_rerun_goes_on_from_there(docker_backend, base_image, tmp_path):
     out = tmp_path / "out"
     command = [sys.executable, "-m", "regrow", "synth", str(MINILIB), "--out", str(out), "--modes", "stub"]
