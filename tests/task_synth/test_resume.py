@@ -9,7 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from proto.task_files import read_records
+from sandbox.lifecycle.memory_backend import MemoryBackend
 from task_synth import pipeline
+from task_synth.repository.repo_image import SYNTH_LABEL
 from task_synth.settings import SynthSettings
 from task_synth.store.candidate_journal import JOURNAL_DIR, CandidateJournal
 from task_synth.store.store_writer import RepoFiles, StoreWriter
@@ -40,11 +42,11 @@ class Scripted:
         return BuiltTask(record, None, b"workspace", 5), 5
 
 
-def _run(store, script, max_tasks=100, monkeypatch=None):
+def _run(store, script, max_tasks=100, monkeypatch=None, backend=None):
     monkeypatch.setattr(pipeline, "_candidate", script)
     report = pipeline.SynthReport()
     writer = StoreWriter(store, store, RepoFiles(SNAPSHOT, b"install", None))
-    context = SimpleNamespace(sandbox_pool=lambda size: contextlib.nullcontext())
+    context = SimpleNamespace(sandbox_pool=lambda size: contextlib.nullcontext(), backend=backend or MemoryBackend())
     settings = SynthSettings(max_tasks=max_tasks, jobs=1, twins=False)
     try:
         pipeline._run_candidates(
@@ -63,6 +65,18 @@ def test_each_task_is_in_the_store_when_it_is_validated_and_a_stop_keeps_them(tm
     assert (tmp_path / "workspaces" / "task-3.tar.gz").read_bytes() == b"workspace"
     assert (tmp_path / SNAPSHOT / "install.tar.gz").read_bytes() == b"install"
     assert (tmp_path / "tasks.parquet").exists()  # written on the way out
+
+
+def test_a_stop_removes_the_sandboxes_of_the_candidates_in_flight_and_no_other(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM ends the suites running in this run's sandboxes at once (mpmath's took 70 s to end)."""
+    backend = MemoryBackend({"img": {}})
+    validating = backend.create("img", labels={SYNTH_LABEL: "validate"})
+    oracle = backend.create("img", labels={SYNTH_LABEL: "oracle"})
+    episode = backend.create("img")  # not synthesis's: an env server's in the same process, say
+    with pytest.raises(KeyboardInterrupt):
+        _run(tmp_path, Scripted(tmp_path, interrupt_at="pkg/m.py:f1"), monkeypatch=monkeypatch, backend=backend)
+    assert validating.destroyed and oracle.destroyed and not episode.destroyed
+    assert backend.live_ids() == {episode.id}
 
 
 def test_a_rerun_goes_on_where_the_stopped_run_stopped_and_counts_nothing_twice(tmp_path, monkeypatch):
