@@ -43,7 +43,8 @@ def frontier_pick(
     explore = rng.random() < explore_share
     if fresh and (explore or len(fresh) == len(ordered)):
         return rng.choice(fresh)
-    known = [task for task in ordered if task not in set(fresh)]
+    little_seen = set(fresh)  # once: a split can hold thousands of tasks
+    known = [task for task in ordered if task not in little_seen]
     weights = [graded[task].variance + FLOOR for task in known]
     return rng.choices(known, weights=weights)[0]
 
