@@ -166,7 +166,8 @@ def run_baseline(
             )
         collected |= set(run.outcomes)
         passes.append({test for test, passed in run.outcomes.items() if passed})
-        slowest = max(slowest, time.monotonic() - started)
+        took = time.monotonic() - started
+        slowest = max(slowest, took)
         # a suite of minutes would otherwise show nothing here for a quarter of an hour
         log.info(
             "baseline run %d/%d: %d tests, %d passed, %.0fs",
@@ -174,7 +175,7 @@ def run_baseline(
             runs,
             len(run.outcomes),
             len(passes[-1]),
-            slowest,
+            took,
         )
     stable = set.intersection(*passes)
     failing = len(collected - stable)

@@ -116,7 +116,8 @@ class RegrowGRPOTrainer(GRPOTrainer):
         self._encoded_pairs: dict[tuple[str, int, str], EncodedPair] = {}
         self._gradients = ChannelGradients()
         # What multiplies each extra channel's loss: its fixed weight, or (auto) one the measured norms steer.
-        self.channel_weight = {"sdpo": args.alpha_sdpo, "dpo": args.beta_dpo}
+        self.channel_target = {"sdpo": args.alpha_sdpo, "dpo": args.beta_dpo}
+        self.channel_weight = dict(self.channel_target)
         super().__init__(model=model, args=args, **kwargs)
         self.add_callback(_TeacherFollowsPolicy(self))
 
@@ -155,13 +156,13 @@ class RegrowGRPOTrainer(GRPOTrainer):
     def training_step(self, model, inputs, num_items_in_batch=None):
         loss = super().training_step(model, inputs, num_items_in_batch)
         norms = self._gradients.norms()  # the hooks ran during this step's backward
-        if self.accelerator.num_processes > 1 and norms:  # every rank steers its weights by the same numbers
+        if self.accelerator.num_processes > 1:  # every rank steers its weights by the same numbers (a collective)
             names = ["rlvr", "sdpo", "dpo"]
             squares = torch.tensor([norms.get(name, 0.0) ** 2 for name in names], device=self.accelerator.device)
             norms = dict(zip(names, self.accelerator.reduce(squares, "mean").sqrt().tolist(), strict=True))
         for channel, norm in norms.items():
             self._metrics["train"][f"{channel}/grad_norm"].append(norm)
-        targets = {"sdpo": self.args.alpha_sdpo, "dpo": self.args.beta_dpo}
+        targets = self.channel_target
         for channel, weight in self.channel_weight.items():
             if self.args.channel_weights == "auto" and targets[channel]:
                 self.channel_weight[channel] = next_weight(

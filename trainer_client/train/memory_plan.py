@@ -204,11 +204,10 @@ def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding) -> RunShap
     )
 
 
-def launched_layout() -> tuple[int, Sharding]:
-    """The number of processes and the sharding `accelerate launch` started this one with (1, none alone)."""
-    gpus = int(os.environ.get("WORLD_SIZE", "1"))
+def launched_sharding() -> Sharding:
+    """How `accelerate launch` spread the weights over the processes it started: none outside FSDP and ZeRO-3."""
     if os.environ.get("ACCELERATE_USE_FSDP", "").lower() == "true":
-        return gpus, "fsdp"
+        return "fsdp"
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
-        return gpus, "zero3"
-    return gpus, "none"
+        return "zero3"
+    return "none"

@@ -113,13 +113,13 @@ def check_memory(settings: TrainSettings) -> None:
     """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy."""
     import torch
 
-    from trainer_client.train.memory_plan import GIB, launched_layout, plan_memory, run_shape, shape_of
+    from trainer_client.train.memory_plan import GIB, launched_sharding, plan_memory, run_shape, shape_of
 
     try:
         shape = shape_of(settings.model)
     except FileNotFoundError:
         return  # a GGUF file: its shape is in the weights; the load itself will say what is wrong
-    gpus, sharding = launched_layout()
+    gpus, sharding = process_rank()[1], launched_sharding()
     capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
     plan = plan_memory(shape, run_shape(settings, gpus, sharding), capacity)
     logger.info("memory plan:\n%s", "\n".join(plan.lines()))
