@@ -18,6 +18,7 @@ from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 from task_synth.errors import SynthError
 from task_synth.repository.build_tools import requirement_names
 from task_synth.repository.declared_test_deps import declared_test_deps
+from task_synth.repository.image_python import pins_for, wheel_requires_python
 from task_synth.repository.pytest_compat import pytest_requirement
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ REQUIREMENT_FILES = (
     "requirements-dev.txt",
     "dev-requirements.txt",
 )
+# A pin can pull in an older dependency that has its own floor; each round pins what the last one brought.
+MAX_PIN_ROUNDS = 4
+# The pins, kept in the wheelhouse as the record of what was held back for the image's Python.
+PINS_FILE = "python-pins.txt"
 METADATA_FILES = ("pyproject.toml", "setup.cfg", "setup.py", "tox.ini", *REQUIREMENT_FILES)
 
 
@@ -149,6 +154,38 @@ def _pip_wheel(root: Path, target: Path, arguments: list[str], find_links: tuple
         )
 
 
+def _pip_wheel_for(
+    root: Path,
+    target: Path,
+    arguments: list[str],
+    find_links: tuple[Path, ...],
+    offline: bool,
+    python_version: str | None,
+    pins: list[str],
+) -> None:
+    """`_pip_wheel`, then again with `pins` grown until every wheel in `target` installs on `python_version`."""
+    for _ in range(MAX_PIN_ROUNDS):
+        constraints: list[str] = []
+        if pins:
+            target.mkdir(parents=True, exist_ok=True)
+            (target / PINS_FILE).write_text("".join(f"{pin}\n" for pin in pins))
+            constraints = ["-c", str(target / PINS_FILE)]
+        _pip_wheel(root, target, [*arguments, *constraints], find_links, offline)
+        if python_version is None:
+            return
+        more = pins_for(target, python_version, find_links, offline)
+        if not more:
+            return
+        pins += more
+        for wheel in target.glob("*.whl"):  # the pinned-back releases replace them; the rest is cached by pip
+            if wheel_requires_python(wheel)[0] in {pin.split("<=")[0] for pin in more}:
+                wheel.unlink()
+    raise SynthError(
+        f"the dependencies of {root.name} still need a newer Python than the image's {python_version} after "
+        f"{MAX_PIN_ROUNDS} rounds of pins ({', '.join(pins)}): build the base image from a newer Python (BASE_IMAGE)"
+    )
+
+
 def _extras(root: Path) -> list[str]:
     """The test extras the project declares (pip ignores none it knows, so a guess from setup.py is safe)."""
     declared: set[str] = set()
@@ -169,21 +206,29 @@ def suite_tools(root: Path) -> list[str]:
     return [pytest_requirement(root), *TEST_TOOLS]
 
 
-def wheelhouse_key(root: Path) -> str:
-    digest = hashlib.sha256(f"{sys.version_info[:2]} {suite_tools(root)} {WHEELHOUSE_FORMAT}".encode())
+def wheelhouse_key(root: Path, python_version: str | None = None) -> str:
+    python = python_version or sys.version_info[:2]
+    digest = hashlib.sha256(f"{python} {suite_tools(root)} {WHEELHOUSE_FORMAT}".encode())
     for name in METADATA_FILES:
         if (root / name).exists():
             digest.update(name.encode() + (root / name).read_bytes())
     return digest.hexdigest()[:16]
 
 
-def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] = (), offline: bool = False) -> Path:
+def build_wheelhouse(
+    root: Path,
+    cache_dir: Path,
+    find_links: tuple[Path, ...] = (),
+    offline: bool = False,
+    python_version: str | None = None,
+) -> Path:
     """Wheels of everything the repository needs to install and test, cached by its metadata.
 
-    `find_links` are local wheel directories searched first; `offline` searches only them.
+    `find_links` are local wheel directories searched first; `offline` searches only them. `python_version` is the
+    image's Python: a wheel whose Requires-Python excludes it is pinned back to a release it accepts.
     """
     root = root.resolve()
-    target = cache_dir / "wheelhouse" / wheelhouse_key(root)
+    target = cache_dir / "wheelhouse" / wheelhouse_key(root, python_version)
     if target.is_dir():
         return target
     partial = target.with_name(target.name + ".partial")
@@ -196,15 +241,20 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
             arguments += ["-r", str(root / name)]
     declared, files = declared_test_deps(root)
     guessed = [*declared, *(word for path in files for word in ("-r", str(path)))]
+    pins: list[str] = []
+
+    def resolve(wanted: list[str], links: tuple[Path, ...]) -> None:
+        _pip_wheel_for(root, partial, wanted, links, offline, python_version, pins)
+
     try:
-        _pip_wheel(root, partial, [*arguments, *guessed], find_links, offline)
+        resolve([*arguments, *guessed], find_links)
     except SynthError as error:
         if not guessed:
             raise
         # Read from dependency groups and tox.ini, they are a guess at what the tests need: the project comes first.
         log.warning("building the wheelhouse without %s, which did not resolve: %s", " ".join(guessed), error)
         shutil.rmtree(partial, ignore_errors=True)
-        _pip_wheel(root, partial, arguments, find_links, offline)
+        resolve(arguments, find_links)
     try:
         editable = editable_requirements(root, partial)
     except SynthError:
@@ -213,7 +263,7 @@ def build_wheelhouse(root: Path, cache_dir: Path, find_links: tuple[Path, ...] =
     if editable:
         # With the build requirements, so that an unpinned `setuptools_scm` meets the build table's `setuptools_scm<8`
         # instead of adding a second, conflicting version that the repo image cannot install.
-        _pip_wheel(root, partial, [*editable, *build_system(root).requires], (partial, *find_links), offline)
+        resolve([*editable, *build_system(root).requires], (partial, *find_links))
     set_aside_own_wheels(partial, project_name(root))
     (partial / BUILD_ONLY).write_text("".join(f"{name}\n" for name in sorted(build_only(root, editable))))
     partial.rename(target)

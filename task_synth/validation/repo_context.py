@@ -15,8 +15,10 @@ from pathlib import Path
 
 from sandbox import DockerBackend, Limits, Sandbox
 from sandbox.layout import WORKSPACE
+from sandbox.lifecycle.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
 from task_synth.repository.editable_install import capture_install, install_workspace, seed_workspace, tree_archive
+from task_synth.repository.image_python import image_python_version
 from task_synth.repository.pytest_compat import dropped_doctests, kept_options, project_addopts
 from task_synth.repository.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
 from task_synth.repository.repo_layout import RepoLayout, read_layout
@@ -151,7 +153,10 @@ def prepare_repo(
     stage("wheelhouse")
     build_copy = scratch / "wheel-build"
     shutil.copytree(checked.root, build_copy, symlinks=True)
-    wheelhouse = build_wheelhouse(build_copy, settings.cache_dir, tuple(settings.find_links), settings.offline)
+    python_version = image_python_version(backend, BASE_IMAGE, settings.cache_dir)
+    wheelhouse = build_wheelhouse(
+        build_copy, settings.cache_dir, tuple(settings.find_links), settings.offline, python_version
+    )
     tag = repo_image_tag(checked.repo_name, wheelhouse.name)
     stage("repo image")
     if build_repo_image(backend, tag, wheelhouse):
