@@ -51,6 +51,9 @@ class SynthSettings(BaseSettings):
         None, ge=1, description="Candidates to try at most per repository; default 4 x max_tasks + 8."
     )
     jobs: int = Field(1, ge=1, description="Candidates validated in parallel, one sandbox each.")
+    fork_server: bool = Field(
+        True, description="Fork each test run in a sandbox from an interpreter that has imported pytest already."
+    )
     test_command: str = Field(DEFAULT_TEST_COMMAND, description="Base pytest command run in /workspace.")
     sample_others: int = Field(2, ge=0, description="Tests outside the coverage prediction run as a check.")
     baseline_runs: int = Field(

@@ -28,6 +28,8 @@ from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.stage_clock import StageClock
 from task_synth.validation.baseline import Baseline, run_baseline
 from task_synth.validation.canary_scan import Hit, ImageIndex, index_image
+from task_synth.validation.fork_server import start_fork_server
+from task_synth.validation.suite_runs import SERVER_ENV
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +62,8 @@ class RepoContext:
         )
         try:
             seed_workspace(sb, self.install_archive, tree_archive(self.checkout.root, f"{WORKSPACE.lstrip('/')}/"))
+            if self.settings.fork_server:
+                start_fork_server(sb, SERVER_ENV)
         except BaseException:
             sb.destroy()
             raise

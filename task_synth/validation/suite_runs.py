@@ -11,6 +11,7 @@ from proto.tasks import HASH_SEED
 from sandbox import Sandbox
 from sandbox.layout import WORKSPACE
 from task_synth.repository.editable_install import SCRATCH
+from task_synth.validation.fork_server import through_fork_server
 
 log = logging.getLogger(__name__)
 PLUGIN_DIR = f"{SCRATCH}/plugins"
@@ -27,6 +28,8 @@ INSIDE = Path(__file__).with_name("inside")
 CONTEXT_PLUGIN_SOURCE = INSIDE / "coverage_context_plugin.py"
 
 
+# The environment a test run starts with, and so the one the sandbox's pytest fork server starts with.
+SERVER_ENV = {**TEST_ENV, "PYTHONPATH": PLUGIN_DIR}
 REPORT_PATH = f"{SCRATCH}/report.json"
 SELECTION_PATH = f"{SCRATCH}/selected.json"
 REPORT_PLUGIN_NAME = "regrow_report"
@@ -97,7 +100,8 @@ def run_tests(
         sb.write_file(SELECTION_PATH, json.dumps(sorted(set(node_ids))))
         env["REGROW_SELECTED"] = SELECTION_PATH
     # The last run's report goes in the same shell as the run: one exec less per run.
-    script = f'rm -f {REPORT_PATH}; {test_command} -q {RUN_OPTIONS} -p {REPORT_PLUGIN_NAME} "$@"'
+    pytest = through_fork_server(sb, test_command)
+    script = f'rm -f {REPORT_PATH}; {pytest} -q {RUN_OPTIONS} -p {REPORT_PLUGIN_NAME} "$@"'
     arguments = files_of_tests(node_ids) if node_ids is not None else []
     result = sb.exec(["sh", "-c", script, "sh", *arguments], timeout=timeout, cwd=WORKSPACE, env=env)
     run = SuiteRun(

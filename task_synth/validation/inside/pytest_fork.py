@@ -1,0 +1,189 @@
+"""`python -m pytest` without paying for pytest's import each time: a server forks each run from an interpreter that has
+imported pytest and nothing of the workspace.
+
+`python pytest_fork.py serve SOCKET` imports pytest and waits. `python pytest_fork.py SOCKET ARGS...` is the client:
+it hands the server its stdin, stdout and stderr, its argv, environment and directory; the server forks a child that
+runs pytest on them, in its own process group, and sends back its exit status. The client exits with it, so a command
+line cannot tell the two apart.
+
+Why a child sees what a fresh `python -m pytest` sees: the server never imports the workspace, a conftest or a plugin
+(only pytest's own modules), and every child is forked from that pristine server, never from another child. What a
+fresh interpreter reads once at start-up (PYTHON* variables, the locale, TZ) cannot change in a child, so when the
+client's differ from the server's (a run under another hash seed) the client runs `python -m pytest` itself instead.
+A client that ends (its command's timeout killed it) takes its child's whole process group with it.
+"""
+
+import importlib
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import struct
+import sys
+
+HEADER = struct.Struct("!I")
+STATUS = struct.Struct("!i")
+
+
+def startup_environment(environ) -> dict:
+    """The variables a Python process reads once, at start-up (or at its first import of `time`)."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name.startswith(("PYTHON", "LC_", "COVERAGE_")) or name in ("LANG", "LANGUAGE", "TZ")
+    }
+
+
+def _send_message(conn, payload: bytes, fds=()) -> None:
+    data = HEADER.pack(len(payload)) + payload
+    sent = socket.send_fds(conn, [data], list(fds)) if fds else conn.send(data)
+    conn.sendall(data[sent:])
+
+
+def _read_message(conn) -> tuple:
+    data, fds, _flags, _address = socket.recv_fds(conn, 65536, 3)
+    if len(data) < HEADER.size:
+        raise ConnectionError("short request")
+    (length,) = HEADER.unpack_from(data)
+    data = data[HEADER.size :]
+    while len(data) < length:
+        more = conn.recv(length - len(data))
+        if not more:
+            raise ConnectionError("request cut short")
+        data += more
+    return json.loads(data), fds
+
+
+def _child(conn, request: dict, fds: list) -> int:
+    """In the forked child: become a fresh `python -m pytest` in the client's place, and run it."""
+    os.setpgid(0, 0)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    conn.close()
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[0] = request["cwd"]  # what `-m` puts first
+    # The server looked at sys.path's folders when they may not have existed (the plugins are written per run): a
+    # fresh interpreter would look again.
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+    sys.argv = ["-m", *request["argv"]]
+    try:  # pytest's own __main__, as `-m` runs it: its entry point differs from one pytest release to the next
+        runpy.run_module("pytest", run_name="__main__", alter_sys=True)
+    except SystemExit as exit:
+        code = exit.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0
+
+
+def serve(path: str) -> int:
+    """Accept clients until killed; returns only in a forked child, with that child's exit status."""
+    import pytest  # noqa: F401  (the import every child is spared)
+
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".partial")
+    listener.listen(64)
+    with open(path + ".env", "w") as out:
+        json.dump(startup_environment(os.environ), out)
+    os.rename(path + ".partial", path)  # a client connects only once the environment is on record
+    selector = selectors.DefaultSelector()
+    selector.register(listener, selectors.EVENT_READ)
+    children: dict = {}  # pid -> client connection
+    while True:
+        for key, _events in selector.select(timeout=0.05):
+            if key.fileobj is listener:
+                conn, _ = listener.accept()
+                try:
+                    request, fds = _read_message(conn)
+                except (ConnectionError, ValueError, OSError):
+                    conn.close()
+                    continue
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    selector.close()
+                    listener.close()
+                    for other in children.values():
+                        other.close()
+                    return _child(conn, request, fds)
+                for fd in fds:
+                    os.close(fd)
+                print(f"run {pid}: {' '.join(request['argv'])[:200]}", file=sys.stderr, flush=True)
+                children[pid] = conn
+                selector.register(conn, selectors.EVENT_READ, pid)
+            else:  # a client spoke or went away: it never speaks, so its child is orphaned
+                pid = key.data
+                if not key.fileobj.recv(1):
+                    selector.unregister(key.fileobj)
+                    try:
+                        os.killpg(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+        while children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            conn = children.pop(pid, None)
+            if conn is None:
+                continue
+            if _registered(selector, conn):
+                selector.unregister(conn)
+            code = os.waitstatus_to_exitcode(status)
+            try:
+                conn.sendall(STATUS.pack(code if code >= 0 else 128 - code))
+            except OSError:
+                pass
+            conn.close()
+
+
+def _registered(selector, conn) -> bool:
+    try:
+        selector.get_key(conn)
+    except KeyError:
+        return False
+    return True
+
+
+def _plain(argv: list) -> None:
+    os.execv(sys.executable, [sys.executable, "-m", "pytest", *argv])
+
+
+def client(path: str, argv: list) -> int:
+    """Run pytest with `argv` through the server at `path`; `python -m pytest` itself where the server cannot."""
+    try:
+        with open(path + ".env") as recorded:
+            same = json.load(recorded) == startup_environment(os.environ)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+    except (OSError, ValueError):
+        same = False
+    if not same:
+        _plain(argv)
+    request = {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}
+    _send_message(conn, json.dumps(request).encode(), (0, 1, 2))
+    status = b""
+    while len(status) < STATUS.size:
+        more = conn.recv(STATUS.size - len(status))
+        if not more:  # the server died under the run: say so, as a killed process would
+            sys.stderr.write("pytest fork server went away during the run\n")
+            return 70
+        status += more
+    return STATUS.unpack(status)[0]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["serve"]:
+        sys.exit(serve(sys.argv[2]))
+    sys.exit(client(sys.argv[1], sys.argv[2:]))
