@@ -121,9 +121,9 @@ def serve(path: str) -> int:
                 children[pid] = conn
                 selector.register(conn, selectors.EVENT_READ, pid)
             else:  # a client spoke or went away: it never speaks, so its child is orphaned
-                pid = key.data
-                if not key.fileobj.recv(1):
-                    selector.unregister(key.fileobj)
+                pid, client_conn = key.data, children[key.data]
+                if not client_conn.recv(1):
+                    selector.unregister(client_conn)
                     try:
                         os.killpg(pid, signal.SIGKILL)
                     except ProcessLookupError:
