@@ -89,6 +89,7 @@ def _reset(env: CodingEnvironment, request: pb.ResetRequest) -> pb.EpisodeReply:
         task_id=request.task_id or None,
         seed=request.seed if request.HasField("seed") else None,
         split=request.split or None,
+        sampler=request.sampler or None,
     )
     return pb.EpisodeReply(episode_id=env.episode_id, observation=observation_message(observation))
 

@@ -6,14 +6,16 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("task_id", "seed", "split")
+    __slots__ = ("task_id", "seed", "split", "sampler")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
+    SAMPLER_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     seed: int
     split: str
-    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ...) -> None: ...
+    sampler: str
+    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("tool", "args_json")
