@@ -104,10 +104,10 @@ def test_a_reset_through_the_server_draws_by_recorded_pass_rate(three_task_serve
         def http_reset(seed: int, **extra) -> str:
             return http.post("/reset", json={"seed": seed, **extra}).json()["metadata"]["episode_id"]
 
-        frontier = Counter(_drawn(server, lambda: http_reset(seed, sampler="frontier")) for seed in range(40))
-        uniform = Counter(_drawn(server, lambda: http_reset(seed)) for seed in range(40))
-        first = [_drawn(server, lambda: http_reset(seed, sampler="frontier")) for seed in range(10)]
-        again = [_drawn(server, lambda: http_reset(seed, sampler="frontier")) for seed in range(10)]
+        frontier = Counter(_drawn(server, lambda seed=seed: http_reset(seed, sampler="frontier")) for seed in range(40))
+        uniform = Counter(_drawn(server, lambda seed=seed: http_reset(seed)) for seed in range(40))
+        first = [_drawn(server, lambda seed=seed: http_reset(seed, sampler="frontier")) for seed in range(10)]
+        again = [_drawn(server, lambda seed=seed: http_reset(seed, sampler="frontier")) for seed in range(10)]
         unknown = http.post("/reset", json={"seed": 1, "sampler": "hardest"})
     assert frontier["calc__half"] >= 30, frontier  # p(1-p) = 0.25 against the floor of the solved and never-solved
     assert uniform["calc__half"] <= 25 and uniform[solved] > 5 and uniform["calc__never"] > 5, uniform
@@ -117,7 +117,7 @@ def test_a_reset_through_the_server_draws_by_recorded_pass_rate(three_task_serve
     with grpc.insecure_channel(server.grpc_target) as channel:
         stub = pb_grpc.CodingEnvStub(channel)
         over_grpc = Counter(
-            _drawn(server, lambda: stub.Reset(pb.ResetRequest(seed=seed, sampler="frontier")).episode_id)
+            _drawn(server, lambda seed=seed: stub.Reset(pb.ResetRequest(seed=seed, sampler="frontier")).episode_id)
             for seed in range(20)
         )
     assert over_grpc["calc__half"] >= 15, over_grpc
