@@ -4,14 +4,16 @@ It answers like the coding env (CodingObservation, feedback on unknown tools, ba
 unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `submit` grades
 1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts;
 a `run` of `lose-sandbox` answers as the real env does when the sandbox died (tool_error SANDBOX_GONE);
-a reset of task `no-such-task` fails, as a request the env cannot serve.
+a reset of task `no-such-task` fails, as a request the env cannot serve; a reset that names a sampler draws a new
+task every time.
 
 `python -m tests.trainer_client.scripted_env --port N` serves it as a process, for tests that kill a server.
 """
 
 import argparse
+import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ClassVar
 
@@ -26,6 +28,7 @@ from tests.live_process import served_in_thread
 class ScriptedCodingEnv(Environment):
     SUPPORTS_CONCURRENT_SESSIONS = True
     finished_commands: ClassVar[list[str]] = []  # every `run` answered here: a test can wait for a late reply
+    draws: ClassVar[Iterator[int]] = itertools.count()
 
     def __init__(self):
         super().__init__()
@@ -35,9 +38,15 @@ class ScriptedCodingEnv(Environment):
     def reset(self, seed=None, episode_id=None, task_id=None, **kwargs) -> CodingObservation:
         if task_id == "no-such-task":
             raise ValueError("unknown task 'no-such-task'")
+        if task_id is None and kwargs.get("sampler"):  # a draw that changes at every reset, as pass rates may
+            task_id = f"drawn-{next(ScriptedCodingEnv.draws)}"
         self._state = EpisodeState(episode_id=episode_id or f"ep-{time.monotonic_ns()}", task_id=task_id or "calc")
         self.files = {}
-        return CodingObservation(problem_statement="Implement clamp in calc/ops.py.", tools=tool_specs())
+        return CodingObservation(
+            problem_statement="Implement clamp in calc/ops.py.",
+            tools=tool_specs(),
+            metadata={"task_id": self._state.task_id},
+        )
 
     def step(self, action: ToolCall, timeout_s=None, **kwargs) -> CodingObservation:
         self._state.step_count += 1

@@ -66,6 +66,20 @@ def test_stream_hands_out_whole_groups_of_one_task(scripted_env_url, tokenizer, 
         assert len({t.reset_options["task_id"] for t in group}) == 1 and all(t.done for t in group)
 
 
+def test_a_group_drawn_by_a_sampler_plays_the_task_its_first_reset_drew(scripted_env_url, tokenizer, episode_tokens):
+    """The frontier sampler's draw depends on pass rates that change between a group's resets: the stream pins the
+    group to its first draw (before, a group of 3 here played 3 tasks)."""
+    submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
+    options = iter([{"seed": n, "sampler": "frontier"} for n in range(100)])
+    stream = RolloutStream(scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=3, group_size=3)
+    with stream:
+        groups = stream.next_groups(3, policy_version=0, timeout=60)
+    drawn = [{t.task_id for t in group} for group in groups]
+    assert all(len(tasks) == 1 and next(iter(tasks)).startswith("drawn-") for tasks in drawn), drawn
+    assert len(set.union(*drawn)) == 3  # each group its own draw
+
+
 def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, episode_tokens):
     submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)

@@ -6,6 +6,7 @@ policy's tokens and logprobs, an env mask (1 policy, 0 env), each turn's span an
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,6 +73,7 @@ class Trajectory:
     reset_options: dict[str, Any] = field(default_factory=dict)
     final_metadata: dict[str, Any] = field(default_factory=dict)
     episode_id: str | None = None  # the env's id of the episode (its reset metadata), to join its trace
+    task_id: str | None = None  # the task the reset gave, as the env names it
 
     def append(self, ids: list[int], logprobs: list[float] | None, from_policy: bool) -> None:
         self.completion_ids.extend(ids)
@@ -89,16 +91,21 @@ async def play_episode(
     tokens: EpisodeTokenizer,
     limits: EpisodeLimits,
     reset_options: dict[str, Any],
+    on_reset: Callable[[str | None], None] | None = None,
 ) -> Trajectory:
-    """Play one episode to done, the turn limit or the token budget, and return its recording."""
+    """Play one episode to done, the turn limit or the token budget, and return its recording; `on_reset` hears the
+    id of the task the reset drew, before the first turn."""
     async with env.episode(**reset_options) as episode:
         first = episode.first
+        if on_reset is not None:
+            on_reset(first.metadata.get("task_id"))
         messages = initial_messages(first.problem_statement or "", first.tools or tool_specs())
         trajectory = Trajectory(
             prompt_ids=tokens.prompt_ids(messages),
             policy_version=sampler.version,
             reset_options=dict(reset_options),
             episode_id=first.metadata.get("episode_id"),
+            task_id=first.metadata.get("task_id"),
         )
         prompt_at = -len(tokens.first_generation_prompt(messages))
         for turn_index in range(limits.max_turns):

@@ -53,14 +53,40 @@ class StreamStats:
 
 @dataclass
 class _Group:
+    """`size` episodes of one task. A group drawn by seed is pinned to the task its first reset drew: a frontier
+    draw depends on pass rates that may change between the members' resets, and a group of two tasks has no
+    meaningful advantage."""
+
     options: dict[str, Any]
     size: int
     episodes: list[Trajectory] = field(default_factory=list)
     dropped: bool = False
+    task_id: str | None = None
+    _leader: bool = False
+    _drawn: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def version(self) -> int:
         return min(t.policy_version for t in self.episodes)
+
+    async def member_options(self, leading: bool) -> tuple[dict[str, Any], bool]:
+        """(reset options, whether this member draws the task) for a member's next attempt: the group's own options
+        for the first member (again on its retries until a reset has drawn), the drawn task for the rest."""
+        if "task_id" in self.options:
+            return self.options, False
+        if not self._drawn.is_set():
+            if leading or not self._leader:
+                self._leader = True
+                return self.options, True
+            await self._drawn.wait()
+        return ({"task_id": self.task_id} if self.task_id else self.options), False
+
+    def drawn(self, task_id: str | None) -> None:
+        """The task the first reset drew (None when the group will not be played): the others may start."""
+        if self._drawn.is_set():
+            return
+        self.task_id = task_id
+        self._drawn.set()
 
 
 class RolloutStream:
@@ -213,8 +239,9 @@ class RolloutStream:
             group = await jobs.get()
             if group.dropped:
                 continue
-            trajectory = await self._play_with_retries(env, group.options)
+            trajectory = await self._play_with_retries(env, group)
             if trajectory is None and not group.dropped:
+                group.drawn(None)  # members waiting for the task go on, and see the group dropped
                 group.dropped = True
                 self.stats.groups_dropped_lost += 1
                 self._buffer.release()  # the group will never reach the trainer
@@ -231,13 +258,19 @@ class RolloutStream:
                 self.stats.groups_queued += 1
                 self._ready.put(group)
 
-    async def _play_with_retries(self, env: EnvPool, options: dict[str, Any]) -> Trajectory | None:
+    async def _play_with_retries(self, env: EnvPool, group: _Group) -> Trajectory | None:
         """The episode played to its end, or None when the env lost it more than `episode_retries` times."""
         first_delay = min(0.5, self._backoff_max_s)
         replays, capacity_delay, outage_delay = 0, first_delay, first_delay
+        leading = False
         while True:
+            options, leading = await group.member_options(leading)
+            if group.dropped:
+                return None
             try:
-                trajectory = await play_episode(env, self.sampler, self._tokens, self._limits, options)
+                trajectory = await play_episode(
+                    env, self.sampler, self._tokens, self._limits, options, on_reset=group.drawn
+                )
             except EnvAtCapacity as error:
                 self.stats.capacity_waits += 1
                 self._outage_since = None  # a server answered: not an outage
