@@ -49,14 +49,21 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         task_id: str | None = None,
         split: str | None = None,
         sampler: str | None = None,
+        prefix_of: str | None = None,
+        prefix_steps: int | None = None,
         **kwargs: Any,
     ) -> CodingObservation:
         """Start an episode on `task_id`, or on a task sampled from `split` with `seed`: uniformly, or with
-        `sampler="frontier"` by recorded pass rate (the server's REGROW_SERVER_SAMPLER when not given).
+        `sampler="frontier"` by recorded pass rate (the server's REGROW_SERVER_SAMPLER when not given). With
+        `prefix_of` and `prefix_steps`, start from a recorded episode's workspace after that many of its steps; the
+        answer's metadata["prefix"] shows them.
 
         Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
         """
-        self.runtime.pick_task(task_id, seed, split, sampler)  # a bad reset must not end the running episode
+        if prefix_of is None and prefix_steps is None:  # a bad reset must not end the running episode
+            self.runtime.pick_task(task_id, seed, split, sampler)
+        else:
+            self.runtime.prefix_origin(prefix_of, prefix_steps, task_id)
         if self.episode is not None and not self.episode.addressable:
             self.runtime.abort(self.episode, "reset again")
         self.episode = self.runtime.start_episode(
@@ -66,6 +73,8 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
             episode_id=episode_id,
             addressable=self.per_request,
             sampler=sampler,
+            prefix_of=prefix_of,
+            prefix_steps=prefix_steps,
         )
         return self.runtime.reset_observation(self.episode)
 

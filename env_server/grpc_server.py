@@ -90,6 +90,8 @@ def _reset(env: CodingEnvironment, request: pb.ResetRequest) -> pb.EpisodeReply:
         seed=request.seed if request.HasField("seed") else None,
         split=request.split or None,
         sampler=request.sampler or None,
+        prefix_of=request.prefix_of or None,
+        prefix_steps=request.prefix_steps if request.HasField("prefix_steps") else None,
     )
     return pb.EpisodeReply(episode_id=env.episode_id, observation=observation_message(observation))
 

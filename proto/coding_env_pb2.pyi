@@ -6,16 +6,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("task_id", "seed", "split", "sampler")
+    __slots__ = ("task_id", "seed", "split", "sampler", "prefix_of", "prefix_steps")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_OF_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_STEPS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     seed: int
     split: str
     sampler: str
-    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ...) -> None: ...
+    prefix_of: str
+    prefix_steps: int
+    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ..., prefix_of: _Optional[str] = ..., prefix_steps: _Optional[int] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("tool", "args_json")

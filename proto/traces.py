@@ -33,6 +33,10 @@ class EpisodeTrace(BaseModel):
     reward_details: RewardDetails | None = None
     started_at: datetime
     ended_at: datetime | None = None
+    prefix_of: str | None = Field(
+        default=None, description="The recorded episode whose first prefix_steps steps this one starts after."
+    )
+    prefix_steps: int = Field(default=0, ge=0, description="Steps of prefix_of replayed before this episode's first.")
 
 
 class EpisodeTokens(BaseModel):

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from env_server.dashboard.trace_summaries import PASSED
 from env_server.frontier_sampler import Graded, PassRates, frontier_pick
 from env_server.lifecycle.engine_watch import EngineWatch, server_health
+from env_server.lifecycle.prefix_replay import PrefixRefused, described, history, replayed_steps, same_answer
 from env_server.lifecycle.provisioning import SandboxSupply
 from env_server.observability.event_log import log_event
 from env_server.observability.live_stats import LiveStats
@@ -30,13 +31,13 @@ from env_server.stepping.errors import (
     TaskNotFound,
 )
 from env_server.stepping.recorder import StepRecorder
-from env_server.stepping.tools import ToolResult
+from env_server.stepping.tools import ToolResult, call_tool
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.traces.store import TraceStore
-from proto.actions import ToolCall, tool_specs
+from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation
-from proto.traces import EpisodeTrace
+from proto.traces import EpisodeTrace, StepTrace
 from sandbox import Reaper, SandboxBackend, SandboxGone
 from sandbox.lifecycle.periodic import Periodic
 
@@ -197,8 +198,20 @@ class EpisodeRuntime:
         episode_id: str | None = None,
         addressable: bool = False,
         sampler: str | None = None,
+        prefix_of: str | None = None,
+        prefix_steps: int | None = None,
     ) -> Episode:
-        """A new episode in a started sandbox; an addressable one outlives its session and is continued by id."""
+        """A new episode in a started sandbox; an addressable one outlives its session and is continued by id.
+
+        With `prefix_of`, the episode plays that recorded episode's task from its workspace after `prefix_steps` steps
+        (lifecycle/prefix_replay.py); PrefixRefused says why when that state cannot be restored.
+        """
+        origin: EpisodeTrace | None = None
+        writes: list[StepTrace] = []
+        steps = 0
+        if prefix_of is not None or prefix_steps is not None:
+            origin, writes, steps = self.prefix_origin(prefix_of, prefix_steps, task_id)
+            task_id = origin.task_id
         task = self.pick_task(task_id, seed, split, sampler)
         engine = self.engine.status
         if not engine.up:
@@ -230,6 +243,8 @@ class EpisodeRuntime:
             problem_statement=task.record.problem_statement,
             tools=tool_specs(),
             started_at=_now(),
+            prefix_of=prefix_of,
+            prefix_steps=steps,
         )
         episode = Episode(
             id=new_id,
@@ -238,15 +253,51 @@ class EpisodeRuntime:
             trace=trace,
             addressable=addressable or episode_id is not None,
             deadline=time.monotonic() + self.settings.wall_clock_budget_s,
-            steps_left=self.settings.step_budget,
+            steps_left=self.settings.step_budget - steps,
             engine_epoch=engine.epoch,
+            prefix_history=history(origin, steps) if origin is not None else None,
         )
         if rest is not None:
             episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)
         with self._lock:
             self._episodes[new_id] = episode
         self.recorder.started(episode)
+        if writes:
+            self._replay(episode, writes)
         return episode
+
+    def prefix_origin(
+        self, prefix_of: str | None, prefix_steps: int | None, task_id: str | None
+    ) -> tuple[EpisodeTrace, list[StepTrace], int]:
+        """(the recorded episode, the writes to replay, the prefix's steps); PrefixRefused when it cannot be had."""
+        if prefix_of is None or prefix_steps is None:
+            raise PrefixRefused("a prefix reset takes both prefix_of (a recorded episode's id) and prefix_steps")
+        origin = self.traces.get_episode(prefix_of)
+        writes = replayed_steps(origin, prefix_of, prefix_steps)
+        assert origin is not None  # replayed_steps refuses a missing episode
+        if task_id is not None and task_id != origin.task_id:
+            raise PrefixRefused(f"episode {prefix_of} played {origin.task_id!r}, not {task_id!r}: leave task_id out")
+        if prefix_steps >= self.settings.step_budget:
+            raise PrefixRefused(
+                f"a prefix of {prefix_steps} steps leaves none of the {self.settings.step_budget}-step budget"
+            )
+        return origin, writes, prefix_steps
+
+    def _replay(self, episode: Episode, writes: list[StepTrace]) -> None:
+        """Write the prefix's files through the tools that wrote them; each must answer as it did when recorded."""
+        try:
+            for step in writes:
+                args = TOOL_ARGS[step.action.tool].model_validate(step.action.args)
+                result = call_tool(episode.sandbox_ready(), args, self.settings)
+                if not same_answer(step, result.output, result.feedback):
+                    raise PrefixRefused(
+                        f"replaying {described(step)} of {episode.trace.prefix_of} answered "
+                        f"{(result.feedback or result.output)[:120]!r}, not {step.observation.output[:120]!r} as "
+                        "recorded: the task's workspace is no longer the one that episode started from"
+                    )
+        except BaseException as error:
+            self.abort(episode, f"prefix replay failed: {error}")
+            raise
 
     def get(self, episode_id: str) -> Episode:
         episode = self._episodes.get(episode_id)
@@ -267,8 +318,16 @@ class EpisodeRuntime:
                 "task_id": episode.task.id,
                 "steps_left": episode.steps_left,
                 "seconds_left": round(episode.deadline - time.monotonic(), 1),
-            },
+            }
+            | self._prefix_metadata(episode),
         )
+
+    @staticmethod
+    def _prefix_metadata(episode: Episode) -> dict:
+        if episode.prefix_history is None:
+            return {}
+        trace = episode.trace
+        return {"prefix": {"of": trace.prefix_of, "steps": trace.prefix_steps, "history": episode.prefix_history}}
 
     def take_step(self, episode: Episode, action: ToolCall) -> CodingObservation:
         """One step of `episode`: stepping/episode.py's Stepper runs it, grades at the end and records it."""

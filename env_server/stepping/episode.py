@@ -16,6 +16,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -55,6 +56,8 @@ class Episode:
     seeding: Future | None = None
     # The engine epoch the sandbox was started in; a later one means the engine restarted under the episode.
     engine_epoch: int = 0
+    # A prefix reset's recorded steps as the agent is shown them (lifecycle/prefix_replay.py), else None.
+    prefix_history: list[dict[str, Any]] | None = None
 
     def sandbox_ready(self) -> Sandbox:
         """The sandbox once the task's files are in it; SandboxGone when writing them failed."""
@@ -198,6 +201,8 @@ class Stepper:
         metadata = {"episode_id": episode.id, "step": episode.steps_taken, "steps_left": episode.steps_left}
         if result.error:
             metadata["tool_error"] = result.error
+        if result.workspace_changed is not None:
+            metadata["workspace_changed"] = result.workspace_changed
         metadata.update(extra)
         return CodingObservation(
             output=result.output,

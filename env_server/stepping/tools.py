@@ -18,6 +18,23 @@ from sandbox.layout import WORKSPACE
 
 # The agent's commands hash strings as the task's test runs did, so that its pytest sees the same ids and orders.
 RUN_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
+# Whether a command changed the workspace (a file added, removed, written or chmod-ed; .git and caches aside) is
+# recorded with its step: a prefix reset replays file writes only, so a prefix whose commands changed files is refused.
+EFFECT_MARK = "regrow-workspace-effect:"
+_FILES = (
+    f"find {WORKSPACE} \\( -path {WORKSPACE}/.git -o -name __pycache__ -o -name .pytest_cache \\) -prune -o ! -type d"
+)
+TRACKED_RUN = (
+    "s=/tmp/.regrow-run-$$; "
+    f'before=$({_FILES} -print 2>/dev/null | sort | cksum); : > "$s"; '
+    'sh -c "$1"; code=$?; effect=unknown; '
+    'if [ -e "$s" ]; then '
+    f"after=$({_FILES} -print 2>/dev/null | sort | cksum); "
+    f'newer=$({_FILES} -cnewer "$s" -print -quit 2>/dev/null); '
+    'if [ "$before" = "$after" ] && [ -z "$newer" ]; then effect=unchanged; else effect=changed; fi; '
+    'rm -f "$s"; fi; '
+    f"printf '\\n{EFFECT_MARK}%s\\n' \"$effect\" >&2; exit $code"
+)
 
 
 @dataclass
@@ -29,6 +46,16 @@ class ToolResult:
     truncated: bool = False
     feedback: str | None = None
     error: str | None = None
+    workspace_changed: bool | None = None  # a command's effect on the workspace files; None when not known
+
+
+def split_effect(stderr: str) -> tuple[str, bool | None]:
+    """(the command's own stderr, whether it changed the workspace) from a TRACKED_RUN's stderr."""
+    at = stderr.rfind("\n" + EFFECT_MARK)
+    if at < 0:
+        return stderr, None
+    effect = stderr[at + 1 + len(EFFECT_MARK) :].strip()
+    return stderr[:at], {"changed": True, "unchanged": False}.get(effect)
 
 
 class ToolRejected(Exception):
@@ -154,8 +181,9 @@ def run(sb: Sandbox, args: RunArgs, settings: ServerSettings) -> ToolResult:
         raise ToolRejected(
             f"timeout {timeout:g}s is over the server cap of {settings.run_timeout_cap_s:g}s; ask for less"
         )
-    result = sb.exec(args.command, timeout=timeout, cwd=WORKSPACE, env=RUN_ENV)
-    output = result.stdout + result.stderr
+    result = sb.exec(["sh", "-c", TRACKED_RUN, "sh", args.command], timeout=timeout, cwd=WORKSPACE, env=RUN_ENV)
+    stderr, changed = split_effect(result.stderr)
+    output = result.stdout + stderr
     feedback = error = None
     if result.timed_out:
         feedback, error = (
@@ -165,7 +193,12 @@ def run(sb: Sandbox, args: RunArgs, settings: ServerSettings) -> ToolResult:
     elif result.oom_killed:
         feedback, error = "command ran out of memory and was killed", "OOM"
     return ToolResult(
-        output=output, exit_code=result.exit_code, truncated=result.truncated, feedback=feedback, error=error
+        output=output,
+        exit_code=result.exit_code,
+        truncated=result.truncated,
+        feedback=feedback,
+        error=error,
+        workspace_changed=changed,
     )
 
 

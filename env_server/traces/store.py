@@ -53,7 +53,10 @@ CREATE INDEX IF NOT EXISTS episodes_by_task_outcome ON episodes(task_id, reward,
 """
 # The columns an EpisodeTrace is read from; `tampered` is a copy of reward_details' flag, so that the dashboard's
 # counts need not parse every episode's JSON.
-_EPISODE_COLUMNS = "episode_id, task_id, problem_statement, tools, status, reward, reward_details, started_at, ended_at"
+_EPISODE_COLUMNS = (
+    "episode_id, task_id, problem_statement, tools, status, reward, reward_details, started_at, ended_at, "
+    "prefix_of, prefix_steps"
+)
 
 
 class TraceStore:
@@ -71,6 +74,7 @@ class TraceStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         _add_tampered_column(self._db)
+        _add_prefix_columns(self._db)
         self._db.executescript(_SUMMARY_INDEXES)
         # A step must not wait seconds on a lock: a write that stays refused goes to the backlog instead.
         self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_BUSY_TIMEOUT_S * 1000)}")
@@ -94,7 +98,7 @@ class TraceStore:
         self._write(
             "episode",
             trace.episode_id,
-            f"INSERT INTO episodes ({_EPISODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL)",
+            f"INSERT INTO episodes ({_EPISODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL, ?, ?)",
             (
                 trace.episode_id,
                 trace.task_id,
@@ -102,6 +106,8 @@ class TraceStore:
                 json.dumps(trace.tools),
                 trace.status,
                 trace.started_at.isoformat(),
+                trace.prefix_of,
+                trace.prefix_steps,
             ),
             lambda _: started.model_copy(update={"steps": []}),
         )
@@ -256,8 +262,10 @@ class TraceStore:
 
     @staticmethod
     def _episode(row: tuple, steps: list[tuple]) -> EpisodeTrace:
-        episode_id, task_id, problem, tools, status, reward, details, started, ended = row
+        episode_id, task_id, problem, tools, status, reward, details, started, ended, prefix_of, prefix_steps = row
         return EpisodeTrace(
+            prefix_of=prefix_of,
+            prefix_steps=prefix_steps or 0,
             episode_id=episode_id,
             task_id=task_id,
             problem_statement=problem,
@@ -290,6 +298,15 @@ def _add_tampered_column(db: sqlite3.Connection) -> None:
         "UPDATE episodes SET tampered = json_extract(reward_details, '$.tampered') "
         "WHERE reward_details IS NOT NULL AND tampered IS NULL"
     )
+
+
+def _add_prefix_columns(db: sqlite3.Connection) -> None:
+    """A database written before prefix resets gets their columns (empty: no earlier episode had a prefix)."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(episodes)")}
+    for column, kind in (("prefix_of", "TEXT"), ("prefix_steps", "INTEGER")):
+        if column not in present:
+            with contextlib.suppress(sqlite3.OperationalError):  # another server on the same file added it first
+                db.execute(f"ALTER TABLE episodes ADD COLUMN {column} {kind}")
 
 
 def _matches(

@@ -20,10 +20,12 @@ import sys
 import tarfile
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from env_server.grading.inside.launcher import CHILDREN, collect
+from env_server.stepping.tools import TRACKED_RUN
 from sandbox import ExecResult, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from sandbox.runtime.memory_sandbox import Command, MemorySandbox
@@ -32,6 +34,9 @@ from sandbox.runtime.memory_sandbox import Command, MemorySandbox
 def grading_commands(command: Command, sandbox: MemorySandbox) -> ExecResult:
     """The scripted shell, plus what a grading container is asked: `rm -f --`, the plugin probe and the launcher."""
     argv = command.argv
+    if argv[:3] == ["sh", "-c", TRACKED_RUN]:  # an agent's command: its workspace effect stays unknown here
+        command = replace(command, argv=["sh", "-c", argv[4]])
+        argv = command.argv
     if argv[:3] == ["rm", "-f", "--"]:
         for path in argv[3:]:
             sandbox.nodes.pop(posixpath.normpath(posixpath.join(command.cwd or "/", path)), None)

@@ -1,0 +1,85 @@
+"""Prefix resets: a fresh episode of a recorded episode's task, its workspace as it stood after the first k steps.
+
+Prefix sampling (rolling a group out from a shared prefix of a past trajectory, so that its pass rate lands near one
+half) needs an environment that can restore a mid-episode state. The state is rebuilt from the record, never by
+running the agent's commands again: each recorded `write_file` and `edit_file` is replayed through the same tool and
+must answer as it did then; read-only tools changed nothing; a command is accepted only where its step recorded that
+it left the workspace's files as they were (`workspace_changed` false). Anything else refuses the prefix, saying
+which step and why.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from env_server.stepping.errors import EpisodeError
+from proto.traces import EpisodeTrace, StepTrace
+
+REPLAYED = frozenset({"write_file", "edit_file"})
+READ_ONLY = frozenset({"read_file", "list_dir", "search"})
+
+
+class PrefixRefused(EpisodeError):
+    code, http_status = "PREFIX_REFUSED", 422
+
+
+def replayed_steps(origin: EpisodeTrace | None, episode_id: str, steps: int) -> list[StepTrace]:
+    """The steps among the first `steps` of `origin` that a replay writes; PrefixRefused when the prefix cannot be
+    restored (no such episode, too many steps, a submission, a command whose effect is not known to be none)."""
+    if origin is None:
+        raise PrefixRefused(f"no recorded episode {episode_id!r}: prefix_of takes the id of an episode this server ran")
+    recorded = len(origin.steps)
+    if not 1 <= steps <= recorded:
+        raise PrefixRefused(f"prefix_steps must be 1 to {recorded} (episode {episode_id} recorded {recorded} steps)")
+    writes = []
+    for step in origin.steps[:steps]:
+        tool, number = step.action.tool, step.index + 1
+        if tool in REPLAYED:
+            writes.append(step)
+        elif tool == "submit":
+            raise PrefixRefused(
+                f"step {number} of {episode_id} is its submission: a prefix ends before it (prefix_steps < {number})"
+            )
+        elif tool == "run":
+            changed = step.observation.metadata.get("workspace_changed")
+            if changed is not False:
+                why = (
+                    "changed files in the workspace"
+                    if changed
+                    else "has no recorded effect on the workspace (its output was cut, or it timed out)"
+                )
+                raise PrefixRefused(
+                    f"step {number} of {episode_id} ran {_shown(step.action.args.get('command'))}, which {why}; "
+                    f"commands are not run again, so only prefix_steps < {number} can be restored"
+                )
+        elif tool not in READ_ONLY and not step.observation.metadata.get("tool_error"):
+            raise PrefixRefused(f"step {number} of {episode_id} used {tool!r}, whose effect a replay cannot restore")
+    return writes
+
+
+def _shown(command: Any) -> str:
+    text = str(command)
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def history(origin: EpisodeTrace, steps: int) -> list[dict[str, Any]]:
+    """What the agent of a prefixed episode is shown of the prefix: each step's call and what it answered."""
+    shown = []
+    for step in origin.steps[:steps]:
+        observation = step.observation
+        entry: dict[str, Any] = {"tool": step.action.tool, "args": step.action.args, "output": observation.output}
+        for name in ("exit_code", "feedback"):
+            if getattr(observation, name) is not None:
+                entry[name] = getattr(observation, name)
+        shown.append(entry)
+    return shown
+
+
+def same_answer(recorded: StepTrace, output: str, feedback: str | None) -> bool:
+    """Whether a replayed write answered as the recorded one did (same bytes written, same refusal)."""
+    return recorded.observation.output == output and recorded.observation.feedback == feedback
+
+
+def described(step: StepTrace) -> str:
+    return f"step {step.index + 1} ({step.action.tool} {json.dumps(step.action.args)[:80]})"

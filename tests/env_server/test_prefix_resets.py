@@ -1,0 +1,120 @@
+"""Prefix resets on the real engine: a recorded episode's workspace after its first k steps is restored byte for byte
+by replaying its file writes, commands are never run again (one that changed files refuses the prefix), the agent is
+shown the prefix, and the trace names where it came from."""
+
+import io
+import tarfile
+
+import grpc
+import httpx
+import pytest
+
+from env_server.lifecycle.prefix_replay import PrefixRefused
+from proto import coding_env_pb2 as pb
+from proto import coding_env_pb2_grpc as pb_grpc
+from proto.actions import ToolCall
+from sandbox.layout import WORKSPACE
+from tests.task_fixture import DEMO_TASK_ID
+
+pytestmark = pytest.mark.docker
+
+STEPS = [
+    ToolCall(tool="write_file", args={"path": "calc/notes.txt", "content": "clamp: low <= value <= high\n"}),
+    ToolCall(tool="run", args={"command": "cat calc/ops.py && python -c 'print(2 + 2)'"}),
+    ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "    raise NotImplementedError\n", "new": "    pass\n"}),
+    ToolCall(tool="read_file", args={"path": "calc/ops.py"}),
+    ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "no such text", "new": "x"}),  # refused, no effect
+    ToolCall(tool="run", args={"command": "touch calc/made_by_a_command.txt"}),
+    ToolCall(tool="write_file", args={"path": "calc/late.txt", "content": "after the prefix\n"}),
+]
+PREFIX = 5  # up to the refused edit, before the command that writes
+
+
+def workspace_files(episode) -> dict[str, tuple[int, bytes]]:
+    """Every file of the episode's workspace: path -> (mode, bytes); caches aside, .git included."""
+    archive = b"".join(episode.sandbox_ready().export_tree(WORKSPACE, 64 * 2**20))
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar.getmembers():
+            if member.isfile() and "__pycache__" not in member.name:
+                files[member.name] = (member.mode, tar.extractfile(member).read())
+    return files
+
+
+def play(runtime) -> tuple[str, dict]:
+    """One episode of STEPS played through the stepper: its id, and its workspace as it stood after PREFIX steps."""
+    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    after_prefix = {}
+    for number, action in enumerate(STEPS, 1):
+        runtime.stepper.take_step(episode, action)
+        if number == PREFIX:
+            after_prefix = workspace_files(episode)
+    runtime.abort(episode, "recorded for the prefix tests")
+    return episode.id, after_prefix
+
+
+@pytest.fixture(scope="module")
+def recorded(runtime):
+    return play(runtime)
+
+
+def test_each_command_step_records_whether_it_changed_the_workspace(runtime, recorded):
+    trace = runtime.traces.get_episode(recorded[0])
+    assert trace.steps[1].observation.metadata["workspace_changed"] is False
+    assert "4" in trace.steps[1].observation.output and "regrow-workspace-effect" not in trace.steps[1].observation.output
+    assert trace.steps[5].observation.metadata["workspace_changed"] is True
+
+
+def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, recorded):
+    origin, after_prefix = recorded
+    episode = runtime.start_episode(prefix_of=origin, prefix_steps=PREFIX)
+    try:
+        assert workspace_files(episode) == after_prefix
+        assert b"pass\n" in after_prefix[f"{WORKSPACE.lstrip('/')}/calc/ops.py"][1]  # the edit is in it
+        observation = runtime.reset_observation(episode)
+        prefix = observation.metadata["prefix"]
+        assert prefix["of"] == origin and prefix["steps"] == PREFIX
+        assert [entry["tool"] for entry in prefix["history"]] == [action.tool for action in STEPS[:PREFIX]]
+        assert "feedback" in prefix["history"][4]  # the refused edit is shown with its refusal
+        assert episode.steps_left == runtime.settings.step_budget - PREFIX
+        trace = runtime.traces.get_episode(episode.id)
+        assert (trace.prefix_of, trace.prefix_steps, trace.task_id) == (origin, PREFIX, DEMO_TASK_ID)
+    finally:
+        runtime.abort(episode, "test over")
+
+
+def test_a_prefix_that_cannot_be_restored_is_refused_with_the_reason(runtime, recorded):
+    origin, _ = recorded
+    refusals = {
+        "command": dict(prefix_of=origin, prefix_steps=PREFIX + 1),
+        "too long": dict(prefix_of=origin, prefix_steps=len(STEPS) + 1),
+        "no episode": dict(prefix_of="no-such-episode", prefix_steps=1),
+        "half": dict(prefix_of=origin, prefix_steps=None),
+        "other task": dict(prefix_of=origin, prefix_steps=1, task_id="another__task"),
+    }
+    messages = {}
+    for name, options in refusals.items():
+        with pytest.raises(PrefixRefused) as refused:
+            runtime.start_episode(**options)
+        messages[name] = str(refused.value)
+    assert "step 6" in messages["command"] and "changed files" in messages["command"], messages
+    assert f"1 to {len(STEPS)}" in messages["too long"]
+    assert "no recorded episode 'no-such-episode'" in messages["no episode"]
+    assert "both prefix_of" in messages["half"] and "leave task_id out" in messages["other task"]
+    assert not runtime.live_episodes()  # a refusal leaves no episode and no sandbox behind
+
+
+def test_prefix_resets_over_http_and_grpc(server):
+    origin, _ = play(server.runtime)
+    with httpx.Client(base_url=server.http_url, timeout=120) as http:
+        reset = http.post("/reset", json={"prefix_of": origin, "prefix_steps": 3})
+        refused = http.post("/reset", json={"prefix_of": origin, "prefix_steps": 6})
+    assert reset.status_code == 200, reset.text
+    assert reset.json()["metadata"]["prefix"]["steps"] == 3
+    server.runtime.abort(server.runtime.get(reset.json()["metadata"]["episode_id"]), "test over")
+    assert refused.status_code == 422 and "PREFIX_REFUSED" in refused.text and "step 6" in refused.text
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        reply = pb_grpc.CodingEnvStub(channel).Reset(pb.ResetRequest(prefix_of=origin, prefix_steps=2))
+    episode = server.runtime.get(reply.episode_id)
+    assert episode.trace.prefix_steps == 2
+    server.runtime.abort(episode, "test over")
