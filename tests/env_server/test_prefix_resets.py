@@ -21,7 +21,7 @@ pytestmark = pytest.mark.docker
 STEPS = [
     ToolCall(tool="write_file", args={"path": "calc/notes.txt", "content": "clamp: low <= value <= high\n"}),
     ToolCall(tool="run", args={"command": "cat calc/ops.py && python -c 'print(2 + 2)'"}),
-    ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "    raise NotImplementedError\n", "new": "    pass\n"}),
+    ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "    raise NotImplementedError\n", "new": "  pass\n"}),
     ToolCall(tool="read_file", args={"path": "calc/ops.py"}),
     ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "no such text", "new": "x"}),  # refused, no effect
     ToolCall(tool="run", args={"command": "touch calc/made_by_a_command.txt"}),
@@ -61,7 +61,8 @@ def recorded(runtime):
 def test_each_command_step_records_whether_it_changed_the_workspace(runtime, recorded):
     trace = runtime.traces.get_episode(recorded[0])
     assert trace.steps[1].observation.metadata["workspace_changed"] is False
-    assert "4" in trace.steps[1].observation.output and "regrow-workspace-effect" not in trace.steps[1].observation.output
+    shown = trace.steps[1].observation.output
+    assert "4" in shown and "regrow-workspace-effect" not in shown
     assert trace.steps[5].observation.metadata["workspace_changed"] is True
 
 
@@ -70,7 +71,7 @@ def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, rec
     episode = runtime.start_episode(prefix_of=origin, prefix_steps=PREFIX)
     try:
         assert workspace_files(episode) == after_prefix
-        assert b"pass\n" in after_prefix[f"{WORKSPACE.lstrip('/')}/calc/ops.py"][1]  # the edit is in it
+        assert b"  pass\n" in after_prefix[f"{WORKSPACE.lstrip('/')}/calc/ops.py"][1]  # the edit is in it
         observation = runtime.reset_observation(episode)
         prefix = observation.metadata["prefix"]
         assert prefix["of"] == origin and prefix["steps"] == PREFIX
