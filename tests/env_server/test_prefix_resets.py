@@ -21,7 +21,9 @@ pytestmark = pytest.mark.docker
 STEPS = [
     ToolCall(tool="write_file", args={"path": "calc/notes.txt", "content": "clamp: low <= value <= high\n"}),
     ToolCall(tool="run", args={"command": "cat calc/ops.py && python -c 'print(2 + 2)'"}),
-    ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "    raise NotImplementedError\n", "new": "  pass\n"}),
+    ToolCall(
+        tool="edit_file", args={"path": "calc/ops.py", "old": "    raise NotImplementedError\n", "new": "  pass\n"}
+    ),
     ToolCall(tool="read_file", args={"path": "calc/ops.py"}),
     ToolCall(tool="edit_file", args={"path": "calc/ops.py", "old": "no such text", "new": "x"}),  # refused, no effect
     ToolCall(tool="run", args={"command": "touch calc/made_by_a_command.txt"}),
