@@ -64,6 +64,18 @@ def initial_messages(problem_statement: str, tools: list[dict[str, Any]]) -> lis
     ]
 
 
+def prefix_messages(prefix: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The recorded steps a prefix reset's episode starts after (its reset's `metadata["prefix"]`), as the turns the
+    policy took and the env's answers: one assistant message and one tool response a step. They come before the
+    first generation prompt, so a trainer keeps them out of the loss as prompt."""
+    messages: list[dict[str, str]] = []
+    for entry in (prefix or {}).get("history", []):
+        call = ToolCall(tool=entry["tool"], args=entry.get("args") or {})
+        answer = CodingObservation(output=entry.get("output") or "", exit_code=entry.get("exit_code"))
+        messages += [{"role": "assistant", "content": format_tool_call(call)}, tool_response_message([answer])]
+    return messages
+
+
 def format_tool_call(call: ToolCall) -> str:
     """The canonical assistant text for one call (used when the raw text was not recorded), in the form the system
     prompt's example shows: `name` before `arguments`, and the arguments in the order the tool lists them. A policy

@@ -15,6 +15,7 @@ from proto import coding_env_pb2_grpc as pb_grpc
 from proto.actions import ToolCall
 from sandbox.layout import WORKSPACE
 from tests.task_fixture import DEMO_TASK_ID
+from trainer_client.env.client import EnvClient, EnvRequestError
 
 pytestmark = pytest.mark.docker
 
@@ -121,3 +122,17 @@ def test_prefix_resets_over_http_and_grpc(server):
     episode = server.runtime.get(reply.episode_id)
     assert episode.trace.prefix_steps == 2
     server.runtime.abort(episode, "test over")
+
+
+async def test_the_trainers_client_gets_the_prefix_over_websocket_and_a_clear_refusal(server):
+    origin, _ = play(server.runtime)
+    client = EnvClient(server.http_url, max_connections=1)
+    try:
+        async with client.episode(prefix_of=origin, prefix_steps=3) as episode:
+            assert episode.first.metadata["prefix"]["steps"] == 3
+            assert episode.first.metadata["task_id"] == DEMO_TASK_ID
+        with pytest.raises(EnvRequestError, match="step 6"):
+            async with client.episode(prefix_of=origin, prefix_steps=6):
+                pass
+    finally:
+        await client.aclose()

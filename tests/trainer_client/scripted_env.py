@@ -5,7 +5,7 @@ unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `
 1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts;
 a `run` of `lose-sandbox` answers as the real env does when the sandbox died (tool_error SANDBOX_GONE);
 a reset of task `no-such-task` fails, as a request the env cannot serve; a reset that names a sampler draws a new
-task every time.
+task every time; a prefix reset answers with a one-step prefix, or is refused for `prefix_of="refused"`.
 
 `python -m tests.trainer_client.scripted_env --port N` serves it as a process, for tests that kill a server.
 """
@@ -40,12 +40,20 @@ class ScriptedCodingEnv(Environment):
             raise ValueError("unknown task 'no-such-task'")
         if task_id is None and kwargs.get("sampler"):  # a draw that changes at every reset, as pass rates may
             task_id = f"drawn-{next(ScriptedCodingEnv.draws)}"
+        prefix = None
+        if kwargs.get("prefix_of") == "refused":
+            raise ValueError("PREFIX_REFUSED: step 2 ran a command that changed files")
+        if kwargs.get("prefix_of"):
+            task_id = "prefixed"
+            write = {"path": "calc/ops.py", "content": "def clamp(v, lo, hi):\n    return v\n"}
+            history = [{"tool": "write_file", "args": write, "output": "wrote 37 bytes to calc/ops.py"}]
+            prefix = {"of": kwargs["prefix_of"], "steps": kwargs.get("prefix_steps"), "history": history}
         self._state = EpisodeState(episode_id=episode_id or f"ep-{time.monotonic_ns()}", task_id=task_id or "calc")
         self.files = {}
         return CodingObservation(
             problem_statement="Implement clamp in calc/ops.py.",
             tools=tool_specs(),
-            metadata={"task_id": self._state.task_id},
+            metadata={"task_id": self._state.task_id} | ({"prefix": prefix} if prefix else {}),
         )
 
     def step(self, action: ToolCall, timeout_s=None, **kwargs) -> CodingObservation:

@@ -80,6 +80,29 @@ def test_a_group_drawn_by_a_sampler_plays_the_task_its_first_reset_drew(scripted
     assert len(set.union(*drawn)) == 3  # each group its own draw
 
 
+def test_a_prefix_group_starts_every_member_from_the_prefix_and_a_refused_one_plays_plainly(
+    scripted_env_url, tokenizer, episode_tokens
+):
+    submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
+    options = iter(
+        [
+            {"prefix_of": "ep-1", "prefix_steps": 1, "fallback": {"task_id": "calc"}},
+            {"prefix_of": "refused", "prefix_steps": 1, "fallback": {"task_id": "plain"}},
+        ]
+    )
+    stream = RolloutStream(scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=2, group_size=2)
+    with stream:
+        groups = stream.next_groups(2, policy_version=0, timeout=60)
+        refused = stream.stats.prefix_refused
+    by_task = {group[0].task_id: group for group in groups}
+    assert set(by_task) == {"prefixed", "plain"} and all(len({t.task_id for t in g}) == 1 for g in groups)
+    for trajectory in by_task["prefixed"]:  # the prefix is context: in the prompt, never in the completion
+        assert "return v" in tokenizer.decode(trajectory.prompt_ids)
+        assert "fallback" not in trajectory.reset_options
+    assert refused >= 1
+
+
 def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, episode_tokens):
     submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)

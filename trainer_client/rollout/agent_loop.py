@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from proto import CodingObservation, tool_specs
-from proto.transcript import ASSISTANT_TEXT_KEY, TURN_KEY, initial_messages, tool_response_message, turn_feedback
+from proto.transcript import (
+    ASSISTANT_TEXT_KEY,
+    TURN_KEY,
+    initial_messages,
+    prefix_messages,
+    tool_response_message,
+    turn_feedback,
+)
 from trainer_client.env.client import Episode, EpisodeSource
 from trainer_client.rollout.chat_format import ParsedToolCall, parse_tool_calls
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
@@ -100,6 +107,7 @@ async def play_episode(
         if on_reset is not None:
             on_reset(first.metadata.get("task_id"))
         messages = initial_messages(first.problem_statement or "", first.tools or tool_specs())
+        messages += prefix_messages(first.metadata.get("prefix"))  # a prefix reset's recorded steps, as context
         trajectory = Trajectory(
             prompt_ids=tokens.prompt_ids(messages),
             policy_version=sampler.version,

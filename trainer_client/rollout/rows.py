@@ -5,6 +5,7 @@ times; the rows here are placeholders, since the env picks the task, and each gr
 `num_generations` rows is filled with one streamed group (the same task played that many times).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,16 +69,26 @@ class StreamedRollouts:
     Each row also carries the stream's counters (`stream_counters`), which the trainer logs as `rollout/*`.
     """
 
-    def __init__(self, stream: RolloutStream, tokens: EpisodeTokenizer, timeout_s: float = 1800.0):
+    def __init__(
+        self,
+        stream: RolloutStream,
+        tokens: EpisodeTokenizer,
+        timeout_s: float = 1800.0,
+        on_group: Callable[[list[Trajectory]], None] | None = None,
+    ):
         self.stream = stream
         self.tokens = tokens
         self.timeout_s = timeout_s
+        self.on_group = on_group  # hears each group the trainer takes (prefix sampling plans from them)
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, list]:
         self.stream.sampler.version = trainer.state.global_step  # episodes started from now on use these weights
         groups = self.stream.next_groups(
             len(prompts) // trainer.num_generations, trainer.state.global_step, self.timeout_s
         )
+        if self.on_group is not None:
+            for group in groups:
+                self.on_group(group)
         rows = trajectory_rows([t for group in groups for t in group], self.tokens)
         counters = self.stream.stats.counters()
         rows["stream_counters"] = [counters] * len(rows["prompt_ids"])

@@ -21,11 +21,19 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer_client.env.client import EnvAtCapacity, EnvEpisodeLost, EnvError, EnvTransportError, EnvUnavailable
+from trainer_client.env.client import (
+    EnvAtCapacity,
+    EnvEpisodeLost,
+    EnvError,
+    EnvRequestError,
+    EnvTransportError,
+    EnvUnavailable,
+)
 from trainer_client.env.env_pool import EnvPool
 from trainer_client.env.server_pool import env_urls
 from trainer_client.rollout.agent_loop import EpisodeLimits, Trajectory, TurnSampler, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
+from trainer_client.rollout.prefix_planner import FALLBACK
 from trainer_client.rollout.token_log import TokenLog
 
 logger = logging.getLogger(__name__)
@@ -46,6 +54,7 @@ class StreamStats:
     policy_tokens: int = 0  # tokens the policy generated in all played episodes
     turns: int = 0  # model turns in all played episodes
     reward_sum: float = 0.0  # env reward summed over all played episodes
+    prefix_refused: int = 0  # prefix resets the env could not restore; their groups played the task from the start
 
     def counters(self) -> dict[str, float]:
         return {name: float(value) for name, value in asdict(self).items()}
@@ -72,6 +81,8 @@ class _Group:
     async def member_options(self, leading: bool) -> tuple[dict[str, Any], bool]:
         """(reset options, whether this member draws the task) for a member's next attempt: the group's own options
         for the first member (again on its retries until a reset has drawn), the drawn task for the rest."""
+        if "prefix_of" in self.options:  # the prefix names the task: every member starts from it
+            return {k: v for k, v in self.options.items() if k != FALLBACK}, False
         if "task_id" in self.options:
             return self.options, False
         if not self._drawn.is_set():
@@ -290,6 +301,14 @@ class RolloutStream:
                 log = logger.warning if outage_delay == first_delay else logger.debug
                 log("no episode could start (%s); backing off up to --env-outage-s", error)
                 outage_delay = await self._back_off(outage_delay)
+            except EnvRequestError as error:
+                if "prefix_of" not in options:
+                    raise
+                # The env cannot restore that prefix (a command changed files, say): the group plays the task plainly.
+                logger.info("prefix reset %s refused (%s); the group plays its task from the start", options, error)
+                self.stats.prefix_refused += 1
+                if "prefix_of" in group.options:  # another member may have fallen back already
+                    group.options = group.options.get(FALLBACK) or {}
             except (EnvEpisodeLost, EnvTransportError) as error:  # lost after it started
                 self._outage_since = None
                 if replays >= self._episode_retries:

@@ -155,6 +155,7 @@ def run_training(
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.hf_sampler import HFTurnSampler
+    from trainer_client.rollout.prefix_planner import PrefixPlanner
     from trainer_client.rollout.rows import StreamedRollouts, env_reward, episode_slots
     from trainer_client.rollout.stream import RolloutStream
     from trainer_client.rollout.token_log import TokenLog
@@ -212,12 +213,14 @@ def run_training(
         name = "episode_tokens.jsonl" if world == 1 else f"episode_tokens.rank{rank}.jsonl"  # one writer a file
         token_log = TokenLog(settings.output_dir / name, settings.model)
         logger.info("episode tokens go to %s (regrow traces export --tokens %s)", token_log.path, token_log.path)
+    options = reset_options(settings, rank, world)
+    planner = PrefixPlanner(options, settings.prefix_fraction) if settings.prefix_sampling else None
     stream = RolloutStream(
         settings.env,
         sampler,
         tokens,
         limits,
-        reset_options(settings, rank, world),
+        planner or options,
         workers=settings.workers,
         group_size=settings.group_size,
         max_staleness=settings.max_staleness,
@@ -234,7 +237,9 @@ def run_training(
         reward_funcs=env_reward,
         train_dataset=episode_slots(settings.groups_per_step),
         processing_class=tokenizer,
-        rollout_func=StreamedRollouts(stream, tokens, settings.episode_timeout_s),
+        rollout_func=StreamedRollouts(
+            stream, tokens, settings.episode_timeout_s, on_group=planner.observe if planner else None
+        ),
         pair_batches=pair_batches,
     )
     curves = curves_dir(settings.output_dir) if settings.logger == "tensorboard" else None

@@ -37,6 +37,14 @@ class TrainSettings(BaseSettings):
         "recorded pass rate is nearest one half, so fewer groups pass or fail whole and carry no gradient: TRL logs "
         "their share as frac_reward_zero_std). Over HTTP/WebSocket servers.",
     )
+    prefix_sampling: bool = Field(
+        default=False,
+        description="Prefix sampling: after a group of a task passes or fails whole, the task's next group starts from "
+        "a prefix of one of its episodes with the other outcome (env prefix resets; the prefix is prompt, untrained).",
+    )
+    prefix_fraction: float = Field(
+        default=0.5, gt=0, lt=1, description="Share of the source episode's steps a prefix group starts after."
+    )
     steps: int = Field(default=100, ge=1, description="Optimizer steps.")
     group_size: int = Field(default=4, ge=2, description="Episodes per task in a GRPO group.")
     groups_per_step: int = Field(default=2, ge=1, description="Groups in one optimizer step.")
