@@ -142,6 +142,25 @@ def bench_synth(
     report(result, as_json)
 
 
+def bench_pytest_fork(
+    repo: str = typer.Option(..., "--repo", help="An sdist, a PyPI requirement pinned with ==, or a path or git URL."),
+    runs: int = typer.Option(20, min=3, help="Runs each way, alternating."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Seconds per test run in a validation sandbox: through its pytest fork server against a fresh pytest."""
+    from regrow.benchmarks.synthesis import run_fork_bench
+    from sandbox import SandboxError
+    from task_synth.errors import SynthError
+
+    settings = synth_settings(max_tasks=1)
+    try:
+        with tempfile.TemporaryDirectory(prefix="regrow-bench-sdist-") as scratch:
+            result = run_fork_bench(repo_source(repo, settings.cache_dir, Path(scratch)), settings, runs)
+    except (SynthError, SandboxError, RuntimeError) as error:
+        fail(str(error))
+    report(result, as_json)
+
+
 def repo_source(repo: str, cache_dir: Path, scratch: Path) -> str:
     """What synthesis reads for `--repo`: an sdist unpacked into `scratch`, a pinned requirement's sdist downloaded
     and unpacked there, or the path or URL as given."""
@@ -197,17 +216,40 @@ def bench_rollouts(
     episodes: int = typer.Option(16, min=1, help="Episodes to play."),
     max_turns: int = typer.Option(4, min=1, help="Turn limit per episode."),
     task_id: list[str] = typer.Option([], "--task-id", help="Tasks to play (repeat); default: sample by seed."),
+    sampler: list[str] = typer.Option(
+        ["uniform"], "--sampler", help="The env's task draw: uniform or frontier; repeat to compare, in that order."
+    ),
+    group_size: int = typer.Option(1, min=1, help="Episodes of one task per group (the zero-variance share needs 2+)."),
+    skill_policy: Path = typer.Option(
+        None,
+        "--skill-policy",
+        exists=True,
+        file_okay=False,
+        help="Play a stand-in policy of known skill on this task store's tasks (the server's), instead of --model.",
+    ),
+    seed: int = typer.Option(0),
+    prefix_latency: bool = typer.Option(
+        False, help="Also time a prefix reset (the first step of a played episode) against a plain reset of its task."
+    ),
     as_json: bool = AS_JSON,
 ) -> None:
-    """Episodes per minute the rollout workers sustain against a live env server."""
+    """Episodes per minute against a live env server; with groups, the share whose rewards are all equal per sampler."""
     from regrow.benchmarks.training import run_rollout_bench
     from trainer_client.env.client import EnvError
 
+    unknown = sorted(set(sampler) - {"uniform", "frontier"})
+    if unknown:
+        fail(f"unknown sampler {', '.join(unknown)}: use uniform or frontier")
     try:
-        result = run_rollout_bench(env, model, workers, episodes, max_turns, task_id)
+        runs = [
+            run_rollout_bench(
+                env, model, workers, episodes, max_turns, task_id, name, group_size, skill_policy, seed, prefix_latency
+            )
+            for name in sampler
+        ]
     except EnvError as error:
         fail(str(error))
-    report(result, as_json)
+    report(runs[0] if len(runs) == 1 else {"runs": runs}, as_json)
 
 
 def bench_train(
@@ -308,6 +350,7 @@ def register(bench_app: typer.Typer) -> None:
         "sandbox": bench_sandbox,
         "proxy": bench_proxy,
         "synth": bench_synth,
+        "pytest-fork": bench_pytest_fork,
         "corpus": bench_corpus,
         "server": bench_server,
         "load": bench_load,

@@ -146,3 +146,39 @@ def run_synth_bench(
             for reason in sorted({v.rejection for v in guided} - {None})
         },
     }
+
+
+def run_fork_bench(source: str, settings: SynthSettings, runs: int, backend: DockerBackend | None = None) -> dict:
+    """Seconds per test run in one validation sandbox, through its pytest fork server and as a fresh `python -m
+    pytest`, alternating so that both meet the same load: each run is one test file of the suite, as a candidate's
+    checks run a few files."""
+    from task_synth.validation.fork_server import has_fork_server, use_fork_server
+    from task_synth.validation.suite_runs import files_of_tests, run_tests
+
+    backend = backend or DockerBackend()
+    settings = settings.model_copy(update={"fork_server": True})
+    with tempfile.TemporaryDirectory(prefix="regrow-bench-fork-") as scratch:
+        created: list[str] = []
+        context = prepare_repo(source, settings, backend, Path(scratch), created)
+        tests = sorted(context.baseline.stable)
+        chosen = [test for test in tests if test.startswith(files_of_tests(tests)[0] + "::")]
+        times: dict[str, list[float]] = {"fork server": [], "fresh pytest": []}
+        with context.sandbox() as sb:
+            served = has_fork_server(sb)
+            for _ in range(runs):
+                for way in times:
+                    use_fork_server(sb, served and way == "fork server")
+                    started = time.perf_counter()
+                    run = run_tests(sb, settings.test_command, chosen, settings.test_timeout_s)
+                    times[way].append(time.perf_counter() - started)
+                    if run.failed(chosen):
+                        raise RuntimeError(f"{way}: {sorted(run.failed(chosen))[:3]} failed at baseline")
+    p50 = {way: statistics.median(values) for way, values in times.items()}
+    return {
+        "repo": context.checkout.repo_name,
+        "runs": runs,
+        "tests_per_run": len(chosen),
+        "server_started": served,
+        "p50_s": {way: round(value, 3) for way, value in p50.items()},
+        "saved_per_run_s": round(p50["fresh pytest"] - p50["fork server"], 3),
+    }

@@ -266,45 +266,112 @@ def run_train_bench(
 
 
 def run_rollout_bench(
-    env_url: str, model_spec: str, workers: int, episodes: int, max_turns: int, task_ids: list[str]
+    env_url: str,
+    model_spec: str,
+    workers: int,
+    episodes: int,
+    max_turns: int,
+    task_ids: list[str],
+    sampler_name: str = "uniform",
+    group_size: int = 1,
+    skill_store: Path | None = None,
+    seed: int = 0,
+    prefix_latency: bool = False,
 ) -> dict:
-    """Episodes per minute that `workers` rollout workers sustain against a live env server."""
+    """Episodes per minute that `workers` rollout workers sustain against a live env server, and the share of groups
+    whose rewards are all equal (no GRPO signal) under the env's `sampler_name` draw.
+
+    With `skill_store` the policy is benchmarks/skill_policy.py's stand-in of known skill on that store's tasks."""
     import itertools
 
-    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
 
     model, tokenizer = _bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
-    sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
+    policy: TurnSampler
+    if skill_store is not None:
+        from regrow.benchmarks.skill_policy import SkillSampler
+
+        policy = SkillSampler(tokenizer, tokens.end_of_turn_id, skill_store, seed)
+        limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=16384, max_completion_tokens=32768)
+    else:
+        policy = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
+        limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=48, max_completion_tokens=2048)
+    drawn = {"sampler": sampler_name} if sampler_name != "uniform" else {}
     options: Iterator[dict[str, Any]] = (
-        ({"task_id": t} for t in itertools.cycle(task_ids)) if task_ids else ({"seed": n} for n in itertools.count())
+        ({"task_id": t} for t in itertools.cycle(task_ids))
+        if task_ids
+        else ({"seed": seed * 1_000_003 + n, **drawn} for n in itertools.count())
     )
-    limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=48, max_completion_tokens=2048)
     stream = RolloutStream(
         env_url,
-        sampler,
+        policy,
         tokens,
         limits,
         options,
         workers=workers,
-        group_size=1,
+        group_size=group_size,
         max_staleness=10**9,
-        max_buffered_groups=workers * 2,
+        max_buffered_groups=max(2, workers * 2 // group_size),
     )
     started = time.perf_counter()
     with stream:
-        played = [t for group in stream.next_groups(episodes, policy_version=0) for t in group]
+        groups = stream.next_groups(max(1, episodes // group_size), policy_version=0)
     elapsed = time.perf_counter() - started
+    played = [t for group in groups for t in group]
+    flat = [group for group in groups if len({t.reward for t in group}) == 1]
+    latency = prefix_reset_latency(env_url, played) if prefix_latency else None
     return {
         "env": env_url,
-        "model": model_spec,
+        "model": "skill policy" if skill_store is not None else model_spec,
+        "sampler": sampler_name,
         "workers": workers,
         "episodes": len(played),
+        "groups": len(groups),
+        "group_size": group_size,
+        "zero_variance_share": round(len(flat) / len(groups), 3) if groups and group_size > 1 else None,
+        "pass_rate": round(statistics.mean(t.reward >= 1.0 for t in played), 3),
+        "tasks_played": len({t.task_id for t in played}),
         "turns_per_episode": round(statistics.mean(len(t.turns) for t in played), 2),
         "env_steps": sum(turn.calls for t in played for turn in t.turns),
         "seconds": round(elapsed, 2),
         "episodes_per_minute": round(60 * len(played) / elapsed, 2),
         "episode_retries": stream.stats.episode_retries,
+        "reset_latency": latency,
     }
+
+
+def prefix_reset_latency(env_url: str, played: list[Any], repetitions: int = 10) -> dict | None:
+    """Seconds to the first observation of a plain reset and of a prefix reset of the same task (p50 of
+    `repetitions`), the prefix being the first step of a played episode that took two or more; None when none did."""
+    import asyncio
+
+    from trainer_client.env.client import EnvClient
+
+    source = next((t for t in played if sum(turn.calls for turn in t.turns) >= 2 and t.episode_id), None)
+    if source is None:
+        return None
+
+    async def timed(options: dict[str, Any]) -> float:
+        client = EnvClient(env_url, max_connections=1)
+        try:
+            started = time.perf_counter()
+            async with client.episode(**options):
+                elapsed = time.perf_counter() - started
+            return elapsed
+        finally:
+            await client.aclose()
+
+    async def measure() -> dict:
+        plain = [await timed({"task_id": source.task_id}) for _ in range(repetitions)]
+        prefixed = [await timed({"prefix_of": source.episode_id, "prefix_steps": 1}) for _ in range(repetitions)]
+        return {
+            "prefix_of": source.episode_id,
+            "prefix_steps": 1,
+            "plain_reset_p50_s": round(statistics.median(plain), 3),
+            "prefix_reset_p50_s": round(statistics.median(prefixed), 3),
+        }
+
+    return asyncio.run(measure())

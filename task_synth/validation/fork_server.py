@@ -48,3 +48,15 @@ def through_fork_server(sb: Sandbox, test_command: str) -> str:
     if sb in _serving and (test_command == PLAIN_PYTEST or test_command.startswith(PLAIN_PYTEST + " ")):
         return f"python {FORK_PY} {FORK_SOCKET}{test_command.removeprefix(PLAIN_PYTEST)}"
     return test_command
+
+
+def has_fork_server(sb: Sandbox) -> bool:
+    return sb in _serving
+
+
+def use_fork_server(sb: Sandbox, on: bool) -> None:
+    """Send `sb`'s runs through its started server (on) or to a fresh pytest each (off), as a benchmark compares."""
+    if on:
+        _serving.add(sb)
+    else:
+        _serving.discard(sb)
