@@ -60,8 +60,9 @@ def _child(conn, request: dict, fds: list) -> int:
     """In the forked child: become a fresh `python -m pytest` in the client's place, and run it."""
     os.setpgid(0, 0)
     for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
     conn.close()
     os.environ.clear()
     os.environ.update(request["env"])
@@ -95,26 +96,50 @@ def serve(path: str) -> int:
         json.dump(startup_environment(os.environ), out)
     os.rename(path + ".partial", path)  # a client connects only once the environment is on record
     selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ)
+    selector.register(listener, selectors.EVENT_READ, "listener")
+    # A child's exit wakes the loop at once (SIGCHLD writes to this pipe), so its status goes back without delay.
+    wake_read, wake_write = os.pipe()
+    os.set_blocking(wake_read, False)
+    os.set_blocking(wake_write, False)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(wake_write)
+    selector.register(wake_read, selectors.EVENT_READ, "wake")
     children: dict = {}  # pid -> client connection
     while True:
-        for key, _events in selector.select(timeout=0.05):
-            if key.fileobj is listener:
+        for key, _events in selector.select(timeout=1.0):
+            if key.data == "wake":
+                while True:
+                    try:
+                        if not os.read(wake_read, 512):
+                            break
+                    except BlockingIOError:
+                        break
+            elif key.data == "listener":
                 conn, _ = listener.accept()
+                conn.settimeout(10)  # a client that connects and says nothing must not stall the others
                 try:
                     request, fds = _read_message(conn)
                 except (ConnectionError, ValueError, OSError):
                     conn.close()
                     continue
+                conn.settimeout(None)
                 sys.stdout.flush()
                 sys.stderr.flush()
                 pid = os.fork()
                 if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
                     selector.close()
                     listener.close()
+                    os.close(wake_read)
+                    os.close(wake_write)
                     for other in children.values():
                         other.close()
                     return _child(conn, request, fds)
+                try:  # the child does this too: whichever runs first, a kill of its group finds it
+                    os.setpgid(pid, pid)
+                except OSError:
+                    pass
                 for fd in fds:
                     os.close(fd)
                 print(f"run {pid}: {' '.join(request['argv'])[:200]}", file=sys.stderr, flush=True)
