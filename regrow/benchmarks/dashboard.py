@@ -39,7 +39,8 @@ def _fill(path: Path, episodes: int, tasks: int, steps: int, seed: int) -> None:
                 tampered=forged, tamper_reasons=["static_scan"] if forged else [], diff="+x\n" * 40,
             )  # fmt: skip
             db.execute(
-                "INSERT INTO episodes VALUES (?, ?, 'fix it', '[]', 'submitted', ?, ?, ?, ?, ?)",
+                "INSERT INTO episodes (episode_id, task_id, problem_statement, tools, status, reward, reward_details,"
+                " started_at, ended_at, tampered) VALUES (?, ?, 'fix it', '[]', 'submitted', ?, ?, ?, ?, ?)",
                 (episode_id, f"task-{number % tasks:04d}", reward, details.model_dump_json(), started.isoformat(),
                  (started + timedelta(seconds=30)).isoformat(), int(forged)),
             )  # fmt: skip
