@@ -29,6 +29,11 @@ def replayed_steps(origin: EpisodeTrace | None, episode_id: str, steps: int) -> 
     restored (no such episode, too many steps, a submission, a command whose effect is not known to be none)."""
     if origin is None:
         raise PrefixRefused(f"no recorded episode {episode_id!r}: prefix_of takes the id of an episode this server ran")
+    if origin.prefix_of is not None:  # its own start is not in its steps
+        raise PrefixRefused(
+            f"episode {episode_id} itself started after {origin.prefix_steps} steps of {origin.prefix_of}: "
+            "take a prefix of an episode that started from the task's own workspace"
+        )
     recorded = len(origin.steps)
     if not 1 <= steps <= recorded:
         raise PrefixRefused(f"prefix_steps must be 1 to {recorded} (episode {episode_id} recorded {recorded} steps)")

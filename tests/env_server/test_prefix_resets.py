@@ -83,6 +83,9 @@ def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, rec
         assert episode.steps_left == runtime.settings.step_budget - PREFIX
         trace = runtime.traces.get_episode(episode.id)
         assert (trace.prefix_of, trace.prefix_steps, trace.task_id) == (origin, PREFIX, DEMO_TASK_ID)
+        runtime.stepper.take_step(episode, STEPS[0])
+        with pytest.raises(PrefixRefused, match="itself started after 5 steps"):  # its own start is not in its steps
+            runtime.start_episode(prefix_of=episode.id, prefix_steps=1)
     finally:
         runtime.abort(episode, "test over")
 
