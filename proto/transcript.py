@@ -64,6 +64,20 @@ def initial_messages(problem_statement: str, tools: list[dict[str, Any]]) -> lis
     ]
 
 
+def prefix_history(steps: list[StepTrace]) -> list[dict[str, Any]]:
+    """A prefix reset's recorded steps as its reset shows them (`metadata["prefix"]["history"]`): each step's call
+    and what it answered."""
+    shown = []
+    for step in steps:
+        observation = step.observation
+        entry: dict[str, Any] = {"tool": step.action.tool, "args": step.action.args, "output": observation.output}
+        for name in ("exit_code", "feedback"):
+            if getattr(observation, name) is not None:
+                entry[name] = getattr(observation, name)
+        shown.append(entry)
+    return shown
+
+
 def prefix_messages(prefix: dict[str, Any] | None) -> list[dict[str, str]]:
     """The recorded steps a prefix reset's episode starts after (its reset's `metadata["prefix"]`), as the turns the
     policy took and the env's answers: one assistant message and one tool response a step. They come before the

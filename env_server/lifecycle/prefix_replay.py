@@ -15,6 +15,7 @@ from typing import Any
 
 from env_server.stepping.errors import EpisodeError
 from proto.traces import EpisodeTrace, StepTrace
+from proto.transcript import prefix_history
 
 REPLAYED = frozenset({"write_file", "edit_file"})
 READ_ONLY = frozenset({"read_file", "list_dir", "search"})
@@ -70,15 +71,7 @@ def _shown(command: Any) -> str:
 
 def history(origin: EpisodeTrace, steps: int) -> list[dict[str, Any]]:
     """What the agent of a prefixed episode is shown of the prefix: each step's call and what it answered."""
-    shown = []
-    for step in origin.steps[:steps]:
-        observation = step.observation
-        entry: dict[str, Any] = {"tool": step.action.tool, "args": step.action.args, "output": observation.output}
-        for name in ("exit_code", "feedback"):
-            if getattr(observation, name) is not None:
-                entry[name] = getattr(observation, name)
-        shown.append(entry)
-    return shown
+    return prefix_history(sorted(origin.steps, key=lambda step: step.index)[:steps])
 
 
 def same_answer(recorded: StepTrace, output: str, feedback: str | None) -> bool:

@@ -16,7 +16,14 @@ from typing import Any
 import pyarrow as pa
 
 from proto.traces import EpisodeTokens, EpisodeTrace, StepTrace
-from proto.transcript import assistant_text, initial_messages, tool_response_message, turn_feedback, turns
+from proto.transcript import (
+    assistant_text,
+    initial_messages,
+    prefix_messages,
+    tool_response_message,
+    turn_feedback,
+    turns,
+)
 
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()), ("feedback", pa.string())])
@@ -79,6 +86,9 @@ EPISODE_SCHEMA = pa.schema(
         ("reward_details", REWARD_DETAILS),
         ("problem_statement", pa.string()),
         ("messages", pa.list_(MESSAGE)),
+        # A prefix reset's origin and how many of its steps came first (in `messages`, never the policy's own turns).
+        ("prefix_of", pa.string()),
+        ("prefix_steps", pa.int32()),
         ("tools_json", pa.string()),
         ("tool_trace", pa.list_(TOOL_TRACE_ENTRY)),
         ("num_steps", pa.int32()),
@@ -95,8 +105,11 @@ EPISODE_SCHEMA = pa.schema(
 )
 
 
-def episode_row(trace: EpisodeTrace, tokens: EpisodeTokens | None = None) -> dict[str, Any]:
-    """One dataset row of `EPISODE_SCHEMA` for a recorded episode, with the trainer's `tokens` of it if given."""
+def episode_row(
+    trace: EpisodeTrace, tokens: EpisodeTokens | None = None, prefix: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    """One dataset row of `EPISODE_SCHEMA` for a recorded episode, with the trainer's `tokens` of it if given; a
+    prefix reset's episode gets its `prefix` (proto.transcript.prefix_history of its origin) in its messages."""
     steps = sorted(trace.steps, key=lambda step: step.index)
     return {
         "episode_id": trace.episode_id,
@@ -106,7 +119,9 @@ def episode_row(trace: EpisodeTrace, tokens: EpisodeTokens | None = None) -> dic
         "reward": trace.reward,
         "reward_details": trace.reward_details.model_dump(mode="json") if trace.reward_details else None,
         "problem_statement": trace.problem_statement,
-        "messages": chat_messages(trace),
+        "messages": chat_messages(trace, prefix),
+        "prefix_of": trace.prefix_of,
+        "prefix_steps": trace.prefix_steps,
         "tools_json": json.dumps([{"type": "function", "function": spec} for spec in trace.tools]),
         "tool_trace": [_tool_trace_entry(step) for step in steps],
         "num_steps": len(steps),
@@ -120,9 +135,11 @@ def episode_row(trace: EpisodeTrace, tokens: EpisodeTokens | None = None) -> dic
     }
 
 
-def chat_messages(trace: EpisodeTrace) -> list[dict[str, Any]]:
-    """The policy's transcript of the episode; each tool-response message carries the feedback on its turn."""
-    messages = [{**message, "feedback": None} for message in initial_messages(trace.problem_statement, trace.tools)]
+def chat_messages(trace: EpisodeTrace, prefix: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+    """The policy's transcript of the episode; each tool-response message carries the feedback on its turn. A prefix
+    reset's prefix comes first, as the trainer showed it (proto.transcript.prefix_messages)."""
+    opening = initial_messages(trace.problem_statement, trace.tools) + prefix_messages({"history": prefix or []})
+    messages = [{**message, "feedback": None} for message in opening]
     for turn in turns(trace.steps):
         observations = [step.observation for step in turn]
         messages.append({"role": "assistant", "content": assistant_text(turn), "feedback": None})

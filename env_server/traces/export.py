@@ -21,6 +21,7 @@ from env_server.traces.datasets import EPISODE_SCHEMA, episode_row
 from env_server.traces.store import TraceStore
 from proto.dataset_files import DatasetFormat, check_output, write_dataset
 from proto.traces import EpisodeTokens, EpisodeTrace
+from proto.transcript import prefix_history
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +54,7 @@ def export_traces(
         def rows() -> Iterator[dict[str, Any]]:
             for trace in store.iter_episodes():
                 stored.add(trace.episode_id)
-                yield _row(trace, by_episode.get(trace.episode_id), fmt)
+                yield _row(trace, by_episode.get(trace.episode_id), fmt, _prefix(store, trace))
 
         if not store.read("SELECT 1 FROM episodes LIMIT 1"):
             raise TraceExportError(f"{db} holds no episodes yet: play some against `regrow serve` first")
@@ -106,8 +107,18 @@ def open_traces(db: Path) -> Iterator[TraceStore]:
         store.close()
 
 
-def _row(trace: EpisodeTrace, tokens: EpisodeTokens | None, fmt: DatasetFormat) -> dict[str, Any]:
-    row = episode_row(trace, tokens)
+def _prefix(store: TraceStore, trace: EpisodeTrace) -> list[dict[str, Any]] | None:
+    """The steps a prefix reset's episode started after, as its agent was shown them; None for any other episode."""
+    origin = store.get_episode(trace.prefix_of) if trace.prefix_of else None
+    if origin is None:
+        return None
+    return prefix_history(sorted(origin.steps, key=lambda step: step.index)[: trace.prefix_steps])
+
+
+def _row(
+    trace: EpisodeTrace, tokens: EpisodeTokens | None, fmt: DatasetFormat, prefix: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    row = episode_row(trace, tokens, prefix)
     if fmt is DatasetFormat.jsonl:
         return {**row, **trace.model_dump(mode="json", include={"tools", "steps"})}
     return row

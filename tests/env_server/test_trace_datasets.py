@@ -16,7 +16,7 @@ from proto.dataset_files import DatasetFormat
 from proto.observations import CodingObservation, RewardDetails
 from proto.observations import TestOutcome as Outcome  # not collected as a test class
 from proto.traces import EpisodeTrace, StepTrace
-from proto.transcript import system_prompt, transcript
+from proto.transcript import prefix_history, prefix_messages, system_prompt, transcript
 from regrow.cli import app as regrow_app
 from tests.replay.recorded_traces import START, recorded_traces
 from trainer_client.replay.replay_run import read_traces
@@ -183,3 +183,37 @@ def test_hf_without_datasets_installed_says_how_to_install_it_and_writes_nothing
     with pytest.raises(ImportError, match="pip install 'datasets>=5.2'"):
         export_traces(trace_db, tmp_path / "out", DatasetFormat.hf)
     assert not [p for p in tmp_path.iterdir() if "out" in p.name]
+
+
+@pytest.mark.parametrize("fmt", list(DatasetFormat))
+def test_a_prefix_resets_episode_is_exported_with_the_prefix_its_policy_was_shown(trace_db, tmp_path, fmt):
+    """An episode started after 2 steps of ep-3: its messages hold those steps as the trainer rendered them (from the
+    reset's history), then its own turns; the columns name the origin."""
+    prefixed = EpisodeTrace(
+        episode_id="ep-4",
+        task_id="mathlib-add",
+        problem_statement="Make add return the sum.",
+        tools=recorded_traces()[0].tools,
+        steps=[_step(0, "submit", {}, 0, output="submitted", done=True)],
+        status="submitted",
+        reward=1.0,
+        reward_details=DETAILS,
+        started_at=START + timedelta(seconds=10),
+        ended_at=START + timedelta(seconds=11),
+        prefix_of="ep-3",
+        prefix_steps=2,
+    )
+    store = TraceStore(trace_db)
+    store.start_episode(prefixed)
+    store.add_step("ep-4", prefixed.steps[0])
+    store.end_episode("ep-4", "submitted", prefixed.ended_at, DETAILS)
+    store.close()
+    out = tmp_path / f"episodes.{fmt.value}"
+    export_traces(trace_db, out, fmt)
+    rows = {row["episode_id"]: row for row in load(fmt, out)}
+    shown = prefix_messages({"history": prefix_history(solved_episode().steps[:2])})
+    exported = [{"role": m["role"], "content": m["content"]} for m in rows["ep-4"]["messages"]]
+    assert exported[2:6] == shown and '"name": "edit_file"' in exported[4]["content"]
+    assert exported[:2] == transcript(prefixed)[:2] and exported[6:] == transcript(prefixed)[2:]
+    assert (rows["ep-4"]["prefix_of"], rows["ep-4"]["prefix_steps"]) == ("ep-3", 2)
+    assert rows["ep-3"]["prefix_of"] is None and rows["ep-3"]["prefix_steps"] == 0
