@@ -28,11 +28,11 @@ TRACKED_RUN = (
     "s=/tmp/.regrow-run-$$; "
     f'before=$({_FILES} -print 2>/dev/null | sort | cksum); : > "$s"; '
     'sh -c "$1"; code=$?; effect=unknown; '
-    'if [ -e "$s" ]; then '
+    # A find that cannot run its test (a stamp the command removed, a find without -cnewer) leaves the effect unknown.
+    f'if [ -e "$s" ] && newer=$({_FILES} -cnewer "$s" -print -quit 2>/dev/null); then '
     f"after=$({_FILES} -print 2>/dev/null | sort | cksum); "
-    f'newer=$({_FILES} -cnewer "$s" -print -quit 2>/dev/null); '
-    'if [ "$before" = "$after" ] && [ -z "$newer" ]; then effect=unchanged; else effect=changed; fi; '
-    'rm -f "$s"; fi; '
+    'if [ "$before" = "$after" ] && [ -z "$newer" ]; then effect=unchanged; else effect=changed; fi; fi; '
+    'rm -f "$s"; '
     f"printf '\\n{EFFECT_MARK}%s\\n' \"$effect\" >&2; exit $code"
 )
 

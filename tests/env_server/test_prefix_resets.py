@@ -139,3 +139,14 @@ async def test_the_trainers_client_gets_the_prefix_over_websocket_and_a_clear_re
                 pass
     finally:
         await client.aclose()
+
+
+def test_a_command_whose_effect_cannot_be_read_is_unknown_and_no_prefix_passes_it(runtime):
+    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    try:
+        hidden = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "rm -f /tmp/.regrow-run-*"}))
+        assert "workspace_changed" not in hidden.metadata  # unknown, not "unchanged"
+    finally:
+        runtime.abort(episode, "test over")
+    with pytest.raises(PrefixRefused, match="has no recorded effect"):
+        runtime.start_episode(prefix_of=episode.id, prefix_steps=1)
