@@ -122,9 +122,11 @@ def test_the_live_numbers_change_without_a_reload(served, dashboard):
     honest = play(served.http_url, [write("calc/ops.py", ORIGINAL_OPS)])
     wait_for(driver, lambda: number(driver, "episodes_total") > before, "episodes_total going up")
     wait_for(driver, lambda: driver.find_elements(By.CSS_SELECTOR, row_selector(honest)), "the new episode's row")
-    row = driver.find_element(By.CSS_SELECTOR, row_selector(honest))
-    assert (
-        row.find_element(By.CSS_SELECTOR, "td:first-child a").get_attribute("href").endswith(f"/episodes/{honest}/view")
+    link = f"{row_selector(honest)} td:first-child a"  # read in one wait: a live refresh may replace the row
+    wait_for(
+        driver,
+        lambda: driver.find_element(By.CSS_SELECTOR, link).get_attribute("href").endswith(f"/episodes/{honest}/view"),
+        "the new episode's link to its viewer",
     )
     assert js(driver, "return window.__stayed") == 1, "the page was reloaded"
     assert updates(driver) > applied
