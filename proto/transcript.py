@@ -64,11 +64,11 @@ def initial_messages(problem_statement: str, tools: list[dict[str, Any]]) -> lis
     ]
 
 
-def prefix_history(steps: list[StepTrace]) -> list[dict[str, Any]]:
-    """A prefix reset's recorded steps as its reset shows them (`metadata["prefix"]["history"]`): each step's call
-    and what it answered."""
+def prefix_history(origin: EpisodeTrace, steps: int) -> list[dict[str, Any]]:
+    """The first `steps` steps of `origin` as a prefix reset shows them (`metadata["prefix"]["history"]`, and the
+    export of the prefixed episode): each step's call and what it answered."""
     shown = []
-    for step in steps:
+    for step in sorted(origin.steps, key=lambda step: step.index)[:steps]:
         observation = step.observation
         entry: dict[str, Any] = {"tool": step.action.tool, "args": step.action.args, "output": observation.output}
         for name in ("exit_code", "feedback"):

@@ -15,7 +15,6 @@ from typing import Any
 
 from env_server.stepping.errors import EpisodeError
 from proto.traces import EpisodeTrace, StepTrace
-from proto.transcript import prefix_history
 
 REPLAYED = frozenset({"write_file", "edit_file"})
 READ_ONLY = frozenset({"read_file", "list_dir", "search"})
@@ -67,11 +66,6 @@ def replayed_steps(origin: EpisodeTrace | None, episode_id: str, steps: int) -> 
 def _shown(command: Any) -> str:
     text = str(command)
     return repr(text if len(text) <= 80 else text[:77] + "...")
-
-
-def history(origin: EpisodeTrace, steps: int) -> list[dict[str, Any]]:
-    """What the agent of a prefixed episode is shown of the prefix: each step's call and what it answered."""
-    return prefix_history(sorted(origin.steps, key=lambda step: step.index)[:steps])
 
 
 def same_answer(recorded: StepTrace, output: str, feedback: str | None) -> bool:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from env_server.dashboard.trace_summaries import PASSED
 from env_server.frontier_sampler import Graded, PassRates, frontier_pick
 from env_server.lifecycle.engine_watch import EngineWatch, server_health
-from env_server.lifecycle.prefix_replay import PrefixRefused, described, history, replayed_steps, same_answer
+from env_server.lifecycle.prefix_replay import PrefixRefused, described, replayed_steps, same_answer
 from env_server.lifecycle.provisioning import SandboxSupply
 from env_server.observability.event_log import log_event
 from env_server.observability.live_stats import LiveStats
@@ -38,6 +38,7 @@ from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace, StepTrace
+from proto.transcript import prefix_history
 from sandbox import Reaper, SandboxBackend, SandboxGone
 from sandbox.lifecycle.periodic import Periodic
 
@@ -255,7 +256,7 @@ class EpisodeRuntime:
             deadline=time.monotonic() + self.settings.wall_clock_budget_s,
             steps_left=self.settings.step_budget - steps,
             engine_epoch=engine.epoch,
-            prefix_history=history(origin, steps) if origin is not None else None,
+            prefix_history=prefix_history(origin, steps) if origin is not None else None,
         )
         if rest is not None:
             episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)

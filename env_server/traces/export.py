@@ -112,7 +112,7 @@ def _prefix(store: TraceStore, trace: EpisodeTrace) -> list[dict[str, Any]] | No
     origin = store.get_episode(trace.prefix_of) if trace.prefix_of else None
     if origin is None:
         return None
-    return prefix_history(sorted(origin.steps, key=lambda step: step.index)[: trace.prefix_steps])
+    return prefix_history(origin, trace.prefix_steps)
 
 
 def _row(

@@ -211,7 +211,7 @@ def test_a_prefix_resets_episode_is_exported_with_the_prefix_its_policy_was_show
     out = tmp_path / f"episodes.{fmt.value}"
     export_traces(trace_db, out, fmt)
     rows = {row["episode_id"]: row for row in load(fmt, out)}
-    shown = prefix_messages({"history": prefix_history(solved_episode().steps[:2])})
+    shown = prefix_messages({"history": prefix_history(solved_episode(), 2)})
     exported = [{"role": m["role"], "content": m["content"]} for m in rows["ep-4"]["messages"]]
     assert exported[2:6] == shown and '"name": "edit_file"' in exported[4]["content"]
     assert exported[:2] == transcript(prefixed)[:2] and exported[6:] == transcript(prefixed)[2:]
