@@ -5,7 +5,8 @@ unparseable calls) without Docker: `write_file` remembers files, `run` echoes, `
 1.0 when calc/ops.py was written, else 0.0. A `run` of `sleep N` sleeps, to provoke client timeouts;
 a `run` of `lose-sandbox` answers as the real env does when the sandbox died (tool_error SANDBOX_GONE);
 a reset of task `no-such-task` fails, as a request the env cannot serve; a reset that names a sampler draws a new
-task every time; a prefix reset answers with a one-step prefix, or is refused for `prefix_of="refused"`.
+task every time; a prefix reset answers with a one-step prefix, or is refused for `prefix_of="refused"`; while
+`busy_resets` counts down, a reset is refused as the real env refuses it when every episode slot is taken.
 
 `python -m tests.trainer_client.scripted_env --port N` serves it as a process, for tests that kill a server.
 """
@@ -29,6 +30,7 @@ class ScriptedCodingEnv(Environment):
     SUPPORTS_CONCURRENT_SESSIONS = True
     finished_commands: ClassVar[list[str]] = []  # every `run` answered here: a test can wait for a late reply
     draws: ClassVar[Iterator[int]] = itertools.count()
+    busy_resets: ClassVar[int] = 0
 
     def __init__(self):
         super().__init__()
@@ -36,6 +38,9 @@ class ScriptedCodingEnv(Environment):
         self.files: dict[str, str] = {}
 
     def reset(self, seed=None, episode_id=None, task_id=None, **kwargs) -> CodingObservation:
+        if ScriptedCodingEnv.busy_resets > 0:  # an episode outlives its socket while its sandbox closes
+            ScriptedCodingEnv.busy_resets -= 1
+            raise ValueError("CAPACITY_REACHED: all 1 episode slots are busy; retry later")
         if task_id == "no-such-task":
             raise ValueError("unknown task 'no-such-task'")
         if task_id is None and kwargs.get("sampler"):  # a draw that changes at every reset, as pass rates may

@@ -9,7 +9,7 @@ import pytest
 from proto import ToolCall
 from tests.trainer_client.conftest import ScriptedSampler
 from tests.trainer_client.scripted_env import serve_scripted_env
-from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvTransportError
+from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvTransportError, refusal_code
 from trainer_client.rollout.agent_loop import EpisodeLimits
 from trainer_client.rollout.stream import RolloutStream
 
@@ -22,6 +22,21 @@ async def test_capacity_error_names_the_limit_and_the_remedy():
                 async with client.episode(task_id="calc"):
                     pass
         await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("code", "message", "finest"),
+    [
+        ("EXECUTION_ERROR", "CAPACITY_REACHED: all 4 episode slots are busy; retry later", "CAPACITY_REACHED"),
+        ("EXECUTION_ERROR", "ENGINE_UNREACHABLE: the Docker engine does not answer", "ENGINE_UNREACHABLE"),
+        ("EXECUTION_ERROR", "unknown task 'x': CAPACITY_REACHED: no", "EXECUTION_ERROR"),
+        ("EXECUTION_ERROR", "ValueError: bad seed", "EXECUTION_ERROR"),
+        ("CAPACITY_REACHED", "Server at capacity", "CAPACITY_REACHED"),
+        ("VALIDATION_ERROR", "SANDBOX_GONE: not ours to promote", "VALIDATION_ERROR"),
+    ],
+)
+def test_the_code_leading_an_execution_error_is_the_refusals_code(code, message, finest):
+    assert refusal_code(code, message) == finest
 
 
 async def test_timed_out_connection_is_dropped_and_the_next_episode_is_clean(scripted_env_url):

@@ -170,6 +170,20 @@ def test_capacity_reached_is_met_with_backoff_until_a_slot_frees(tokenizer, epis
     assert stream.stats.backoff_s > 0
 
 
+def test_a_reset_refused_for_want_of_an_episode_slot_is_waited_out(tokenizer, episode_tokens):
+    """The real env counts episodes apart from sessions, so a reset on an open socket can meet CAPACITY_REACHED; over
+    OpenEnv's transport it comes as EXECUTION_ERROR with our code leading the message, and is waited out alike."""
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
+    ScriptedCodingEnv.busy_resets = 3
+    with serve_scripted_env() as url:
+        stream = fast_stream(url, sampler, episode_tokens, workers=1)
+        with stream:
+            (group,) = stream.next_groups(1, policy_version=0, timeout=120)
+
+    assert len(group) == 2 and all(t.done for t in group)
+    assert (stream.stats.capacity_waits, ScriptedCodingEnv.busy_resets) == (3, 0)
+
+
 def test_next_groups_gives_up_at_its_deadline_and_names_each_servers_state(tokenizer, episode_tokens):
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
     with serve_scripted_env(max_sessions=1) as url:

@@ -10,6 +10,7 @@ A step the env could not play for reasons of its own (proto.ENVIRONMENT_FAILURES
 import asyncio
 import json
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Protocol
@@ -25,6 +26,7 @@ from proto import ENVIRONMENT_FAILURES, CodingObservation, EpisodeState, ToolCal
 logger = logging.getLogger(__name__)
 
 CAPACITY_REACHED = "CAPACITY_REACHED"
+_LEADING_CODE = re.compile(r"([A-Z][A-Z_]*[A-Z]): ")
 
 
 class EnvError(Exception):
@@ -32,7 +34,7 @@ class EnvError(Exception):
 
 
 class EnvAtCapacity(EnvError):
-    """The server refused a new session because all its session slots are taken."""
+    """The server refused a new session or episode because all its slots are taken: try again later."""
 
 
 class EnvTransportError(EnvError):
@@ -49,6 +51,14 @@ class EnvEpisodeLost(EnvError):
 
 class EnvRequestError(EnvError):
     """The server answered a request with an error (bad frame, failed reset or step)."""
+
+
+def refusal_code(code: str | None, message: str | None) -> str | None:
+    """The finest code of a refusal: an OpenEnv transport carries only OpenEnv's codes, so the server leads the
+    message of an EXECUTION_ERROR with its own (`CAPACITY_REACHED: all 4 episode slots are busy`)."""
+    if code == "EXECUTION_ERROR" and message and (leading := _LEADING_CODE.match(message)):
+        return leading.group(1)
+    return code
 
 
 def lost_episode_error(url: str, code: str, message: str | None) -> EnvEpisodeLost:
@@ -193,15 +203,21 @@ class WebSocketConnection:
 
     def _refusal(self, what: str, data: dict[str, Any]) -> EnvError:
         """The error a refused request raises; at capacity or with the episode lost, the session is done."""
-        if data.get("code") == CAPACITY_REACHED:
+        code = refusal_code(data.get("code"), data.get("message"))
+        if code == CAPACITY_REACHED:
             self.broken = True
-            return EnvAtCapacity(
-                f"env server at {self._url} is at capacity ({data.get('active_sessions')} of "
-                f"{data.get('max_sessions')} sessions): use fewer rollout workers or raise the server's session limit"
+            taken = (
+                f"{data['active_sessions']} of {data['max_sessions']} sessions"
+                if "max_sessions" in data
+                else data.get("message")
             )
-        if data.get("code") in ENVIRONMENT_FAILURES:
+            return EnvAtCapacity(
+                f"env server at {self._url} is at capacity ({taken}): use fewer rollout workers or raise the "
+                "server's session limit"
+            )
+        if code in ENVIRONMENT_FAILURES:
             self.broken = True
-            return lost_episode_error(self._url, data["code"], data.get("message"))
+            return lost_episode_error(self._url, code, data.get("message"))
         return EnvRequestError(f"env server rejected {what!r} [{data.get('code')}]: {data.get('message')}")
 
     async def reset(self, options: dict[str, Any]) -> CodingObservation:

@@ -21,6 +21,7 @@ from trainer_client.env.client import (
     EnvTransportError,
     checked_observation,
     lost_episode_error,
+    refusal_code,
 )
 
 
@@ -90,15 +91,16 @@ class GrpcConnection:
             raise EnvTransportError(f"the gRPC env server at {self._target} ended the episode stream during {what!r}")
         kind = reply.WhichOneof("frame")
         if kind == "error":
-            if reply.error.code == CAPACITY_REACHED:
+            code = refusal_code(reply.error.code, reply.error.message)
+            if code == CAPACITY_REACHED:
                 self.broken = True
                 raise EnvAtCapacity(
                     f"env server at {self._target} is at capacity ({reply.error.message}): "
                     "use fewer rollout workers or raise the server's episode limit"
                 )
-            if reply.error.code in ENVIRONMENT_FAILURES:
+            if code in ENVIRONMENT_FAILURES:
                 self.broken = True
-                raise lost_episode_error(self._target, reply.error.code, reply.error.message)
+                raise lost_episode_error(self._target, code, reply.error.message)
             raise EnvRequestError(f"env server rejected {what!r} [{reply.error.code}]: {reply.error.message}")
         if kind != "observation":
             self.broken = True
