@@ -5,17 +5,21 @@ The changes are the classic ones: an arithmetic or bitwise operator swapped, a c
 (`<` to `<=`, `==` to `!=`, `in` to `not in`), `and` and `or` swapped, a `not` dropped, an integer constant moved by
 one, `True` and `False` (and `min` and `max`, `any` and `all`) swapped, the first and the last element (`[0]`,
 `[-1]`) swapped, and a statement dropped. Each mutant is the
-whole module's text, made with libcst, so everything outside the unit stays byte for byte.
+whole module's text, so everything outside the unit stays byte for byte. libcst finds the sites; each mutant's text
+is the source with one span replaced (transforming and printing the whole module per mutant took half a second each).
 """
 
 from __future__ import annotations
 
+import ast
+import functools
 import random
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
+from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
 
 MAX_MUTANTS = 30
 
@@ -184,19 +188,74 @@ class _ReplaceOne(cst.CSTTransformer):
         return self.site.change(updated_node) if original_node is self.site.node else updated_node
 
 
+class _Splicer:
+    """Each mutant's text as the source with the site's span replaced; a whole-module transform where the span's text
+    is not the site as printed on its own (a multi-line expression whose continuation lines follow the block's indent).
+    """
+
+    _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # libcst's line breaks, not str.splitlines' (form feed, U+2028)
+
+    def __init__(self, wrapper: MetadataWrapper, source: str):
+        self.wrapper, self.source = wrapper, source
+        self.code = wrapper.resolve(PositionProvider)
+        self.line_starts = [0, *(match.end() for match in self._LINE_BREAK.finditer(source))]
+
+    def _span(self, where: CodeRange) -> tuple[int, int]:
+        return (
+            self.line_starts[where.start.line - 1] + where.start.column,
+            self.line_starts[where.end.line - 1] + where.end.column,
+        )
+
+    def _printed(self, node: cst.CSTNode) -> str:
+        """The node's tokens as printed alone: its parentheses and the whitespace around it are not in its span."""
+        if getattr(node, "lpar", None) or getattr(node, "rpar", None):
+            node = node.with_changes(lpar=[], rpar=[])
+        return self.wrapper.module.code_for_node(node).strip()
+
+    def mutated(self, site: _Site) -> str:
+        start, end = self._span(self.code[site.node])
+        if site.kind == "dropped statement":  # its tokens, not its leading comments, indent or line end
+            text = self.source[:start] + "pass" + self.source[end:]
+            if _parses(text):
+                return text
+        else:
+            span = self.source[start:end]
+            start += len(span) - len(span.lstrip())  # a comparison's span holds the space before its operator
+            if span.strip() == self._printed(site.node):
+                end = start + len(span.strip())
+                return self.source[:start] + self._printed(site.change(site.node)) + self.source[end:]
+        return self.wrapper.module.visit(_ReplaceOne(site)).code
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=2)  # a group's units often share a module: parse it once
+def _parsed(source: str) -> MetadataWrapper | None:
+    try:
+        return MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+    except cst.ParserSyntaxError:
+        return None
+
+
 def mutants_of(source: str, qualname: str, rng: random.Random, limit: int = MAX_MUTANTS) -> list[Mutant]:
     """Up to `limit` mutants of the function or method `qualname` in module `source`, drawn by `rng` when there are
     more; none when the source does not parse or holds no such unit."""
-    try:
-        wrapper = MetadataWrapper(cst.parse_module(source))
-    except cst.ParserSyntaxError:
+    wrapper = _parsed(source)
+    if wrapper is None:
         return []
     sites = _Sites(qualname)
     wrapper.visit(sites)
     chosen = sites.sites if len(sites.sites) <= limit else rng.sample(sites.sites, limit)
+    splicer = _Splicer(wrapper, source)
     mutants = []
     for site in sorted(chosen, key=lambda s: s.line):
-        text = wrapper.module.visit(_ReplaceOne(site)).code
+        text = splicer.mutated(site)
         if text != source:
             mutants.append(Mutant(site.kind, site.line, text))
     return mutants

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from task_synth.validation.mutants import mutants_of
+from task_synth.validation import mutants
+from task_synth.validation.mutants import _parsed, _ReplaceOne, _Sites, mutants_of
 from task_synth.validation.task_strength import measured_strength, strongest
 from tests.task_fixture import ORIGINAL_OPS
 
@@ -60,6 +61,54 @@ def test_a_whole_classs_mutants_swap_its_first_and_last_element():
     swapped = [m.source for m in mutants if m.kind == "boundary"]
     assert len(swapped) == 2 and {text.count("self.items[0]") for text in swapped} == {0, 2}
     assert ("return self.items.pop() + 1",) in {tuple(changed_lines(source, m.source)) for m in mutants}
+
+
+AWKWARD = (
+    "# \u00e9t\u00e9 \x0c form feed\r\n"
+    "class Box:\r\n"
+    "\tdef check(self, items, limit):\r\n"
+    "\t\tlabel = 'caf\u00e9' + str(len(items))  # trailing comment\r\n"
+    "\t\t@staticmethod\r\n"
+    "\t\tdef inner(x):\r\n"
+    "\t\t\treturn x\r\n"
+    "\t\tok = (\r\n"
+    "\t\t\tlimit is not None\r\n"
+    "\t\t\tand len(items) <= (0)\r\n"
+    "\t\t\tor not(items)\r\n"
+    "\t\t)\r\n"
+    "\t\tif ok and items[0] in label:\r\n"
+    "\t\t\tlimit += 1\r\n"
+    "\t\t\treturn max(limit, items[-1])\r\n"
+    "\t\treturn label\r\n"
+)
+
+
+def test_each_mutant_is_the_module_a_whole_transform_of_its_site_gives(monkeypatch):
+    """Mutants are spliced into the source text; the splice must give what transforming and printing the whole module
+    gives (CRLF, tabs, non-ASCII text, multi-line expressions, parentheses, a decorated nested function), and only the
+    sites a splice cannot print (the multi-line `and`/`or`) may fall back to that slow transform."""
+    wrapper = _parsed(AWKWARD)
+    assert wrapper is not None
+    sites = _Sites("Box.check")
+    wrapper.visit(sites)
+    transforms: list[str] = []
+
+    class CountedReplace(_ReplaceOne):
+        def __init__(self, site):
+            super().__init__(site)
+            transforms.append(site.kind)
+
+    monkeypatch.setattr(mutants, "_ReplaceOne", CountedReplace)
+    made = mutants_of(AWKWARD, "Box.check", random.Random(0), limit=100)
+    monkeypatch.undo()
+    assert transforms.count("boolean") <= 2 and len(transforms) <= 3
+    assert len(made) == len(sites.sites) >= 20
+    kinds = {mutant.kind for mutant in made}
+    assert kinds >= {"dropped statement", "comparison", "boolean", "negation", "constant", "builtin", "operator"}
+    for site, mutant in zip(sorted(sites.sites, key=lambda s: s.line), made, strict=True):
+        transformed = wrapper.module.visit(_ReplaceOne(site)).code
+        assert mutant.source == transformed or ast.dump(ast.parse(mutant.source)) == ast.dump(ast.parse(transformed))
+        assert mutant.source.split("class Box")[0] == AWKWARD.split("class Box")[0]
 
 
 def test_there_are_no_mutants_of_what_is_not_there_or_does_not_parse():
