@@ -12,6 +12,7 @@ order nor on state a test set up.
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import logging
 import random
@@ -130,6 +131,7 @@ def record_io_checks(
     config = {"functions": functions, "library_files": library_files, "reads": reads}
     sb.write_file(IO_CONFIG, json.dumps(config))
     first, executions = _recorder_output(sb, HASH_SEEDS[0], fail_to_pass, settings.test_command, timeout)
+    laps = [started, time.monotonic()]  # where the recording's time goes, for the log
     linked_all = linked_calls(_parsed_calls(first, functions), fail_to_pass)
     # The library's own calls get room of their own: a test that makes many calls would crowd them out.
     direct = [call for call in linked_all if not call.internal][:MAX_CANDIDATES]
@@ -139,11 +141,13 @@ def record_io_checks(
     tests = list(dict.fromkeys(call.check.test for call in candidates if call.check.test))
     second, more = _recorder_output(sb, HASH_SEEDS[1], tests, settings.test_command, timeout)
     agreed = calls_in_both(candidates, _parsed_calls(second, functions))
+    laps.append(time.monotonic())
     probes: list[IoCheck] = []
     if len(first) < MAX_RECORDS:  # past the cap a call the tests make may be missing from `first`, and seem unseen
         rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
         probes = perturbed_calls(agreed, recorded_arguments(first), rng)
     probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)))
+    laps.append(time.monotonic())
     reproduced = _reproduced(sb, agreed + probed)
     linked = [call for call in reproduced if call.check.test is not None and not call.internal]
     unseen = [
@@ -152,7 +156,9 @@ def record_io_checks(
         if call.check.test is None or call.internal
     ]
     mutation_started = time.monotonic()
+    laps.append(mutation_started)
     kills = _mutant_kills(sb, deletion, reproduced, settings, layout.modules)
+    laps.append(time.monotonic())
     # Each kind of check is chosen to kill the most mutants, then in its own order (spread over tests, new answers).
     spread = {check_key(check): check for check in selected_checks(linked, len(linked))}
     chosen_linked = [spread[key] for key in strongest(list(spread), [], kills, MAX_CHECKS)]
@@ -163,7 +169,8 @@ def record_io_checks(
     strength = measured_strength(kills, [check_key(check) for check in checks], time.monotonic() - mutation_started)
     log.info(
         "%s: %d distinct calls recorded, %d agree under two hash seeds, %d reproduce alone; %d perturbed calls run, "
-        "%d give an outcome, %d reproduce; %d checks kept, %d of them unseen (%.1fs)",
+        "%d give an outcome, %d reproduce; %d checks kept, %d of them unseen (%.1fs: recording runs %s + %s, perturbed "
+        "calls %s, replay %s, mutants %s)",
         deletion.unit.key,
         len(candidates),
         len(agreed),
@@ -174,6 +181,7 @@ def record_io_checks(
         len(checks),
         sum(check.test is None for check in checks),
         time.monotonic() - started,
+        *(f"{later - earlier:.1f}" for earlier, later in itertools.pairwise(laps)),
     )
     return Recording(checks, executions + more, strength)
 
