@@ -80,7 +80,12 @@ _OPAQUE = (types.ModuleType, types.GeneratorType, types.CoroutineType, types.Cod
 _NAMED = (types.FunctionType, types.BuiltinFunctionType)
 
 
-def _describe(value, depth, seen, view=None):
+def _describe(value, depth, seen, view, room):
+    """`value` as data. `room` ([count]) is how many more values the description may hold: each takes a character of
+    its text or more (save a set's items that describe alike), so a big object is refused before it is walked whole."""
+    room[0] -= 1
+    if room[0] < 0:
+        raise _Undescribable
     kind = type(value)
     if value is None or kind in (bool, int, str, bytes, complex):
         return value
@@ -94,19 +99,20 @@ def _describe(value, depth, seen, view=None):
         raise _Undescribable
     seen = seen | {id(value)}
     if view is not None and kind is view[0]:
-        return ("instance", kind.__qualname__, _public(value, depth, seen, view))
+        return ("instance", kind.__qualname__, _public(value, depth, seen, view, room))
     if kind is bytearray:
         return ("bytearray", bytes(value))
     if kind in (list, tuple):
-        return kind(_describe(item, depth + 1, seen, view) for item in value)
+        return kind(_describe(item, depth + 1, seen, view, room) for item in value)
     if kind is dict:
         return {
-            _describe(key, depth + 1, seen, view): _describe(item, depth + 1, seen, view) for key, item in value.items()
+            _describe(key, depth + 1, seen, view, room): _describe(item, depth + 1, seen, view, room)
+            for key, item in value.items()
         }
     if kind is set:
-        return {_describe(item, depth + 1, seen, view) for item in value}
+        return {_describe(item, depth + 1, seen, view, room) for item in value}
     if kind is frozenset:  # no literal spells one
-        return ("frozenset", {_describe(item, depth + 1, seen, view) for item in value})
+        return ("frozenset", {_describe(item, depth + 1, seen, view, room) for item in value})
     if isinstance(value, enum.Enum):
         return ("enum", kind.__qualname__, value.name)
     if isinstance(value, type):
@@ -118,14 +124,14 @@ def _describe(value, depth, seen, view=None):
             raise _Undescribable
         attributes = {name: getattr(value, name) for name in slots if hasattr(value, name)}
     described = {
-        name: _describe(item, depth + 1, seen, view)
+        name: _describe(item, depth + 1, seen, view, room)
         for name, item in sorted(attributes.items())
         if type(name) is str and not name.startswith("__")
     }
     return ("object", kind.__qualname__, described)
 
 
-def _public(value, depth, seen, view):
+def _public(value, depth, seen, view, room):
     """An instance of a deleted class as the visible tests see it: the attributes they read (methods aside), each
     described; the rest of its layout is the implementation's own."""
     klass, names = view
@@ -137,7 +143,7 @@ def _public(value, depth, seen, view):
             item = getattr(value, name)
         except Exception:  # the attribute is missing, or a property raised: either way it has no value to show
             continue
-        found[name] = _describe(item, depth + 1, seen, view)
+        found[name] = _describe(item, depth + 1, seen, view, room)
     return found
 
 
@@ -146,7 +152,7 @@ def described_text(value, view=None, limit=MAX_DESCRIPTION):
     some part is not describable or the text is longer than `limit`. For a literal it is `repr(value)`. With `view`
     (a class and attribute names), that class's instances are described by those attributes only."""
     try:
-        description = _describe(value, 0, frozenset(), view)
+        description = _describe(value, 0, frozenset(), view, [limit])
         text = repr(description)
         if len(text) > limit or _literal_eval(text) != description:
             return None
@@ -159,7 +165,7 @@ def state_text(receiver):
     """The receiver's attributes (`__dict__` or slots), described, as dict literal text; None when they are not
     describable."""
     try:
-        description = _describe(receiver, 0, frozenset())
+        description = _describe(receiver, 0, frozenset(), None, [MAX_DESCRIPTION])
     except (_Undescribable, TypeError, ValueError, RecursionError, MemoryError):
         return None
     if type(description) is not tuple or description[0] != "object":

@@ -81,3 +81,24 @@ def test_literal_text_keeps_to_exact_literal_types():
         pass
 
     assert literal_text(Number(3)) is None and literal_text(3) == "3"
+
+
+class _Counted:
+    """An object that counts how often its attributes are read, to see how much of a value a description walks."""
+
+    reads = 0
+
+    def __init__(self, n):
+        self.n = n
+
+    def __getattribute__(self, name):
+        if name == "__dict__":
+            _Counted.reads += 1
+        return object.__getattribute__(self, name)
+
+
+def test_a_value_too_big_to_describe_is_refused_before_it_is_walked_whole():
+    big = [_Counted(n) for n in range(20_000)]
+    _Counted.reads = 0
+    assert described_text(big) is None and described_text(big[:3]) is not None
+    assert _Counted.reads < 5_000  # the description's limit, not the list's length

@@ -235,24 +235,34 @@ def _parses(text: str) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=2)  # a group's units often share a module: parse it once
-def _parsed(source: str) -> MetadataWrapper | None:
+@functools.lru_cache(maxsize=8)  # every candidate of a repository mutates the same few original modules
+def _parsed(source: str) -> tuple[MetadataWrapper, _Splicer] | None:
     try:
-        return MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
+        wrapper = MetadataWrapper(cst.parse_module(source), unsafe_skip_copy=True)
     except cst.ParserSyntaxError:
         return None
+    return wrapper, _Splicer(wrapper, source)
+
+
+@functools.lru_cache(maxsize=256)
+def _sites(source: str, qualname: str) -> tuple[_Splicer, list[_Site]] | None:
+    parsed = _parsed(source)
+    if parsed is None:
+        return None
+    wrapper, splicer = parsed
+    sites = _Sites(qualname)
+    wrapper.visit(sites)
+    return splicer, sites.sites
 
 
 def mutants_of(source: str, qualname: str, rng: random.Random, limit: int = MAX_MUTANTS) -> list[Mutant]:
     """Up to `limit` mutants of the function or method `qualname` in module `source`, drawn by `rng` when there are
     more; none when the source does not parse or holds no such unit."""
-    wrapper = _parsed(source)
-    if wrapper is None:
+    found = _sites(source, qualname)
+    if found is None:
         return []
-    sites = _Sites(qualname)
-    wrapper.visit(sites)
-    chosen = sites.sites if len(sites.sites) <= limit else rng.sample(sites.sites, limit)
-    splicer = _Splicer(wrapper, source)
+    splicer, sites = found
+    chosen = sites if len(sites) <= limit else rng.sample(sites, limit)
     mutants = []
     for site in sorted(chosen, key=lambda s: s.line):
         text = splicer.mutated(site)

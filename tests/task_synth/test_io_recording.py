@@ -742,3 +742,52 @@ def test_a_recording_run_gets_a_few_times_the_tests_own_time_not_the_suite_timeo
         sandbox = Crawling()
         recording = record_io_checks(sandbox, deletion, layout, ["tests/test_mathops.py::test_gcd"], settings, tests_s)
         assert recording.checks == [] and sandbox.timeouts == [expected], (tests_s, sandbox.timeouts)
+
+
+GROWING = {
+    "bag/__init__.py": "",
+    "bag/store.py": """
+class Bag:
+    pickles = 0
+
+    def __init__(self):
+        self.items = []
+
+    def __getstate__(self):
+        Bag.pickles += 1
+        return self.__dict__
+
+    def add(self, item):
+        self.items.append(item)
+        return len(self.items)
+""",
+    "tests/test_bag.py": """
+from bag.store import Bag
+
+
+def test_a_bag_grown_call_by_call():
+    bag = Bag()
+    for n in range(2000):
+        assert bag.add("x" * 50 + str(n)) == n + 1
+    # Each add pickled and described its receiver whole: 2000 times a bag of up to 100 KB, a run that crawls.
+    assert Bag.pickles < 100, Bag.pickles
+
+
+def test_a_small_bag():
+    assert Bag().add("y") == 1
+""",
+}
+
+
+def test_a_receiver_that_grows_past_the_pickle_limit_is_not_pickled_at_every_call(tmp_path):
+    """A test that grows a big receiver call by call is recorded until the receiver's state is too long to describe;
+    after a few such calls its later calls are not examined (a recording run of cachetools' TLRU tests took 74 s, not
+    0.7 s). The next test is recorded again."""
+    functions = {"bag.store": ["Bag.add"]}
+    raw_calls = recorded_raw_calls(tmp_path, GROWING, functions)
+    calls = [call for raw in raw_calls if (call := parsed_call(raw, functions))]
+    by_test: dict[str | None, int] = {}
+    for call in calls:
+        by_test[call.check.test] = by_test.get(call.check.test, 0) + 1
+    assert by_test["tests/test_bag.py::test_a_small_bag"] == 1
+    assert 30 <= by_test["tests/test_bag.py::test_a_bag_grown_call_by_call"] < 100

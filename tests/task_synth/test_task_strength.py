@@ -87,8 +87,9 @@ def test_each_mutant_is_the_module_a_whole_transform_of_its_site_gives(monkeypat
     """Mutants are spliced into the source text; the splice must give what transforming and printing the whole module
     gives (CRLF, tabs, non-ASCII text, multi-line expressions, parentheses, a decorated nested function), and only the
     sites a splice cannot print (the multi-line `and`/`or`) may fall back to that slow transform."""
-    wrapper = _parsed(AWKWARD)
-    assert wrapper is not None
+    parsed = _parsed(AWKWARD)
+    assert parsed is not None
+    wrapper = parsed[0]
     sites = _Sites("Box.check")
     wrapper.visit(sites)
     transforms: list[str] = []

@@ -38,6 +38,10 @@ except ImportError:
 
 MAX_RECORDS = 500
 MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
+# A test that grows a big receiver call by call would pickle and describe it whole at every call: after this many
+# calls of a function that were examined and could not be recorded, a test's further calls of it are not examined.
+MAX_UNRECORDED = 3
+_unrecorded: dict = {}  # (module, name) -> its calls in the current test examined in vain
 _functions: dict = {}
 _library_files: set = set()
 _reads: list = []  # attributes the visible tests read, which show a deleted class's instances
@@ -114,35 +118,47 @@ def _recording(function, module, name):
         texts = literal_text(plain), literal_text(kwargs)
         literal = None not in texts
         # A method's receiver, and arguments that are no literals, go into the check as one pickle.
-        inputs = inputs_text(receiver, None if literal else (plain, kwargs)) if method or not literal else None
-        if (method or not literal) and inputs is None:
+        pickled = method or not literal
+        if pickled and _unrecorded.get((module, name), 0) >= MAX_UNRECORDED:
+            return function(*args, **kwargs)
+        inputs = inputs_text(receiver, None if literal else (plain, kwargs)) if pickled else None
+        if pickled and inputs is None:
+            _unrecorded[module, name] = _unrecorded.get((module, name), 0) + 1
             return function(*args, **kwargs)
         texts = texts if literal else ("()", "{}")
         try:
             result = function(*args, **kwargs)
         except Exception as error:
             outcome = (None, type(error).__name__)
-            _outcome(module, name, texts, outcome, inputs, receiver, (plain, kwargs), literal, internal)
+            kept = _outcome(module, name, texts, outcome, inputs, receiver, (plain, kwargs), literal, internal)
+            if pickled and not kept:
+                _unrecorded[module, name] = _unrecorded.get((module, name), 0) + 1
             raise
         result_text = described_text(result)
-        if result_text is not None:
-            _outcome(module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal)
+        kept = result_text is not None and _outcome(
+            module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal
+        )
+        if pickled and not kept:
+            _unrecorded[module, name] = _unrecorded.get((module, name), 0) + 1
         return result
 
     recorded.__regrow_recorded__ = True
     return recorded
 
 
-def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal, internal):
-    """Record one finished call: literal arguments must be left as they were; pickled ones are described after."""
+def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal, internal) -> bool:
+    """Record one finished call, and say whether it could be: literal arguments must be left as they were; pickled
+    ones are described after."""
     (args, kwargs), (result_text, raises) = arguments, outcome
     if literal and not _unchanged(args, kwargs, *texts):
-        return
+        return False
     after = None if literal else described_text((args, kwargs))
     state = state_text(receiver) if receiver is not None else None
     if (not literal and after is None) or (receiver is not None and state is None):
-        return
-    _record(module, name, *texts, result_text, raises, inputs, state, after, internal)
+        return False
+    args_text, kwargs_text = texts
+    _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal)
+    return True
 
 
 def _unchanged(args, kwargs, args_text, kwargs_text):
@@ -255,6 +271,7 @@ def _wrap_imported():
 def pytest_runtest_logstart(nodeid, location):
     """From here to the test's logfinish, a recorded call is the test's (`item.nodeid`, as FAIL_TO_PASS spells it)."""
     _current_test[0] = nodeid
+    _unrecorded.clear()
     for program in _programs.values():
         program.start(nodeid)
 
