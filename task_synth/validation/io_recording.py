@@ -60,7 +60,7 @@ PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
-MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"module": name, "path": its file, "sources": [each mutant's text]}
+MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"mutants": [{"module": name, "path": its file, "source": text}]}
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
@@ -190,38 +190,28 @@ def _mutant_kills(
     sb: Sandbox, deletion: Deletion, calls: list[Call], settings: SynthSettings, modules: Mapping[str, str]
 ) -> list[set[tuple[str, str, str, str]]] | None:
     """For each mutant of the unit, the keys of the calls whose outcome it changes; None when the unit gets no
-    mutants (a module, a nested function) or there are no calls to run. A group's mutants run module by module."""
+    mutants (a module, a nested function) or there are no calls to run. One command runs them all, a group's too."""
     unit = deletion.unit
     if not calls or unit.kind not in ("function", "feature", "method", "class", "group"):
         return None
     rng = random.Random(f"{settings.seed}:mutants:{unit.key}")
     share = -(-MAX_MUTANTS // len(unit.pieces))  # a group's parts share one unit's budget of mutants
-    by_path: dict[str, list[str]] = {}
-    for piece in unit.pieces:
-        original = deletion.original.get(piece.path)
-        if original is not None:
-            by_path.setdefault(piece.path, []).extend(
-                m.source for m in mutants_of(original, piece.qualname, rng, share)
-            )
-    kills: list[set[tuple[str, str, str, str]]] = []
-    for path, sources in by_path.items():
-        if not sources:
-            continue
-        sb.write_file(
-            MUTANTS_JSON, json.dumps({"module": modules[path], "path": f"{WORKSPACE}/{path}", "sources": sources})
-        )
-        outcomes = _run_calls(
-            sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(sources)
-        )
-        kills += [
-            {
-                call.key
-                for call, again in zip(calls, found, strict=True)
-                if again is None or again.outcome != call.outcome
-            }
-            for found in outcomes
-        ]
-    return kills or None
+    mutants = [
+        {"module": modules[piece.path], "path": f"{WORKSPACE}/{piece.path}", "source": mutant.source}
+        for piece in unit.pieces
+        if (original := deletion.original.get(piece.path)) is not None
+        for mutant in mutants_of(original, piece.qualname, rng, share)
+    ]
+    if not mutants:
+        return None
+    sb.write_file(MUTANTS_JSON, json.dumps({"mutants": mutants}))
+    outcomes = _run_calls(
+        sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
+    )
+    return [
+        {call.key for call, again in zip(calls, found, strict=True) if again is None or again.outcome != call.outcome}
+        for found in outcomes
+    ]
 
 
 def _recorder_output(

@@ -25,7 +25,10 @@ def test_each_mutant_starts_from_a_fresh_import_and_a_killed_one_stops_nothing(t
     sb = LocalSandbox(tmp_path)
     sources = [ORIGINAL, TIMES_TEN, ORIGINAL, DEAF, ORIGINAL]
     written = target.stat().st_mtime_ns
-    sb.write_file(MUTANTS_JSON, json.dumps({"module": "counter", "path": str(target), "sources": sources}))
+    sb.write_file(
+        MUTANTS_JSON,
+        json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
+    )
     checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
     outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=1.0, mutants=len(sources))
     # The module's list starts empty in every child: the third mutant does not see the first two's calls.
@@ -52,7 +55,29 @@ def test_every_mutant_is_judged_when_their_outcomes_pass_what_an_exec_keeps_of_i
     target.write_text(ORIGINAL)
     sb = LocalSandbox(tmp_path)
     sources = [ORIGINAL] * 40
-    sb.write_file(MUTANTS_JSON, json.dumps({"module": "counter", "path": str(target), "sources": sources}))
+    sb.write_file(
+        MUTANTS_JSON,
+        json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
+    )
     checks = [IoCheck(module="counter", qualname="bump", args=f"({'x' * 40!r},)") for _ in range(30)]
     outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=10.0, mutants=len(sources))
     assert [sum(found is not None for found in mutant) for mutant in outcomes] == [30] * 40
+
+
+def test_a_groups_mutants_of_two_modules_run_in_one_command(tmp_path: Path):
+    """Each mutant stands in for its own module only: a mutant of `counter` leaves `doubler` as it is, and the other
+    way round."""
+    (tmp_path / "counter.py").write_text(ORIGINAL)
+    (tmp_path / "doubler.py").write_text("def twice(x):\n    return 2 * x\n")
+    sb = LocalSandbox(tmp_path)
+    mutants = [
+        {"module": "counter", "path": str(tmp_path / "counter.py"), "source": TIMES_TEN},
+        {"module": "doubler", "path": str(tmp_path / "doubler.py"), "source": "def twice(x):\n    return 3 * x\n"},
+    ]
+    sb.write_file(MUTANTS_JSON, json.dumps({"mutants": mutants}))
+    checks = [
+        IoCheck(module="counter", qualname="bump", args="(1,)"),
+        IoCheck(module="doubler", qualname="twice", args="(1,)"),
+    ]
+    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(mutants))
+    assert [_results(found) for found in outcomes] == [["10", "2"], ["1", "3"]]

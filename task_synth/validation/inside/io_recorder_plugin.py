@@ -346,16 +346,17 @@ class _MutantFinder:
         exec(compile(self.source, self.path, "exec"), module.__dict__)
 
 
-def print_mutant_outcomes(module, path, sources, calls, limit, budget):
-    """The calls against each source of `module` (its file at `path`) in turn, the unit's mutants, each in a child
-    forked from this process, which has not imported the package: every child imports it afresh with the mutant in
-    place of the module, and nothing a child does outlives it. Lines are tagged with the mutant's number."""
-    for number, source in enumerate(sources):
+def print_mutant_outcomes(mutants, calls, limit, budget):
+    """The calls against each mutant in turn (`{"module", "path", "source"}`: the module's text in place of its file;
+    a group's mutants span modules), each in a child forked from this process, which has not imported the package:
+    every child imports it afresh with the mutant in place of the module, and nothing a child does outlives it. Lines
+    are tagged with the mutant's number."""
+    for number, mutant in enumerate(mutants):
         sys.stdout.flush()
         child = os.fork()
         if child == 0:
             try:
-                sys.meta_path.insert(0, _MutantFinder(module, path, source))
+                sys.meta_path.insert(0, _MutantFinder(mutant["module"], mutant["path"], mutant["source"]))
                 print_call_outcomes(calls, limit, budget, (number,))
             finally:
                 sys.stdout.flush()
@@ -379,7 +380,7 @@ if __name__ == "__main__":
             spec = json.load(handle)
         with open(sys.argv[3]) as handle:
             calls = json.load(handle)
-        print_mutant_outcomes(spec["module"], spec["path"], spec["sources"], calls, *map(float, sys.argv[4:6]))
+        print_mutant_outcomes(spec["mutants"], calls, *map(float, sys.argv[4:6]))
     else:
         with open(sys.argv[1]) as handle:
             print_call_outcomes(json.load(handle), float(sys.argv[2]), float(sys.argv[3]))
