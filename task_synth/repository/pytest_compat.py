@@ -13,6 +13,8 @@ import shlex
 import tomllib
 from pathlib import Path
 
+from proto.python_ast import parse_python
+
 log = logging.getLogger(__name__)
 
 # hook -> the legacy argument pytest 9 no longer passes
@@ -29,9 +31,8 @@ SKIPPED_DIRS = {".git", ".tox", ".nox", "node_modules", "build", "dist", ".venv"
 
 def legacy_hooks(source: str) -> list[str]:
     """`hook(argument)` for each hook in `source` that asks for an argument pytest 9 removed."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError:
+    tree = parse_python(source)  # behind proto's lock: synthesis parses in threads
+    if tree is None:
         return []
     found = []
     for node in tree.body:

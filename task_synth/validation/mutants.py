@@ -11,7 +11,6 @@ is the source with one span replaced (transforming and printing the whole module
 
 from __future__ import annotations
 
-import ast
 import functools
 import random
 import re
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 from libcst.metadata import CodeRange, MetadataWrapper, PositionProvider
+
+from proto.python_ast import parse_python
 
 MAX_MUTANTS = 30
 
@@ -216,7 +217,7 @@ class _Splicer:
         start, end = self._span(self.code[site.node])
         if site.kind == "dropped statement":  # its tokens, not its leading comments, indent or line end
             text = self.source[:start] + "pass" + self.source[end:]
-            if _parses(text):
+            if parse_python(text) is not None:  # behind proto's lock: synthesis jobs parse in threads
                 return text
         else:
             span = self.source[start:end]
@@ -225,14 +226,6 @@ class _Splicer:
                 end = start + len(span.strip())
                 return self.source[:start] + self._printed(site.change(site.node)) + self.source[end:]
         return self.wrapper.module.visit(_ReplaceOne(site)).code
-
-
-def _parses(text: str) -> bool:
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
 
 
 @functools.lru_cache(maxsize=8)  # every candidate of a repository mutates the same few original modules
