@@ -17,6 +17,7 @@ a forked child each.
 """
 
 import base64
+import collections
 import functools
 import importlib
 import importlib.machinery
@@ -41,7 +42,7 @@ MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
 # A test that grows a big receiver call by call would pickle and describe it whole at every call: after this many
 # calls of a function that were examined and could not be recorded, a test's further calls of it are not examined.
 MAX_UNRECORDED = 3
-_unrecorded: dict = {}  # (module, name) -> its calls in the current test examined in vain
+_unrecorded: collections.Counter = collections.Counter()  # (module, name) -> calls in this test examined in vain
 _functions: dict = {}
 _library_files: set = set()
 _reads: list = []  # attributes the visible tests read, which show a deleted class's instances
@@ -119,11 +120,11 @@ def _recording(function, module, name):
         literal = None not in texts
         # A method's receiver, and arguments that are no literals, go into the check as one pickle.
         pickled = method or not literal
-        if pickled and _unrecorded.get((module, name), 0) >= MAX_UNRECORDED:
+        if pickled and _unrecorded[module, name] >= MAX_UNRECORDED:
             return function(*args, **kwargs)
         inputs = inputs_text(receiver, None if literal else (plain, kwargs)) if pickled else None
         if pickled and inputs is None:
-            _unrecorded[module, name] = _unrecorded.get((module, name), 0) + 1
+            _unrecorded[module, name] += 1
             return function(*args, **kwargs)
         texts = texts if literal else ("()", "{}")
         try:
@@ -131,15 +132,13 @@ def _recording(function, module, name):
         except Exception as error:
             outcome = (None, type(error).__name__)
             kept = _outcome(module, name, texts, outcome, inputs, receiver, (plain, kwargs), literal, internal)
-            if pickled and not kept:
-                _unrecorded[module, name] = _unrecorded.get((module, name), 0) + 1
+            _unrecorded[module, name] += int(pickled and not kept)
             raise
         result_text = described_text(result)
         kept = result_text is not None and _outcome(
             module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal
         )
-        if pickled and not kept:
-            _unrecorded[module, name] = _unrecorded.get((module, name), 0) + 1
+        _unrecorded[module, name] += int(pickled and not kept)
         return result
 
     recorded.__regrow_recorded__ = True
