@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 2.0
 # Spoken until an engine that was down at start answers; every engine since Docker 20.10 understands it.
 FALLBACK_API_VERSION = "1.41"
+# Unique to one create request: finds the container an interrupted request made.
+CREATION_LABEL = "regrow.creation"
 
 
 def _client(base_url: str | None, timeout: float, version: str | None = None) -> docker.DockerClient:
@@ -110,19 +113,14 @@ class DockerBackend:
             init=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_bytes},mode=1777"},
         )
-        try:
-            container_id = self.api.create_container(
-                image,
-                command=["sleep", "infinity"],
-                user=hardening.user,
-                working_dir=workdir,
-                labels=all_labels,
-                host_config=host_config,
-            )["Id"]
-        except docker.errors.ImageNotFound as error:
-            raise ImageNotFound(f"image {image!r} not found locally: build it first (`regrow images build`)") from error
-        with self._lock:
-            self._live.add(container_id)
+        container_id = self._create_container(
+            image,
+            command=["sleep", "infinity"],
+            user=hardening.user,
+            working_dir=workdir,
+            labels=all_labels,
+            host_config=host_config,
+        )
         try:
             self.api.start(container_id)
         except BaseException:
@@ -141,13 +139,31 @@ class DockerBackend:
 
     def create_stopped(self, image: str) -> str:
         """A container of `image` that never runs (its files can be exported), tracked and labelled like a sandbox."""
+        return self._create_container(image, command=["true"], labels=self._owned(), network_disabled=True)
+
+    def _create_container(self, image: str, labels: dict[str, str], **options) -> str:
+        """Create a container, tracked; one the engine made while the request was interrupted (Ctrl-C, SIGTERM,
+        a timeout) is found by a label unique to this request and removed, since its id never reached us."""
+        creation = uuid.uuid4().hex
         try:
-            created = self.api.create_container(image, command=["true"], labels=self._owned(), network_disabled=True)
+            container_id = self.api.create_container(image, labels={**labels, CREATION_LABEL: creation}, **options)["Id"]
         except docker.errors.ImageNotFound as error:
             raise ImageNotFound(f"image {image!r} not found locally: build it first (`regrow images build`)") from error
+        except BaseException:
+            self._remove_created(creation)
+            raise
         with self._lock:
-            self._live.add(created["Id"])
-        return created["Id"]
+            self._live.add(container_id)
+        return container_id
+
+    def _remove_created(self, creation: str) -> None:
+        try:
+            made = self.api.containers(all=True, filters={"label": f"{CREATION_LABEL}={creation}"})
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as error:
+            log.warning("could not look for a container whose creation was interrupted: %s", error)
+            return
+        for container in made:
+            self.remove(container["Id"])
 
     def build_image(
         self,

@@ -2,6 +2,7 @@
 
 import socket
 import threading
+import uuid
 
 import pytest
 
@@ -16,6 +17,25 @@ def test_unreachable_engine_gets_an_actionable_error():
 def test_missing_image_gets_an_actionable_error(docker_backend):
     with pytest.raises(ImageNotFound, match="regrow images build"):
         docker_backend.create("regrow/no-such-image:0")
+
+
+@pytest.mark.parametrize("make", ["sandbox", "stopped"])
+def test_a_create_interrupted_after_the_engine_made_the_container_leaves_none(base_image, make):
+    """SIGTERM landing while the engine answered a create left a 'created' container no one knew the id of (CI saw it
+    after `regrow bench synth` was stopped)."""
+    backend = DockerBackend()
+    real_create = backend.api.create_container
+    mark = uuid.uuid4().hex
+
+    def create_then_interrupted(*args, **kwargs):
+        real_create(*args, **{**kwargs, "labels": {**kwargs["labels"], "regrow.test": mark}})
+        raise KeyboardInterrupt
+
+    backend.api.create_container = create_then_interrupted
+    with pytest.raises(KeyboardInterrupt):
+        backend.create(base_image) if make == "sandbox" else backend.create_stopped(base_image)
+    assert backend.api.containers(all=True, filters={"label": f"regrow.test={mark}"}) == []
+    assert backend.live_ids() == set()
 
 
 def test_container_killed_from_outside_raises_sandbox_gone(docker_backend, base_image):
