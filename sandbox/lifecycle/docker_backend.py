@@ -146,15 +146,15 @@ class DockerBackend:
         a timeout) is found by a label unique to this request and removed, since its id never reached us."""
         creation = uuid.uuid4().hex
         try:
-            container_id = self.api.create_container(image, labels={**labels, CREATION_LABEL: creation}, **options)["Id"]
+            created = self.api.create_container(image, labels={**labels, CREATION_LABEL: creation}, **options)
         except docker.errors.ImageNotFound as error:
             raise ImageNotFound(f"image {image!r} not found locally: build it first (`regrow images build`)") from error
         except BaseException:
             self._remove_created(creation)
             raise
         with self._lock:
-            self._live.add(container_id)
-        return container_id
+            self._live.add(created["Id"])
+        return created["Id"]
 
     def _remove_created(self, creation: str) -> None:
         try:
