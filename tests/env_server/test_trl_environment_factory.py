@@ -1,7 +1,12 @@
 """A TRL `environment_factory` class over the unmodified OpenEnv client: TRL's tool extraction accepts it."""
 
 import inspect
+import json
+import re
+from datetime import UTC, datetime
+from pathlib import Path
 
+import httpx
 import pytest
 
 from proto.actions import TOOL_ARGS
@@ -46,3 +51,70 @@ def test_environment_factory_class_plays_an_episode_and_owns_the_reward(server, 
     assert "graded: reward 1" in env.submit()
     assert env.get_reward() == 1.0
     env._client.close()
+
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+STUB = "    raise NotImplementedError\n"
+FIX = ORIGINAL_OPS.split('high]."""\n')[1]
+SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+
+
+def tool_call(name: str, **arguments) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def readme_trl_snippet() -> str:
+    """The README's TRL example, the code this test runs."""
+    found = re.search(r"<!-- trl-grpo-example -->\n```python\n(.*?)```", README.read_text(), re.S)
+    assert found, "README lost its TRL GRPOTrainer example"
+    return found.group(1)
+
+
+def tool_calling_policy(env: RegrowCodingEnv):
+    """A random tiny Qwen2 taught to open the demo task's episode with one of two answers, alike: the fix then submit
+    (reward 1), or submit alone (reward 0). So a group's rewards differ and GRPO has a gradient."""
+    from tests.tiny_chat_model import random_qwen2, teach_completions, tool_calling_template, train_chatml_tokenizer
+
+    statement = env.reset(task_id=DEMO_TASK_ID)
+    fix = tool_call("edit_file", path="calc/ops.py", old=STUB, new=FIX)
+    answers = [f"{fix}\n{SUBMIT}<|im_end|>", f"{SUBMIT}<|im_end|>"]
+    messages, tools = [{"role": "user", "content": statement}], trl_tool_methods(env)
+    # A vocabulary learnt across words from the prompt and the answers makes each a few tokens: taught in a second,
+    # and sampled whole rather than garbled somewhere along a hundred tokens.
+    draft = train_chatml_tokenizer([tool_calling_template(), *answers], 300)
+    draft.chat_template = tool_calling_template()
+    prompt_text = draft.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=False)
+    tokenizer = train_chatml_tokenizer([prompt_text] * 4 + answers * 40, 3000, across_words=True)
+    tokenizer.chat_template = draft.chat_template
+    prompt = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True)
+    prompt_ids = list(prompt["input_ids"] if hasattr(prompt, "keys") else prompt)
+    model = random_qwen2(tokenizer, 64, 128, 4096, tie_embeddings=True)
+    teach_completions(model, tokenizer, prompt_ids, answers, steps=100)
+    return model, tokenizer
+
+
+def test_trl_grpo_trainer_takes_a_step_on_the_graders_rewards_from_the_live_server(server, tmp_path, monkeypatch):
+    """TRL's own GRPOTrainer with `environment_factory=RegrowCodingEnv`, the README's code: episodes are played on the
+    real server, their rewards are regrow's grader's, and one optimizer step moves the weights."""
+    import torch
+
+    monkeypatch.setattr(RegrowCodingEnv, "base_url", server.http_url)
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    monkeypatch.chdir(tmp_path)
+    probe = RegrowCodingEnv()
+    model, tokenizer = tool_calling_policy(probe)
+    probe._client.close()
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    started = datetime.now(UTC)
+
+    snippet = readme_trl_snippet().replace("http://127.0.0.1:8000", server.http_url)
+    scope = {"model": model, "tokenizer": tokenizer}  # the README's `model` and `tokenizer`
+    exec(compile(snippet, str(README), "exec"), scope)
+
+    trainer = scope["trainer"]
+    assert trainer.state.global_step == 1
+    played = httpx.get(f"{server.http_url}/episodes", params={"since": started.isoformat()}).json()
+    rewards = sorted(e["reward"] for e in played if e["status"] == "submitted")
+    assert len(rewards) >= 2 and rewards[0] == 0.0 and rewards[-1] == 1.0, played
+    moved = [name for name, p in model.named_parameters() if not torch.equal(p.detach(), before[name])]
+    assert moved, "one GRPO step on rewards 0 and 1 changed no weight"
