@@ -20,6 +20,7 @@ from pathlib import Path
 
 from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
+from sandbox.errors import SandboxError
 from sandbox.lifecycle.owner import OWNER_LABEL
 from task_synth.candidates.coverage_groups import coverage_groups
 from task_synth.candidates.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
@@ -41,6 +42,9 @@ Progress = Callable[[str, int, int], None]
 # When this many first candidates fail the same way for a reason outside them, the rest would too: stop the run.
 EARLY_STOP_CANDIDATES = 3
 # Per cause: what went wrong, in a line, and what to do about it.
+# A candidate whose judging raised an error of regrow's own (a bug met on some odd code): that candidate is rejected,
+# the run goes on, and it is judged again by a rerun (not journaled).
+SYNTHESIS_ERROR = "synthesis_error"
 SETUP_FAILURES = {
     "import_broken": (
         "the package fails to import the same way after every deletion",
@@ -52,6 +56,11 @@ SETUP_FAILURES = {
         "Remedy: raise REGROW_SYNTH_TEST_TIMEOUT_S, or pass a --test-cmd that leaves out tests that hang in the "
         "sandbox "
         "(no network, no stdin).",
+    ),
+    SYNTHESIS_ERROR: (
+        "regrow's synthesis raised the same unexpected error on each",
+        "Remedy: this is regrow's bug, not the repository's; the log file holds the traceback of each, "
+        "please report it with the repository and commit.",
     ),
     "oracle_failed": (
         "the solution fails its own tests in a fresh task container",
@@ -163,6 +172,20 @@ def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = 
     summary, remedy = SETUP_FAILURES[cause]
     shown = detail or "(no error output was recorded)"
     return f"synthesis stopped: the first {first} candidates all failed because {summary}:\n  {shown}\n{remedy}"
+
+
+def _candidate_or_error(
+    context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTasks
+) -> tuple[BuiltTask | None, int]:
+    """`_candidate`, where an unexpected error of regrow's own rejects the candidate instead of ending the run (its
+    tasks kept so far stay either way); the engine's faults and bad input still end it."""
+    try:
+        return _candidate(context, pool, unit, mode, kept)
+    except (SandboxError, SynthError):
+        raise
+    except Exception as error:
+        log.exception("%s (%s): %s: judging it raised an unexpected error", unit.key, mode, SYNTHESIS_ERROR)
+        return BuiltTask(None, SYNTHESIS_ERROR, None, 0, f"{type(error).__name__}: {error}"[:500]), 0
 
 
 def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTasks) -> tuple[BuiltTask | None, int]:
@@ -310,7 +333,7 @@ def _run_candidates(
         while index < len(pending) and report.valid + report.resumed < settings.max_tasks:
             batch = pending[index : index + settings.jobs]
             index += len(batch)
-            results = list(executor.map(lambda pair: _candidate(context, pool, pair[0], pair[1], kept), batch))
+            results = list(executor.map(lambda pair: _candidate_or_error(context, pool, pair[0], pair[1], kept), batch))
             for (unit, mode), (built, executions) in zip(batch, results, strict=True):
                 report.test_executions += executions
                 if built is None:

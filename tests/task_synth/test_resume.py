@@ -25,19 +25,21 @@ CANDIDATES = [(SimpleNamespace(key=f"pkg/m.py:f{index}"), "stub") for index in r
 class Scripted:
     """`_candidate` by script: odd candidates are valid, even ones rejected as no_f2p; one may raise Ctrl-C."""
 
-    def __init__(self, store, interrupt_at: str | None = None):
-        self.store, self.interrupt_at, self.tried = store, interrupt_at, []
+    def __init__(self, store, interrupt_at: str | None = None, errors: dict[str, Exception] | None = None):
+        self.store, self.interrupt_at, self.errors, self.tried = store, interrupt_at, errors or {}, []
 
     def __call__(self, context, pool, unit, mode, kept):
         self.tried.append(unit.key)
         if unit.key == self.interrupt_at:
             raise KeyboardInterrupt
+        if unit.key in self.errors:
+            raise self.errors[unit.key]
         number = int(unit.key.rsplit("f", 1)[1])
         if number % 2 == 0:
             return BuiltTask(None, "no_f2p", None, 3, "no test fails"), 3
         # Every task validated before this one is in the store already.
         listed = {record.instance_id for record in read_records(self.store)}
-        assert {f"task-{n}" for n in range(1, number, 2)} <= listed
+        assert {f"task-{n}" for n in range(1, number, 2) if f"pkg/m.py:f{n}" not in self.errors} <= listed
         record = _record(f"task-{number}").model_copy(update={"FAIL_TO_PASS": [f"t{number}"]})
         return BuiltTask(record, None, b"workspace", 5), 5
 
@@ -152,3 +154,27 @@ def test_a_candidate_that_deletes_a_kept_tasks_lines_is_a_duplicate_without_bein
     same = Unit("pkg/m.py", "f", "function", 3, 9, ((4, 9),), 5, 2)
     built, executions = pipeline._candidate(context, None, same, "remove", KeptTasks([record]))  # no pool: not run
     assert built is not None and (built.rejection, executions) == ("duplicate", 0) and "task-1" in built.detail
+
+
+def test_an_unexpected_error_rejects_its_candidate_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A bug met on one candidate ended the whole run (its tasks kept, but hours of candidates left unjudged)."""
+    script = Scripted(tmp_path, errors={"pkg/m.py:f3": ValueError("libcst could not print it")})
+    report = _run(tmp_path, script, monkeypatch=monkeypatch)
+    assert [record.instance_id for record in read_records(tmp_path)] == ["task-1", "task-5", "task-7"]
+    assert report.rejections[pipeline.SYNTHESIS_ERROR] == 1
+    rerun = Scripted(tmp_path)
+    _run(tmp_path, rerun, monkeypatch=monkeypatch)
+    assert rerun.tried == ["pkg/m.py:f3"]  # not journaled: a fixed regrow judges it again
+
+
+def test_the_engine_going_away_still_ends_the_run(tmp_path, monkeypatch):
+    from sandbox.errors import SandboxGone
+
+    with pytest.raises(SandboxGone):
+        _run(tmp_path, Scripted(tmp_path, errors={"pkg/m.py:f2": SandboxGone("gone")}), monkeypatch=monkeypatch)
+
+
+def test_the_same_unexpected_error_on_the_first_candidates_stops_the_run_and_says_it_is_regrows(tmp_path, monkeypatch):
+    errors = {key: TypeError("unhashable type: 'list'") for key in (f"pkg/m.py:f{n}" for n in range(8))}
+    with pytest.raises(pipeline.SynthError, match="regrow's bug"):
+        _run(tmp_path, Scripted(tmp_path, errors=errors), monkeypatch=monkeypatch)
