@@ -190,3 +190,71 @@ def test_training_outlives_an_env_server_killed_under_it_and_replays_what_it_los
     last = summary.log_history[-1]
     # The episodes on the killed server were lost after they started (replayed) or could not start (waited for).
     assert summary.episode_retries + last["rollout/unavailable_waits"] > 0, last
+
+
+class EpisodeScripts:
+    """A policy playing two-turn scripts, one per episode in order; an episode whose first context shows `marker`
+    (a prefix reset's history) plays `prefix_script` instead, wherever the stream put its group."""
+
+    def __init__(self, tokenizer, end_of_turn_id: int, scripts, prefix_script: list[str], marker: str):
+        self.tokenizer, self.end_of_turn_id, self.version = tokenizer, end_of_turn_id, 0
+        self.scripts, self.prefix_script, self.marker = scripts, prefix_script, marker
+        self.turns: list[str] = []
+
+    async def generate(self, context_ids: list[int], max_new_tokens: int):
+        from trainer_client.rollout.agent_loop import GeneratedTurn
+
+        if not self.turns:  # a new episode
+            seen = self.tokenizer.decode(context_ids)
+            self.turns = list(self.prefix_script if self.marker in seen else next(self.scripts))
+        ids = self.tokenizer.encode(self.turns.pop(0), add_special_tokens=False) + [self.end_of_turn_id]
+        return GeneratedTurn(ids=ids, logprobs=[-0.5] * len(ids), finished=True)
+
+
+def test_prefix_sampling_starts_a_group_that_passed_whole_from_a_failed_episodes_prefix(
+    live_env, tokenizer, episode_tokens
+):
+    """The stream, the prefix planner and the real server's prefix resets together: after a group of passes, a later
+    group of the task starts from the first step of an episode that failed, and plays on from its workspace."""
+    import itertools
+    import json
+
+    from tests.task_fixture import ORIGINAL_OPS, WRONG_OPS
+    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.prefix_planner import PrefixPlanner
+    from trainer_client.rollout.stream import RolloutStream
+
+    def call(name: str, **arguments) -> str:
+        return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+    write, submit = (lambda ops: call("write_file", path="calc/ops.py", content=ops)), call("submit")
+    scripts = itertools.chain(  # a mixed group (one pass, one failure), then groups that pass whole
+        [[write(ORIGINAL_OPS), submit], [write(WRONG_OPS), submit]], itertools.repeat([write(ORIGINAL_OPS), submit])
+    )
+    prefix_script = [call("read_file", path="calc/ops.py"), submit]  # reads what the prefix wrote, and gives up
+    marker = json.dumps(WRONG_OPS)[1:-1]  # the failed episode's write, as its recorded call shows it
+    sampler = EpisodeScripts(tokenizer, episode_tokens.end_of_turn_id, scripts, prefix_script, marker)
+    planner = PrefixPlanner(itertools.repeat({"task_id": DEMO_TASK_ID}), fraction=0.5)
+    limits = EpisodeLimits(max_turns=4, max_turn_tokens=4096, max_completion_tokens=16384)
+    stream = RolloutStream(
+        live_env[0], sampler, episode_tokens, limits, planner, workers=1, group_size=2, max_buffered_groups=1
+    )
+    groups: list = []
+    with stream:  # the stream draws up to two groups ahead of the trainer, so the prefix group is the 4th or 5th
+        while len(groups) < 6:
+            (group,) = stream.next_groups(1, policy_version=0, timeout=300)
+            planner.observe(group)
+            groups.append(group)
+            if "prefix_of" in group[0].reset_options:
+                break
+
+    assert sorted(t.reward for t in groups[0]) == [0.0, 1.0]
+    assert all(t.reward == 1.0 for group in groups[1:-1] for t in group)
+    failed = next(t for t in groups[0] if t.reward == 0.0)
+    for trajectory in groups[-1]:
+        assert trajectory.reset_options == {"prefix_of": failed.episode_id, "prefix_steps": 1}
+        assert trajectory.reward == 0.0
+        trace = httpx.get(f"{live_env[0]}/episodes/{trajectory.episode_id}", timeout=30).json()
+        read = next(step for step in trace["steps"] if step["action"]["tool"] == "read_file")
+        assert read["observation"]["output"] == WRONG_OPS  # the failed episode's first step, rebuilt
+    assert stream.stats.prefix_refused == 0
