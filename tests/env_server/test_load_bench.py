@@ -15,9 +15,7 @@ pytestmark = pytest.mark.docker
 
 def test_four_clients_for_75_seconds_leave_no_errors_no_containers_and_flat_memory(demo_task_store):
     # The memory's slope is fitted over a sample every 5 s after the warm-up; `regrow bench load` runs longer.
-    result = run_load_bench(
-        LoadPlan(demo_task_store, clients=4, steps=8, duration_s=75, warmup_s=15, sample_every_s=5)
-    )
+    result = run_load_bench(LoadPlan(demo_task_store, clients=4, steps=8, duration_s=75, warmup_s=15, sample_every_s=5))
     assert result["errors"] == {}, result["error_examples"]
     assert result["capacity_reached"] == 0
     assert result["containers_left_after_stop"] == 0
