@@ -122,6 +122,21 @@ def ladder(ctx: typer.Context) -> None:
     run_ladder(*settings_from_args(ctx, LadderSettings, ArmsTrainSettings))
 
 
+def sft(ctx: typer.Context) -> None:
+    """Warm-start a policy: fine-tune it on exported episodes that earned --min-reward (`regrow traces export`,
+    of `regrow traces demo`'s demonstrations, say), on the assistant's tokens as `regrow train` renders them.
+
+      regrow traces demo --tasks tasks/ --env http://127.0.0.1:8000
+      regrow traces export --db traces.sqlite --out demos.jsonl
+      regrow sft --traces demos.jsonl --model smollm2 --output-dir runs/sft
+      regrow train --model runs/sft/final ...
+    """
+    from trainer_client.cli import sft as run_sft
+    from trainer_client.train.sft import SftSettings
+
+    run_sft(*settings_from_args(ctx, SftSettings))
+
+
 def serve(ctx: typer.Context) -> None:
     """Serve the tasks in --tasks as OpenEnv episodes over HTTP, WebSocket and gRPC."""
     from env_server.cli import serve as run_server
@@ -140,5 +155,5 @@ def synth(ctx: typer.Context) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    for name, command in (("synth", synth), ("serve", serve), ("train", train), ("ladder", ladder)):
+    for name, command in (("synth", synth), ("serve", serve), ("train", train), ("ladder", ladder), ("sft", sft)):
         app.command(name, context_settings=PASS_THROUGH, add_help_option=False)(command)

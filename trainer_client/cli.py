@@ -1,10 +1,13 @@
 """What `regrow train` and `regrow ladder` do with their settings (regrow/ parses them), plus `regrow replay`."""
 
+from pathlib import Path
+
 import typer
 from rich.console import Console
 
 from trainer_client.train.ladder import LadderSettings
 from trainer_client.train.settings import TrainSettings
+from trainer_client.train.sft import SftSettings
 
 console = Console(stderr=True)
 
@@ -85,7 +88,63 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
     console.print(f"table in {rung.out / 'ladder.md'} and {rung.out / 'ladder.json'}")
 
 
+def sft(settings: SftSettings) -> None:
+    """Fine-tune with SETTINGS and say what was kept and where the model went."""
+    try:
+        from trainer_client.train.sft import run_sft
+
+        summary = run_sft(settings)
+    except (FileNotFoundError, ValueError) as error:
+        console.print(f"[bold red]error:[/] {error}")
+        raise typer.Exit(1) from None
+    console.print(
+        f"fine-tuned on {summary.kept} episodes ({summary.below_reward} below --min-reward, {summary.too_long} longer "
+        f"than --max-length left out); assistant loss {summary.loss_before:.4f} -> {summary.loss_after:.4f}; "
+        f"model saved to {summary.final_model}"
+    )
+
+
+def traces_demo(
+    tasks: Path = typer.Option(..., "--tasks", help="The task store whose tasks' own solutions are played."),
+    env: str = typer.Option("http://127.0.0.1:8000", "--env", help="The env server serving that store."),
+    split: str | None = typer.Option(None, "--split", help="Only the tasks of this split."),
+    limit: int | None = typer.Option(None, "--limit", min=1, help="At most this many tasks, in the store's order."),
+    concurrency: int = typer.Option(2, "--concurrency", min=1, help="Episodes played at once."),
+) -> None:
+    """Play each task's own solution through the env server as an agent would (read, edit, run the tests, submit):
+    the server records well-formed tool-call episodes, for `regrow traces export` and `regrow sft`, with no teacher."""
+    import asyncio
+
+    from rich.table import Table
+
+    from proto.task_files import read_records
+    from trainer_client.rollout.demonstrator import demonstrate
+
+    records = [r for r in read_records(tasks) if split is None or r.split == split][:limit]
+    if not records:
+        console.print(
+            f"[bold red]error:[/] no task in {tasks}{f' of split {split!r}' if split else ''}: synthesize "
+            "some with `regrow synth`, or point --tasks at a task store (its tasks.jsonl)"
+        )
+        raise typer.Exit(1)
+    played = asyncio.run(demonstrate(env, records, concurrency))
+    table = Table(title=f"regrow traces demo: {len(played)} tasks on {env}")
+    for column in ("task", "reward", "steps", "episode"):
+        table.add_column(column)
+    for demo in played:
+        table.add_row(demo.task_id, f"{demo.reward:g}", str(demo.steps), demo.episode_id or f"[red]{demo.error}[/]")
+    Console().print(table)
+    solved = sum(demo.reward >= 1.0 for demo in played)
+    console.print(f"{solved} of {len(played)} solutions earned 1.0; export them with `regrow traces export`")
+    if solved < len(played):
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
     from trainer_client.replay import cli as replay_cli
 
     replay_cli.register(app)
+    # `traces` is env_server's group (export); the demonstrator is a client of the server, so it lives here.
+    traces = next(group.typer_instance for group in app.registered_groups if group.name == "traces")
+    assert traces is not None, "env_server.cli registers the traces group first"
+    traces.command("demo")(traces_demo)

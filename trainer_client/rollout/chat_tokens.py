@@ -72,6 +72,21 @@ class EpisodeTokenizer:
         after = self._ids([*_DUMMY, response, hint_message(feedback)], generation_prompt=False)
         return self._suffix(after, before, "a hint message")
 
+    def assistant_masked(self, messages: list[dict[str, str]]) -> tuple[list[int], list[int]]:
+        """The whole conversation's ids, and a mask with 1 on each assistant message's tokens (its content and the
+        end of its turn, not the generation prompt before it): what supervised fine-tuning trains on."""
+        ids: list[int] = []
+        mask: list[int] = []
+        for index, message in enumerate(messages):
+            if message["role"] == "assistant":
+                prompt = self._ids(messages[:index], generation_prompt=True)
+                ahead = self._suffix(prompt, ids, "a generation prompt")
+                ids, mask = prompt, mask + [0] * len(ahead)
+            closed = self._ids(messages[: index + 1], generation_prompt=False)
+            added = self._suffix(closed, ids, f"a {message['role']} message")
+            ids, mask = closed, mask + [1 if message["role"] == "assistant" else 0] * len(added)
+        return ids, mask
+
     def decode(self, ids: list[int]) -> str:
         """A turn's text without its stop token; other special tokens stay (`<tool_call>` is one in Qwen)."""
         return self.tokenizer.decode([t for t in ids if t not in self.stop_ids], skip_special_tokens=False)
