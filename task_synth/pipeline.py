@@ -278,6 +278,9 @@ def synthesize(
             finally:
                 writer.close()
     except KeyboardInterrupt:
+        # Whatever the signal interrupted (a create whose start never came, a sandbox before its `with`), this run's
+        # sandboxes go now: a sweep by label, not a catalogue of the places a signal can land.
+        _remove_synth_sandboxes(backend)
         kept = writer.added if writer else 0
         if not kept:
             _remove(backend, created_images)

@@ -80,3 +80,27 @@ def test_a_stopped_run_keeps_its_tasks_and_image_and_a_rerun_goes_on_from_there(
     ids = [record.instance_id for record in read_records(out)]
     assert len(ids) == len(set(ids)) == len(kept) + 1 and ids[: len(kept)] == [r.instance_id for r in kept]
     assert "judged by an earlier run" in again.stdout + again.stderr
+
+
+def test_a_stop_landing_between_a_sandboxs_creation_and_its_start_leaves_it_not(base_image, tmp_path):
+    """CI saw SIGTERM leave a 'created' install sandbox: the signal landed where no cleanup of that sandbox ran yet.
+    The stop sweeps the run's sandboxes by label, wherever the signal landed."""
+    from sandbox import DockerBackend
+    from task_synth.pipeline import SynthStopped, synthesize
+    from task_synth.repository.repo_image import SYNTH_LABEL
+    from task_synth.settings import SynthSettings
+
+    backend = DockerBackend()
+    real_create = backend._create_container
+
+    def created_then_stopped(image, labels, **options):
+        container_id = real_create(image, labels, **options)
+        if labels.get(SYNTH_LABEL) == "install":
+            raise KeyboardInterrupt  # as the SIGTERM handler raises it, before the caller's start and cleanup
+        return container_id
+
+    backend._create_container = created_then_stopped  # type: ignore[method-assign]
+    with pytest.raises(SynthStopped):
+        synthesize(str(MINILIB), tmp_path / "out", SynthSettings(max_tasks=1), backend)
+    owned = backend.containers_labelled({OWNER_LABEL: backend.owner})
+    assert [c for c in owned if SYNTH_LABEL in (c.get("Labels") or {})] == []
