@@ -39,7 +39,7 @@ def test_sft_on_the_demonstrations_lowers_the_policys_loss_on_them(server, demo_
     export_traces(server.runtime.settings.trace_path(), exported, DatasetFormat.jsonl)
     policy = save_tiny_policy(tmp_path / "tiny")
     settings = SftSettings(
-        traces=exported, model=str(policy), output_dir=tmp_path / "sft", epochs=4, learning_rate=3e-3
+        traces=exported, model=str(policy), output_dir=tmp_path / "sft", epochs=20, learning_rate=3e-3
     )
 
     summary = run_sft(settings)
