@@ -70,10 +70,11 @@ wheelhouse-train: wheelhouse
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
 
-# Three lanes, three pytest processes (each fails on its own leaks): the compose and swarm stacks, which mostly wait on
-# image builds and pip installs; the other engine tests, which mostly wait on containers; and the pure logic, which
-# keeps the cores busy meanwhile. Each lane's log is printed whole when it ends.
+# Three lanes of pytest processes (each fails on its own leaks): the compose and swarm stacks, which mostly wait on image
+# builds and pip installs; the other engine tests, which mostly wait on containers; and the pure logic, which keeps the
+# cores busy meanwhile, then two long engine files that even the lanes out. Each lane's log is printed whole at its end.
 STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
+AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py
 NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 test:
@@ -85,10 +86,11 @@ test-stacks:
 	$(BIN)/pytest $(STACK_TESTS)
 
 test-engine:
-	$(BIN)/pytest $(NOT_STACKS) -m docker
+	$(BIN)/pytest $(NOT_STACKS) $(foreach t,$(AFTER_LOGIC),--ignore=$(t)) -m docker
 
 test-logic:
-	$(BIN)/pytest $(NOT_STACKS) -m "not docker"
+	status=0; $(BIN)/pytest $(NOT_STACKS) -m "not docker" || status=1; $(BIN)/pytest $(AFTER_LOGIC) || status=1; \
+	exit $$status
 
 # The pure logic alone: no engine, no network, no GPU, no real pretrained model.
 test-fast: setup lint

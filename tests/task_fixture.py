@@ -10,6 +10,7 @@ import difflib
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -170,11 +171,20 @@ def _content_hash() -> str:
 
 
 def _wheelhouse() -> Path:
-    """Wheels of pytest and friends, built once on the host (PyPI or pip's cache)."""
-    if not (WHEELHOUSE / ".complete").exists():
-        WHEELHOUSE.mkdir(parents=True, exist_ok=True)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(WHEELHOUSE), *WHEELS], check=True)
-        (WHEELHOUSE / ".complete").touch()
+    """Wheels of pytest and friends, built once on the host (PyPI or pip's cache), in a folder of this process's own
+    that is renamed into place: `make test`'s lanes may build it at once, and none may read the other's half."""
+    if (WHEELHOUSE / ".complete").exists():
+        return WHEELHOUSE
+    WHEELHOUSE.parent.mkdir(parents=True, exist_ok=True)
+    building = Path(tempfile.mkdtemp(prefix=f"{WHEELHOUSE.name}.", dir=WHEELHOUSE.parent))
+    try:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "-w", str(building), *WHEELS], check=True)
+        (building / ".complete").touch()
+        if not (WHEELHOUSE / ".complete").exists():
+            shutil.rmtree(WHEELHOUSE, ignore_errors=True)  # an interrupted build of an older run
+            building.rename(WHEELHOUSE)
+    finally:
+        shutil.rmtree(building, ignore_errors=True)
     return WHEELHOUSE
 
 
