@@ -3,7 +3,7 @@
 import pytest
 
 from proto.tasks import TaskRecord
-from trainer_client.rollout.demonstrator import DemoError, solution_calls, run_tests_call
+from trainer_client.rollout.demonstrator import DemoError, run_tests_call, solution_calls
 
 TWO_FILES = """diff --git a/pkg/ops.py b/pkg/ops.py
 index 1111111..2222222 100644
