@@ -41,10 +41,10 @@ log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
 # When this many first candidates fail the same way for a reason outside them, the rest would too: stop the run.
 EARLY_STOP_CANDIDATES = 3
-# Per cause: what went wrong, in a line, and what to do about it.
 # A candidate whose judging raised an error of regrow's own (a bug met on some odd code): that candidate is rejected,
 # the run goes on, and it is judged again by a rerun (not journaled).
 SYNTHESIS_ERROR = "synthesis_error"
+# Per cause: what went wrong, in a line, and what to do about it.
 SETUP_FAILURES = {
     "import_broken": (
         "the package fails to import the same way after every deletion",
