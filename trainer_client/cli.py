@@ -1,5 +1,9 @@
 """What `regrow train` and `regrow ladder` do with their settings (regrow/ parses them), plus `regrow replay`."""
 
+import contextlib
+import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
 import typer
@@ -10,6 +14,23 @@ from trainer_client.train.settings import TrainSettings
 from trainer_client.train.sft import SftSettings
 
 console = Console(stderr=True)
+
+
+class PlainProgress:
+    """Progress where the console is no terminal (a log file, a pipe): a timestamped line at once, then at most one
+    every `interval_s`, each flushed; a live line or spinner would show nothing there until the run ends."""
+
+    def __init__(self, out: Console, interval_s: float, clock: Callable[[], float] = time.monotonic):
+        self.out, self.interval_s, self.clock = out, interval_s, clock
+        self._last: float | None = None
+
+    def __call__(self, text: str) -> None:
+        now = self.clock()
+        if self._last is not None and now - self._last < self.interval_s:
+            return
+        self._last = now
+        self.out.print(f"{datetime.now():%H:%M:%S} {text}", markup=False, highlight=False, soft_wrap=True)
+        self.out.file.flush()
 
 
 def train(settings: TrainSettings) -> None:
@@ -34,8 +55,14 @@ def train(settings: TrainSettings) -> None:
             return
         if settings.logger == "tensorboard":
             console.print(f"training curves: tensorboard --logdir {curves_dir(settings.output_dir)}")
-        with Live(Text("starting: loading the policy and reaching the env"), console=console) as live:
-            summary = run_training(settings, show_progress=lambda progress: live.update(Text(progress.line())))
+        starting = "starting: loading the policy and reaching the env"
+        if console.is_terminal:
+            with Live(Text(starting), console=console) as live:
+                summary = run_training(settings, show_progress=lambda progress: live.update(Text(progress.line())))
+        else:
+            lines = PlainProgress(console, settings.progress_interval_s)
+            lines(starting)
+            summary = run_training(settings, show_progress=lambda progress: lines(progress.line()))
     except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
@@ -72,14 +99,19 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
     from trainer_client.env.client import EnvError
     from trainer_client.train.ladder import run_ladder
 
+    checking = "checking the env, the model and the pairs"
     try:
-        with console.status("checking the env, the model and the pairs") as status:
+        with console.status(checking) if console.is_terminal else contextlib.nullcontext() as status:
+            show: Callable[[str], None] = (
+                status.update if status is not None else PlainProgress(console, settings.progress_interval_s)
+            )
+            show(checking)
             table = run_ladder(
                 settings.model_copy(update={"output_dir": rung.out}),
                 rung,
                 on_arm=lambda arm: console.print(f"{arm.name}: {'done' if arm.ran else arm.reason}"),
                 # the arm in training and its rollouts, live: a step of minutes is no frozen bar
-                on_progress=lambda arm, progress: status.update(f"{arm}: {progress.line()}"),
+                on_progress=lambda arm, progress: show(f"{arm}: {progress.line()}"),
             )
     except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         console.print(f"[bold red]error:[/] {error}")

@@ -83,3 +83,73 @@ def test_a_run_shows_its_rollouts_while_it_collects_them(scripted_env_url, tiny_
     assert last.mean_reward is not None and 0.0 <= last.mean_reward <= 1.0
     assert [r.episodes for r in readings] == sorted(r.episodes for r in readings)  # it moves only forward
     assert "episodes" in last.line() and "step 2/2" in last.line()
+
+
+def test_turns_and_tokens_count_as_the_policy_writes_them_not_when_episodes_end(
+    scripted_env_url, tiny_policy_dir, tmp_path
+):
+    from trainer_client.train.run import run_training
+
+    readings = []
+    settings = settings_for(scripted_env_url, tiny_policy_dir, tmp_path, steps=1).model_copy(
+        update={"logger": "none", "save_steps": 10}
+    )
+
+    summary = run_training(settings, show_progress=readings.append)
+
+    last = readings[-1]
+    # every turn of every episode played, those of a group still in play when the step ended too
+    assert last.turns >= summary.episodes and last.tokens >= summary.policy_tokens > 0
+    assert "| tokens " in last.line()
+
+
+def test_regrow_train_into_a_log_prints_plain_progress_lines_from_the_start(
+    scripted_env_url, tiny_policy_dir, tmp_path
+):
+    from typer.testing import CliRunner
+
+    from regrow.cli import app
+
+    command = [
+        "train",
+        "--env",
+        scripted_env_url,
+        "--model",
+        str(tiny_policy_dir),
+        "--task-ids",
+        "calc",
+        "--steps",
+        "1",
+    ]
+    options = ["--group-size", "2", "--groups-per-step", "1", "--workers", "2", "--max-turns", "2"]
+    options += ["--max-turn-tokens", "24", "--max-completion-tokens", "512", "--device", "cpu", "--logger", "none"]
+    options += ["--progress-interval-s", "0.01", "--output-dir", str(tmp_path / "run")]
+
+    result = CliRunner().invoke(app, [*command, *options])  # its stderr is no terminal, as a log file is not
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert "starting: loading the policy and reaching the env" in lines[0]  # the first sign of life, before torch loads
+    progress = [line for line in lines if "| episodes " in line]
+    assert progress and all(line[:8].count(":") == 2 for line in progress)  # each stamped HH:MM:SS
+    assert any("step 1/1" in line for line in progress)
+    assert "trained 1 steps" in result.output
+
+
+def test_plain_progress_prints_at_once_then_at_most_once_an_interval():
+    import io
+
+    from rich.console import Console
+
+    from trainer_client.cli import PlainProgress
+
+    out, now = io.StringIO(), [100.0]
+    lines = PlainProgress(Console(file=out, width=200), interval_s=10, clock=lambda: now[0])
+    lines("first")
+    now[0] += 5
+    lines("too soon")
+    now[0] += 6
+    lines("third")
+
+    printed = out.getvalue().splitlines()
+    assert [line.split(" ", 1)[1] for line in printed] == ["first", "third"]

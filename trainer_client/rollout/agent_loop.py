@@ -99,9 +99,10 @@ async def play_episode(
     limits: EpisodeLimits,
     reset_options: dict[str, Any],
     on_reset: Callable[[str | None], None] | None = None,
+    on_turn: Callable[[GeneratedTurn], None] | None = None,
 ) -> Trajectory:
     """Play one episode to done, the turn limit or the token budget, and return its recording; `on_reset` hears the
-    id of the task the reset drew, before the first turn."""
+    id of the task the reset drew, before the first turn, and `on_turn` each turn as the policy has written it."""
     async with env.episode(**reset_options) as episode:
         first = episode.first
         if on_reset is not None:
@@ -123,6 +124,8 @@ async def play_episode(
                 break
             context = trajectory.prompt_ids + trajectory.completion_ids
             generated = await sampler.generate(context, min(room, limits.max_turn_tokens))
+            if on_turn is not None:
+                on_turn(generated)
             start = len(trajectory.completion_ids)
             trajectory.append(generated.ids, generated.logprobs, from_policy=True)
             text = tokens.decode(generated.ids)

@@ -31,7 +31,7 @@ from trainer_client.env.client import (
 )
 from trainer_client.env.env_pool import EnvPool
 from trainer_client.env.server_pool import env_urls
-from trainer_client.rollout.agent_loop import EpisodeLimits, Trajectory, TurnSampler, play_episode
+from trainer_client.rollout.agent_loop import EpisodeLimits, GeneratedTurn, Trajectory, TurnSampler, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 from trainer_client.rollout.prefix_planner import FALLBACK
 from trainer_client.rollout.token_log import TokenLog
@@ -55,6 +55,9 @@ class StreamStats:
     turns: int = 0  # model turns in all played episodes
     reward_sum: float = 0.0  # env reward summed over all played episodes
     prefix_refused: int = 0  # prefix resets the env could not restore; their groups played the task from the start
+    # As the policy writes them, episodes in play included: what a run shows before its first episode ends.
+    turns_streamed: int = 0
+    tokens_streamed: int = 0
 
     def counters(self) -> dict[str, float]:
         return {name: float(value) for name, value in asdict(self).items()}
@@ -269,6 +272,10 @@ class RolloutStream:
                 self.stats.groups_queued += 1
                 self._ready.put(group)
 
+    def _streamed(self, turn: GeneratedTurn) -> None:
+        self.stats.turns_streamed += 1
+        self.stats.tokens_streamed += len(turn.ids)
+
     async def _play_with_retries(self, env: EnvPool, group: _Group) -> Trajectory | None:
         """The episode played to its end, or None when the env lost it more than `episode_retries` times."""
         first_delay = min(0.5, self._backoff_max_s)
@@ -280,7 +287,7 @@ class RolloutStream:
                 return None
             try:
                 trajectory = await play_episode(
-                    env, self.sampler, self._tokens, self._limits, options, on_reset=group.drawn
+                    env, self.sampler, self._tokens, self._limits, options, on_reset=group.drawn, on_turn=self._streamed
                 )
             except EnvAtCapacity as error:
                 self.stats.capacity_waits += 1

@@ -21,17 +21,18 @@ class RolloutProgress:
     steps: int
     episodes: int
     episodes_needed: int
-    turns: int
+    turns: int  # written by the policy so far, episodes still in play included
     mean_reward: float | None
     replays: int
     env_waits: int
     groups_dropped: int
+    tokens: int = 0  # the policy's, as turns
 
     def line(self) -> str:
         reward = "-" if self.mean_reward is None else f"{self.mean_reward:.3f}"
         return (
             f"step {self.step}/{self.steps} | episodes {self.episodes}/{self.episodes_needed} | turns {self.turns} "
-            f"| mean reward {reward} | replayed {self.replays} | env waits {self.env_waits} "
+            f"| tokens {self.tokens} | mean reward {reward} | replayed {self.replays} | env waits {self.env_waits} "
             f"| groups dropped {self.groups_dropped}"
         )
 
@@ -42,7 +43,8 @@ def rollout_progress(stats: StreamStats, step: int, steps: int, episodes_per_ste
         steps=steps,
         episodes=stats.episodes,
         episodes_needed=steps * episodes_per_step,
-        turns=stats.turns,
+        turns=stats.turns_streamed,
+        tokens=stats.tokens_streamed,
         mean_reward=stats.reward_sum / stats.episodes if stats.episodes else None,
         replays=stats.episode_retries,
         env_waits=stats.capacity_waits + stats.unavailable_waits,

@@ -123,13 +123,17 @@ class TrainSettings(BaseSettings):
     )
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Where the policy trains.")
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
+    progress_interval_s: float = Field(
+        default=10.0, gt=0, description="Where stderr is no terminal (a log): seconds between progress lines."
+    )
     logger: Literal["tensorboard", "none"] = Field(default="tensorboard", description="Where metrics go.")
     save_steps: int = Field(default=50, ge=1, description="Checkpoint every N steps.")
     resume: bool = Field(default=True, description="Continue from the last checkpoint in output_dir if there is one.")
     record_tokens: bool = Field(
         default=True,
-        description="Append each episode's token ids, logprobs and env mask to output_dir/episode_tokens.jsonl, which "
-        "`regrow traces export --tokens` joins to the server's traces.",
+        description="Append each episode's token ids, logprobs, env mask, reward and hinted turns to "
+        "output_dir/episode_tokens.jsonl, which `regrow traces export --tokens` joins to the server's traces and "
+        "`regrow bench gpu --tokens` replays.",
     )
     seed: int = Field(default=0, description="Seeds task sampling, rollouts and the trainer.")
     episode_timeout_s: float = Field(
