@@ -39,6 +39,15 @@ class EpisodeTrace(BaseModel):
     prefix_steps: int = Field(default=0, ge=0, description="Steps of prefix_of replayed before this episode's first.")
 
 
+class HintedTurnTokens(BaseModel):
+    """A turn the env gave feedback on, as SDPO distills it; offsets index the episode's completion ids."""
+
+    hint_at: int  # where the hint goes: before the turn's generation prompt (negative: inside the prompt)
+    start: int
+    end: int
+    hint_ids: list[int]  # the feedback as the hint message's token ids
+
+
 class EpisodeTokens(BaseModel):
     """The policy's tokens of one episode as the trainer played it; the export joins them to the trace by episode_id."""
 
@@ -49,3 +58,6 @@ class EpisodeTokens(BaseModel):
     completion_ids: list[int]
     logprobs: list[float]  # the sampler's, one per completion id; 0.0 for env tokens
     env_mask: list[int]  # one per completion id: 1 the policy wrote it, 0 the env inserted it
+    # What a replay of the step needs beside the ids (`regrow bench gpu`); absent in files of older trainers.
+    reward: float | None = None
+    hinted_turns: list[HintedTurnTokens] = Field(default_factory=list)

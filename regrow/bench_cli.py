@@ -270,6 +270,47 @@ def bench_train(
     report(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), as_json)
 
 
+def bench_gpu(
+    shape: list[str] = typer.Option(
+        None,
+        "--shape",
+        help="A shipped model shape (trainer_client/train/model_shapes, or 'tiny'), optionally :lora<r> and :bf16 "
+        "(weights); repeat. Default: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b:lora16:bf16.",
+    ),
+    mix: list[str] = typer.Option(
+        None, "--mix", help="Channel mix: rlvr, rlvr+sdpo, rlvr+dpo, all; repeat. Default: all four."
+    ),
+    tokens: Path = typer.Option(
+        None, "--tokens", help="A `regrow train --record-tokens` file (episode_tokens.jsonl). Default: the shipped one."
+    ),
+    rows: int = typer.Option(8, min=2, help="Recorded episodes in one step."),
+    group_size: int = typer.Option(4, min=2, help="Episodes per GRPO group."),
+    steps: int = typer.Option(3, min=1, help="Timed optimizer steps per mix, after one warm-up step."),
+    pairs: int = typer.Option(4, min=1, help="DPO pairs per step."),
+    device: str = typer.Option("auto", help="auto (a GPU when torch sees one), cuda or cpu."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """The trainer's step on recorded token batches with random-init models of real shapes, no env: step time,
+    tokens/s, peak memory against the plan, the bf16 sampler's logprob gap, IS ratio and clip shares, SDPO's cost."""
+    from regrow.benchmarks.gpu import run_gpu_bench
+    from regrow.benchmarks.gpu_replay import DEFAULT_SHAPES, MIXES, RECORDING
+
+    try:
+        result = run_gpu_bench(
+            tokens or RECORDING,
+            shape or list(DEFAULT_SHAPES),
+            mix or list(MIXES),
+            rows,
+            group_size,
+            steps,
+            pairs,
+            device,
+        )
+    except ValueError as error:
+        fail(str(error))
+    report(result, as_json)
+
+
 def bench_sandbox(
     repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement."),
     as_json: bool = AS_JSON,
@@ -356,6 +397,7 @@ def register(bench_app: typer.Typer) -> None:
         "load": bench_load,
         "grade": bench_grade,
         "train": bench_train,
+        "gpu": bench_gpu,
         "rollouts": bench_rollouts,
         "dashboard": bench_dashboard,
     }

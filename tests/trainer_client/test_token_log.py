@@ -38,9 +38,28 @@ def test_each_trajectory_is_one_episode_tokens_line_with_its_ids_logprobs_and_ma
             completion_ids=[10, 11, 20],
             logprobs=[-0.5, -0.25, 0.0],
             env_mask=[1, 1, 0],
+            reward=0.0,
         )
     ]
     assert log.written == 1
+
+
+def test_with_the_tokenizer_a_line_carries_the_reward_and_each_hinted_turns_hint_ids(tmp_path, episode_tokens):
+    from trainer_client.rollout.agent_loop import TurnRecord
+
+    trajectory = _trajectory("ep-1")
+    trajectory.reward = 0.5
+    trajectory.turns = [
+        TurnRecord(0, 2, "", 1, [], "edit text not found in calc/ops.py", prompt_at=-4),
+        TurnRecord(3, 3, "", 0, [], None, prompt_at=2),  # no feedback: not SDPO's
+    ]
+    log = TokenLog(tmp_path / "episode_tokens.jsonl", tokens=episode_tokens)
+    log.record(trajectory)
+
+    (record,) = _records(log.path)
+    assert record.reward == 0.5
+    assert [(t.hint_at, t.start, t.end) for t in record.hinted_turns] == [(-4, 0, 2)]
+    assert record.hinted_turns[0].hint_ids == episode_tokens.hint_ids("edit text not found in calc/ops.py")
 
 
 def test_a_second_log_on_the_same_file_appends(tmp_path):

@@ -98,6 +98,8 @@ def test_three_training_steps_against_the_live_env(live_env, demo_store, tiny_po
     # The policy's tokens of every kept episode, joined by the export to the server's own record of it.
     tokens = [EpisodeTokens.model_validate_json(line) for line in (tmp_path / "run" / "episode_tokens.jsonl").open()]
     assert len(tokens) >= summary.episodes and all(record.completion_ids for record in tokens)
+    # what `regrow bench gpu --tokens` replays a step from: the rewards, and the hinted turns SDPO distilled
+    assert all(record.reward is not None for record in tokens) and any(record.hinted_turns for record in tokens)
     exported = export_traces(
         demo_store / "traces.sqlite",
         tmp_path / "traces.parquet",

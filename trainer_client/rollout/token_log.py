@@ -9,17 +9,23 @@ import threading
 from pathlib import Path
 
 from proto import EpisodeTokens
+from proto.traces import HintedTurnTokens
 from trainer_client.rollout.agent_loop import Trajectory
+from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 logger = logging.getLogger(__name__)
 
 
 class TokenLog:
-    """Appends one EpisodeTokens line per recorded trajectory to `path`; safe to share between threads."""
+    """Appends one EpisodeTokens line per recorded trajectory to `path`; safe to share between threads.
 
-    def __init__(self, path: Path, model: str | None = None):
+    With `tokens` (the policy's tokenizer) each line also carries its hinted turns' hint ids, so that `regrow bench
+    gpu` can replay the step, SDPO included, with no tokenizer."""
+
+    def __init__(self, path: Path, model: str | None = None, tokens: EpisodeTokenizer | None = None):
         self.path = path
         self.model = model
+        self.tokens = tokens
         self.written = 0
         self.skipped = 0  # trajectories whose env sent no episode id: nothing to join them to
         self._lock = threading.Lock()
@@ -44,6 +50,8 @@ class TokenLog:
             completion_ids=trajectory.completion_ids,
             logprobs=trajectory.logprobs,
             env_mask=trajectory.env_mask,
+            reward=trajectory.reward,
+            hinted_turns=self._hinted(trajectory),
         )
         line = tokens.model_dump_json() + "\n"
         with self._lock:
@@ -51,3 +59,14 @@ class TokenLog:
             with self.path.open("a", encoding="utf-8") as file:
                 file.write(line)
             self.written += 1
+
+    def _hinted(self, trajectory: Trajectory) -> list[HintedTurnTokens]:
+        if self.tokens is None:
+            return []
+        return [
+            HintedTurnTokens(
+                hint_at=turn.prompt_at, start=turn.start, end=turn.end, hint_ids=self.tokens.hint_ids(turn.feedback)
+            )
+            for turn in trajectory.hinted_turns
+            if turn.feedback is not None
+        ]

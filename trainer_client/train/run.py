@@ -211,7 +211,7 @@ def run_training(
     token_log: TokenLog | None = None
     if settings.record_tokens:
         name = "episode_tokens.jsonl" if world == 1 else f"episode_tokens.rank{rank}.jsonl"  # one writer a file
-        token_log = TokenLog(settings.output_dir / name, settings.model)
+        token_log = TokenLog(settings.output_dir / name, settings.model, tokens)
         logger.info("episode tokens go to %s (regrow traces export --tokens %s)", token_log.path, token_log.path)
     options = reset_options(settings, rank, world)
     planner = PrefixPlanner(options, settings.prefix_fraction) if settings.prefix_sampling else None
