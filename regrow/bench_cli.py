@@ -2,46 +2,16 @@
 
 from __future__ import annotations
 
-import json
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from regrow.bench_report import AS_JSON, report
+from regrow.gpu_check import bench_gpu
 from regrow.output import console, fail
 from task_synth.cli import MODES_HELP, progress_bars, synth_settings
-
-AS_JSON = typer.Option(
-    None,
-    "--json/--table",
-    help="Print JSON (the default when stdout is not a terminal) or a table.",
-    show_default=False,
-)
-
-
-def report(result: dict, as_json: bool | None) -> None:
-    """The benchmark's numbers: JSON for scripts and pipes, a table of dotted keys for a person at a terminal."""
-    if as_json is None:
-        as_json = not sys.stdout.isatty()
-    if as_json:
-        sys.stdout.write(json.dumps(result, indent=2, default=str) + "\n")
-        return
-    table = Table(show_header=False)
-    for key, value in _flattened(result):
-        table.add_row(key, value)
-    Console().print(table)
-
-
-def _flattened(value: object, prefix: str = "") -> list[tuple[str, str]]:
-    if isinstance(value, dict) and value:
-        return [row for key, inner in value.items() for row in _flattened(inner, f"{prefix}{key}.")]
-    if isinstance(value, list) and value and all(isinstance(item, dict) for item in value):
-        return [row for index, item in enumerate(value) for row in _flattened(item, f"{prefix}{index}.")]
-    return [(prefix.rstrip("."), json.dumps(value, default=str) if not isinstance(value, str) else value)]
 
 
 def bench_proxy(
@@ -268,47 +238,6 @@ def bench_train(
     from regrow.benchmarks.training import run_train_bench
 
     report(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), as_json)
-
-
-def bench_gpu(
-    shape: list[str] = typer.Option(
-        None,
-        "--shape",
-        help="A shipped model shape (trainer_client/train/model_shapes, or 'tiny'), optionally :lora<r> and :bf16 "
-        "(weights); repeat. Default: qwen2.5-0.5b, qwen2.5-1.5b, qwen2.5-7b:lora16:bf16.",
-    ),
-    mix: list[str] = typer.Option(
-        None, "--mix", help="Channel mix: rlvr, rlvr+sdpo, rlvr+dpo, all; repeat. Default: all four."
-    ),
-    tokens: Path = typer.Option(
-        None, "--tokens", help="A `regrow train --record-tokens` file (episode_tokens.jsonl). Default: the shipped one."
-    ),
-    rows: int = typer.Option(8, min=2, help="Recorded episodes in one step."),
-    group_size: int = typer.Option(4, min=2, help="Episodes per GRPO group."),
-    steps: int = typer.Option(3, min=1, help="Timed optimizer steps per mix, after one warm-up step."),
-    pairs: int = typer.Option(4, min=1, help="DPO pairs per step."),
-    device: str = typer.Option("auto", help="auto (a GPU when torch sees one), cuda or cpu."),
-    as_json: bool = AS_JSON,
-) -> None:
-    """The trainer's step on recorded token batches with random-init models of real shapes, no env: step time,
-    tokens/s, peak memory against the plan, the bf16 sampler's logprob gap, IS ratio and clip shares, SDPO's cost."""
-    from regrow.benchmarks.gpu import run_gpu_bench
-    from regrow.benchmarks.gpu_replay import DEFAULT_SHAPES, MIXES, RECORDING
-
-    try:
-        result = run_gpu_bench(
-            tokens or RECORDING,
-            shape or list(DEFAULT_SHAPES),
-            mix or list(MIXES),
-            rows,
-            group_size,
-            steps,
-            pairs,
-            device,
-        )
-    except ValueError as error:
-        fail(str(error))
-    report(result, as_json)
 
 
 def bench_sandbox(

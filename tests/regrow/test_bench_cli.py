@@ -5,7 +5,7 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from regrow.bench_cli import AS_JSON, report
+from regrow.bench_report import AS_JSON, report
 
 RESULT = {"tasks_per_hour": 41.5, "stages": {"baseline_s": 12.0}, "repos": [{"name": "toolz", "valid": 2}]}
 

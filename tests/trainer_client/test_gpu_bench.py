@@ -79,3 +79,19 @@ def test_a_shape_or_a_recording_that_cannot_be_replayed_is_refused_with_what_to_
         read_recording(RECORDING, 9)
     result = CliRunner().invoke(app, ["bench", "gpu", "--tokens", str(tmp_path / "none.jsonl"), "--device", "cpu"])
     assert result.exit_code != 0 and "--record-tokens" in result.output
+
+
+def test_the_gpu_check_imports_nothing_of_the_env_server_or_the_synthesizer():
+    """A GPU box has torch, transformers, accelerate and peft, and takes the few wheels it lacks with it
+    (deploy/gpu-check/wheels.txt): the check must not need the engine's, the server's or git's packages."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, regrow.gpu_check, regrow.benchmarks.gpu, trainer_client.train.grpo_trainer; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'env_server', 'task_synth', 'sandbox', 'docker', 'git', 'grpc', 'libcst', 'coverage'}))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+
+    assert result.stdout.strip() == "[]"
