@@ -101,6 +101,14 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
 
     checking = "checking the env, the model and the pairs"
     try:
+        if rung.recipe is not None:
+            from trainer_client.train.ladder_recipes import recipe_named, recipe_summary, with_recipe
+
+            recipe = recipe_named(rung.recipe)
+            settings, rung = with_recipe(recipe, settings, rung)
+            console.print(recipe_summary(recipe, settings, rung), markup=False, highlight=False)
+            if recipe.launch:
+                console.print(f"launched as: {recipe.launch}", markup=False, highlight=False)
         with console.status(checking) if console.is_terminal else contextlib.nullcontext() as status:
             show: Callable[[str], None] = (
                 status.update if status is not None else PlainProgress(console, settings.progress_interval_s)

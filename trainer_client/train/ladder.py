@@ -41,6 +41,11 @@ class LadderSettings(BaseSettings):
     eval_split: str = Field(default="test", description="Held-out task split the arms are evaluated on.")
     eval_tasks: int = Field(default=8, ge=1, description="Held-out tasks drawn (seeds 0..N-1 of the split).")
     k: int = Field(default=4, ge=1, description="Episodes per held-out task: pass@1 and mean reward over k samples.")
+    recipe: str | None = Field(
+        default=None,
+        description="A ladder sized for one machine (cpu-demo, gpu-1x80gb, gpu-node-8x80gb): it sets the options not "
+        "given, and says the model shape it is sized for and the hours it will take before the first arm trains.",
+    )
     seeds: int = Field(
         default=3,
         ge=1,

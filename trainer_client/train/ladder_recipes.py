@@ -1,0 +1,136 @@
+"""`regrow ladder --recipe NAME`: the settings of a ladder sized for one kind of machine, and what it will cost.
+
+A recipe sets the training and evaluation options a user did not give (a flag or a REGROW_ variable always wins),
+names the model shape it was sized for, and reckons the hours: four arms times the seeds, each arm its training steps
+and its evaluation episodes. The per-step and per-episode times are estimates, written beside each recipe with what
+they assume; `regrow bench gpu` (the trainer's step) and `regrow bench rollouts` (episodes a minute) measure them on
+the machine itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ARM_COUNT = 4
+
+
+@dataclass(frozen=True)
+class LadderRecipe:
+    """A ladder sized for one machine: its settings, the model it was sized for, and its time estimates."""
+
+    name: str
+    machine: str
+    model_shape: str  # a shipped shape (trainer_client/train/model_shapes) or 'smollm2'; --model gives the weights
+    train: dict[str, Any]
+    ladder: dict[str, Any]
+    step_s: float  # one optimizer step, its rollouts included
+    eval_episode_s: float  # one evaluation episode, at the recipe's concurrency
+    assumes: str
+    launch: str = ""  # how to start it, when not a plain `regrow ladder`
+
+    def hours(self, steps: int, seeds: int, eval_episodes: int) -> float:
+        """Wall hours of the whole ladder: every arm and seed trains `steps` steps and plays `eval_episodes`."""
+        return ARM_COUNT * seeds * (steps * self.step_s + eval_episodes * self.eval_episode_s) / 3600
+
+
+RECIPES = {
+    recipe.name: recipe
+    for recipe in (
+        LadderRecipe(
+            name="cpu-demo",
+            machine="a 2-core CPU box, the env server beside it",
+            model_shape="smollm2",
+            train={
+                "steps": 4,
+                "group_size": 2,
+                "groups_per_step": 2,
+                "workers": 2,
+                "max_turns": 4,
+                "max_turn_tokens": 128,
+                "max_completion_tokens": 1024,
+                "device": "cpu",
+            },
+            ladder={"seeds": 3, "eval_tasks": 4, "k": 2},
+            step_s=600.0,
+            eval_episode_s=150.0,
+            assumes="SmolLM2-135M sampling on 2 cores, about 1 s a token over 4 workers (this machine's demo run: "
+            "one step of 8 episodes took 17 minutes while a synthesis ran beside it)",
+        ),
+        LadderRecipe(
+            name="gpu-1x80gb",
+            machine="one 80 GB GPU (H100 or A100), the env server on another host",
+            model_shape="qwen2.5-0.5b",
+            train={
+                "steps": 100,
+                "group_size": 8,
+                "groups_per_step": 4,
+                "workers": 16,
+                "max_turns": 12,
+                "max_turn_tokens": 384,
+                "max_completion_tokens": 4096,
+                "device": "cuda",
+                "bf16": True,
+            },
+            ladder={"seeds": 3, "eval_tasks": 32, "k": 4},
+            step_s=90.0,
+            eval_episode_s=6.0,
+            assumes="HF sampling at about 1,500 tokens/s over 16 workers and a trainer step of about 10 s for 32 "
+            "episodes of up to 4,400 tokens; measure both with `regrow bench rollouts` and `regrow bench gpu`",
+        ),
+        LadderRecipe(
+            name="gpu-node-8x80gb",
+            machine="one node of 8 80 GB GPUs: 7 train under accelerate (FSDP), 1 serves vLLM",
+            model_shape="qwen2.5-1.5b",
+            train={
+                "steps": 200,
+                "group_size": 8,
+                "groups_per_step": 14,
+                "workers": 64,
+                "max_turns": 16,
+                "max_turn_tokens": 512,
+                "max_completion_tokens": 8192,
+                "bf16": True,
+            },
+            ladder={"seeds": 3, "eval_tasks": 64, "k": 4},
+            step_s=150.0,
+            eval_episode_s=2.0,
+            assumes="vLLM sampling at about 20,000 tokens/s and 64 concurrent sandboxes on the env servers; a "
+            "trainer step of about 30 s for 112 episodes over 7 GPUs",
+            launch="CUDA_VISIBLE_DEVICES=7 trl vllm-serve --model MODEL --port 8100 &  then  "
+            "CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6 accelerate launch --num_processes 7 --config_file "
+            "deploy/accelerate/fsdp.yaml -m regrow ladder --recipe gpu-node-8x80gb --model MODEL "
+            "--vllm-server http://127.0.0.1:8100 --env ... --out runs/ladder",
+        ),
+    )
+}
+
+
+def recipe_named(name: str) -> LadderRecipe:
+    if name not in RECIPES:
+        raise ValueError(f"--recipe {name!r}: no such recipe; the recipes are {', '.join(RECIPES)}")
+    return RECIPES[name]
+
+
+def with_recipe(recipe: LadderRecipe, train: Any, ladder: Any) -> tuple[Any, Any]:
+    """`train` and `ladder` settings with the recipe's values for every field neither a flag nor a variable set;
+    ValueError when a recipe sized for other weights than the demo policy's is given no --model."""
+    if recipe.model_shape != "smollm2" and "model" not in train.model_fields_set:
+        raise ValueError(
+            f"--recipe {recipe.name} is sized for {recipe.model_shape}: give --model, a folder with such a model's "
+            "weights saved with save_pretrained (nothing is downloaded)"
+        )
+    unset_train = {k: v for k, v in recipe.train.items() if k not in train.model_fields_set}
+    unset_ladder = {k: v for k, v in recipe.ladder.items() if k not in ladder.model_fields_set}
+    return train.model_copy(update=unset_train), ladder.model_copy(update=unset_ladder)
+
+
+def recipe_summary(recipe: LadderRecipe, train: Any, ladder: Any) -> str:
+    """What a person needs before committing a machine to the ladder: its shape, its size and its hours."""
+    episodes = ladder.eval_tasks * ladder.k
+    hours = recipe.hours(train.steps, ladder.seeds, episodes)
+    return (
+        f"recipe {recipe.name} ({recipe.machine}): sized for {recipe.model_shape}; {ARM_COUNT} arms x "
+        f"{ladder.seeds} seeds, each {train.steps} steps of {train.groups_per_step} groups of {train.group_size} and "
+        f"{episodes} evaluation episodes: about {hours:.1f} hours, assuming {recipe.assumes}"
+    )
