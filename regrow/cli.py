@@ -38,8 +38,12 @@ def _register_parts() -> None:
                 raise
             continue
         module.register(app)
+    from env_server.harbor.export import export_harbor
     from regrow.bench_cli import register as register_benchmarks
     from regrow.stack_cli import register as register_stack
+    from task_synth.tasks_cli import TASK_FOLDER_FORMATS
+
+    TASK_FOLDER_FORMATS["harbor"] = export_harbor
 
     register_benchmarks(bench_app)
     register_stack(app)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import typer
@@ -11,26 +12,40 @@ from proto.dataset_files import DatasetFormat
 
 console = Console(stderr=True)
 tasks_app = typer.Typer(help="Task stores.", no_args_is_help=True)
+# Formats of task folders that other parts write, by name: export(store, out, force) -> tasks written. regrow's
+# command line adds env_server's `harbor` here, since task_synth does not import env_server.
+TASK_FOLDER_FORMATS: dict[str, Callable[[Path, Path, bool], int]] = {}
 
 
 @tasks_app.command("export")
 def tasks_export(
     store: Path = typer.Option(..., "--store", help="Task store directory (tasks.jsonl)."),
-    out: Path = typer.Option(..., "--out", help="Output file (a folder for hf)."),
-    format: DatasetFormat = typer.Option(
-        DatasetFormat.hf, "--format", help="hf (datasets.save_to_disk), parquet or jsonl."
+    out: Path = typer.Option(..., "--out", help="Output file (a folder for hf and harbor)."),
+    format: str = typer.Option(
+        DatasetFormat.hf.value,
+        "--format",
+        help="hf (datasets.save_to_disk), parquet or jsonl: a dataset with SWE-bench's field names; harbor: one Harbor "
+        "task directory per task.",
     ),
     force: bool = typer.Option(False, "--force", help="Replace OUT if it exists."),
 ) -> None:
-    """Export every task as a dataset with SWE-bench's field names (instance_id, patch, FAIL_TO_PASS, ...)."""
+    """Export every task as a dataset with SWE-bench's field names (instance_id, patch, FAIL_TO_PASS, ...), or as
+    Harbor task directories."""
     from task_synth.store.task_export import TaskExportError, export_tasks
 
+    formats = [f.value for f in DatasetFormat] + list(TASK_FOLDER_FORMATS)
+    if format not in formats:
+        console.print(f"[bold red]error:[/] --format {format!r}: choose one of {', '.join(formats)}")
+        raise typer.Exit(1)
     try:
-        count = export_tasks(store, out, format, force)
-    except (TaskExportError, FileExistsError, ImportError) as error:
+        if format in TASK_FOLDER_FORMATS:
+            count = TASK_FOLDER_FORMATS[format](store, out, force)
+        else:
+            count = export_tasks(store, out, DatasetFormat(format), force)
+    except (TaskExportError, ValueError, FileExistsError, FileNotFoundError, ImportError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
-    console.print(f"exported {count} tasks to {out} ({format.value})")
+    console.print(f"exported {count} tasks to {out} ({format})")
     from proto.task_files import read_records
     from task_synth.cli import print_difficulty
 

@@ -1,0 +1,162 @@
+"""`regrow tasks export --format harbor --out DIR`: one Harbor task directory per task (harbor 0.26's layout).
+
+DIR/<instance id>/instruction.md        the problem statement
+                  task.toml             the verifier in a separate container, the agent's /workspace copied to it
+                  environment/          FROM the task's repository image (local: no registry), its install and
+                                        workspace added as they are in a reset
+                  solution/solve.sh     applies the task's solution patch (Harbor's oracle agent runs it)
+                  tests/test.sh         inside/grade.py: regrow's path policy, the pristine tests, the reward
+DIR/README.md                           which of regrow's grading guarantees hold under Harbor, and which do not
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+from env_server.task_store import Task
+from proto.task_files import RECORDS, hidden_dir, read_records
+from proto.tasks import TaskRecord
+
+log = logging.getLogger(__name__)
+INSIDE = Path(__file__).with_name("inside")
+PATH_POLICY = Path(__file__).parents[1] / "grading" / "path_policy.py"
+AGENT_TIMEOUT_S = 1800.0
+# The verifier builds its container, then runs FAIL_TO_PASS and PASS_TO_PASS once: the tests' own limit and slack.
+TEST_TIMEOUT_S = 600
+VERIFIER_TIMEOUT_S = 900.0
+
+
+class HarborExportError(ValueError):
+    """The store cannot be exported; the message says why and what to do."""
+
+
+def _toml_value(value: object) -> str:
+    """A TOML value of a str, bool, number or list of them (JSON's string escapes are TOML's basic strings')."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(item) for item in value) + "]"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+def task_toml(record: TaskRecord) -> str:
+    stats = record.stats
+    metadata = {
+        "regrow_instance_id": record.instance_id,
+        "repo": record.repo,
+        "source_commit": record.source_commit,
+        "split": record.split,
+        "deletion_mode": record.mode,
+        "deleted_units": [f"{unit.path}::{unit.qualname}" for unit in record.deleted],
+        "lines_deleted": stats.lines_deleted,
+        "fail_to_pass": len(record.FAIL_TO_PASS),
+        "pass_to_pass": len(record.PASS_TO_PASS),
+    }
+    sections: dict[str, dict[str, object]] = {
+        "task": {"name": f"regrow/{record.instance_id}", "description": f"regrow task from {record.repo}"},
+        "metadata": metadata,
+        "agent": {"timeout_sec": AGENT_TIMEOUT_S},
+        # a fresh container of the task's image grades: nothing the agent ran or installed outside /workspace stays
+        # root: the copied workspace is root's, and the verifier puts refused paths back before the tests run
+        "verifier": {"timeout_sec": VERIFIER_TIMEOUT_S, "environment_mode": "separate", "user": "root"},
+        "environment": {"build_timeout_sec": 600.0, "workdir": "/workspace"},
+    }
+    lines = ['schema_version = "1.4"', f"artifacts = {_toml_value(['/workspace'])}"]
+    for name, table in sections.items():
+        lines += ["", f"[{name}]", *(f"{key} = {_toml_value(value)}" for key, value in table.items())]
+    return "\n".join(lines) + "\n"
+
+
+def dockerfile(record: TaskRecord) -> str:
+    lines = [f"FROM {record.image}"]
+    if record.workspace_archive is not None:
+        # what a reset writes into a container of the image: the editable install's files, then the workspace
+        lines += ["ADD install.tar.gz /", "ADD workspace.tar.gz /"]
+    return "\n".join([*lines, "WORKDIR /workspace", ""])
+
+
+def _write_script(path: Path, body: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/bash\n" + body)
+    path.chmod(0o755)
+
+
+def _original_workspace(task: Task) -> bytes:
+    """The task's starting workspace as a gzipped tar rooted at workspace/, for the verifier to compare against."""
+    if task.as_files:
+        return task.workspace_archive()
+    raise HarborExportError(
+        f"task {task.id} has its workspace inside its image ({task.record.image}), not as files in the store: "
+        "synthesize the store again with this regrow, which stores every task as files"
+    )
+
+
+def write_task(task: Task, folder: Path) -> None:
+    record = task.record
+    workspace = _original_workspace(task)
+    (folder / "instruction.md").parent.mkdir(parents=True, exist_ok=True)
+    (folder / "instruction.md").write_text(
+        record.problem_statement.rstrip() + "\n\nThe repository is checked out at /workspace.\n"
+    )
+    (folder / "task.toml").write_text(task_toml(record))
+    environment = folder / "environment"
+    environment.mkdir(parents=True, exist_ok=True)
+    (environment / "Dockerfile").write_text(dockerfile(record))
+    (environment / "workspace.tar.gz").write_bytes(workspace)
+    (environment / "install.tar.gz").write_bytes(task.install_archive())
+    (folder / "solution" / "solution.patch").parent.mkdir(parents=True, exist_ok=True)
+    (folder / "solution" / "solution.patch").write_text(record.solution_patch)
+    _write_script(
+        folder / "solution" / "solve.sh", "set -euo pipefail\ncd /workspace\ngit apply /solution/solution.patch\n"
+    )
+    tests = folder / "tests"
+    _write_script(tests / "test.sh", "exec python /tests/grade.py\n")
+    shutil.copyfile(INSIDE / "grade.py", tests / "grade.py")
+    shutil.copyfile(PATH_POLICY, tests / "path_policy.py")
+    (tests / "plugin").mkdir(exist_ok=True)
+    shutil.copyfile(INSIDE / "outcomes_plugin.py", tests / "plugin" / "outcomes_plugin.py")
+    (tests / "workspace.tar.gz").write_bytes(workspace)
+    for path, content in task.pristine_tests().items():
+        (tests / "pristine" / path).parent.mkdir(parents=True, exist_ok=True)
+        (tests / "pristine" / path).write_bytes(content)
+    spec = {
+        "FAIL_TO_PASS": record.FAIL_TO_PASS,
+        "PASS_TO_PASS": record.PASS_TO_PASS,
+        "test_command": record.test_command,
+        "hash_seed": record.hash_seed,
+        "test_files": record.test_files,
+        "deleted_paths": sorted({unit.path for unit in record.deleted}),
+        "deleted_units": [{"path": u.path, "qualname": u.qualname, "kind": u.kind} for u in record.deleted],
+        "timeout_s": TEST_TIMEOUT_S,
+    }
+    (tests / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
+
+
+def export_harbor(store: Path, out: Path, force: bool = False) -> int:
+    """Write one Harbor task directory per task of `store` under `out`, and the README; returns the count."""
+    if not (store / RECORDS).is_file():
+        raise HarborExportError(f"no task store at {store} ({RECORDS} is missing): make one with `regrow synth --out`")
+    records = read_records(store)
+    if not records:
+        raise HarborExportError(f"{store / RECORDS} holds no tasks: run `regrow synth --out {store}` first")
+    if out.exists():
+        if not force:
+            raise FileExistsError(f"{out} exists: give another --out, or --force to replace it")
+        shutil.rmtree(out)
+    staging = out.with_name(out.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        for record in records:
+            write_task(Task(record, hidden_dir(store, record.instance_id), store), staging / record.instance_id)
+        shutil.copyfile(INSIDE / "README.md", staging / "README.md")
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # a failed export leaves nothing half-written
+        raise
+    staging.rename(out)
+    log.info("exported %d tasks from %s to %s as Harbor task directories", len(records), store, out)
+    return len(records)
