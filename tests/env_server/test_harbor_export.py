@@ -174,3 +174,21 @@ def test_harbor_itself_runs_the_export_offline_the_oracle_earns_one_and_nop_noth
     assert oracle["exception_info"] is None and null["exception_info"] is None
     assert oracle["verifier_result"]["rewards"]["reward"] == 1.0
     assert null["verifier_result"]["rewards"]["reward"] == 0.0
+
+
+def test_a_tests_folder_swapped_for_a_link_to_other_tests_is_put_back(exported, tmp_path):
+    workspace = _workspace(exported, tmp_path / "forged")
+    fake = tmp_path / "fake_tests"
+    fake.mkdir()
+    for name in ("test_clamp_below", "test_clamp_above", "test_clamp_rejects_empty_range"):
+        (fake / "test_ops.py").open("a").write(f"def {name}():\n    pass\n")
+    for name in ("test_add", "test_sub", "test_mul"):
+        (fake / "test_ops.py").open("a").write(f"def {name}():\n    pass\n")
+    original_tests = workspace / "tests"
+    subprocess.run(["rm", "-rf", str(original_tests)], check=True)
+    original_tests.symlink_to(fake, target_is_directory=True)
+
+    graded = _grade(exported, workspace, tmp_path)
+
+    assert graded["reward"] == 0.0 and not (workspace / "tests").is_symlink()
+    assert "def test_clamp_below():\n    pass" in (fake / "test_ops.py").read_text()  # nothing written through it

@@ -33,10 +33,12 @@ REWARD = os.environ.get("REGROW_VERIFIER_REWARD", "/logs/verifier/reward.json")
 
 
 def files_under(root):
+    """Every file and every link (to a file or a folder; a linked folder is not entered) under `root`, by path."""
     found = {}
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if not (folder == root and d == ".git")]
-        for name in names:
+        links = [d for d in dirs if os.path.islink(os.path.join(folder, d))]
+        for name in names + links:
             path = os.path.join(folder, name)
             found[os.path.relpath(path, root)] = path
     return found
@@ -58,11 +60,13 @@ def restore_refused(task, original_root):
         if path in original and path in now and digest(original[path]) == digest(now[path]):
             continue
         why = policy.refusal(path, is_new=path not in original)
+        if why is None and path in now and os.path.islink(now[path]):
+            why = "a new or changed link can point the tests anywhere"
         if why is None:
             continue
         target = os.path.join(WORKSPACE, path)
         if os.path.lexists(target):
-            os.remove(target)
+            os.remove(target)  # a link, to a folder too, goes as the link, never what it points to
         if path in original:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             shutil.copy2(original[path], target, follow_symlinks=False)
