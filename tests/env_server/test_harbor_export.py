@@ -16,6 +16,17 @@ from regrow.cli import app
 from tests.task_fixture import DEMO_TASK_ID, build_memory_task_store
 
 CLAMP = "def clamp(value, low, high):\n"
+# Rewrites the verifier's outcome file when the test process exits: every test passed, whatever the code did.
+FORGE_AT_EXIT = (
+    "\nimport atexit, json, os\n"
+    "def _forge():\n"
+    "    path = os.environ.get('REGROW_OUTCOMES')\n"
+    "    if path:\n"
+    "        names = ['test_clamp_below', 'test_clamp_above', 'test_clamp_rejects_empty_range', 'test_add',\n"
+    "                 'test_sub', 'test_mul']\n"
+    "        json.dump({f'tests/test_ops.py::{n}': 'passed' for n in names}, open(path, 'w'))\n"
+    "atexit.register(_forge)\n"
+)
 
 
 @pytest.fixture
@@ -101,16 +112,7 @@ def test_a_conftest_that_passes_every_test_is_put_back_and_earns_nothing(exporte
 def test_a_forgery_in_another_module_survives_the_counterfactual_and_earns_nothing(exported, tmp_path):
     workspace = _workspace(exported, tmp_path / "forged")
     # calc/__init__.py marks every test passed, whatever clamp does: the counterfactual's stub passes too
-    (workspace / "calc" / "__init__.py").write_text(
-        (workspace / "calc" / "__init__.py").read_text() + "\nimport atexit, json, os\n"
-        "def _forge():\n"
-        "    path = os.environ.get('REGROW_OUTCOMES')\n"
-        "    if path:\n"
-        "        names = ['test_clamp_below', 'test_clamp_above', 'test_clamp_rejects_empty_range', 'test_add',\n"
-        "                 'test_sub', 'test_mul']\n"
-        "        json.dump({f'tests/test_ops.py::{n}': 'passed' for n in names}, open(path, 'w'))\n"
-        "atexit.register(_forge)\n"
-    )
+    (workspace / "calc" / "__init__.py").write_text((workspace / "calc" / "__init__.py").read_text() + FORGE_AT_EXIT)
 
     graded = _grade(exported, workspace, tmp_path)
 
@@ -121,16 +123,7 @@ def test_a_forgery_beside_the_unit_in_its_own_file_is_kept_in_the_counterfactual
     workspace = _workspace(exported, tmp_path / "forged")
     ops = workspace / "calc" / "ops.py"
     # the module-level forgery stays when only clamp goes back to its stub: its passes survive and earn nothing
-    ops.write_text(
-        ops.read_text() + "\nimport atexit, json, os\n"
-        "def _forge():\n"
-        "    path = os.environ.get('REGROW_OUTCOMES')\n"
-        "    if path:\n"
-        "        names = ['test_clamp_below', 'test_clamp_above', 'test_clamp_rejects_empty_range', 'test_add',\n"
-        "                 'test_sub', 'test_mul']\n"
-        "        json.dump({f'tests/test_ops.py::{n}': 'passed' for n in names}, open(path, 'w'))\n"
-        "atexit.register(_forge)\n"
-    )
+    ops.write_text(ops.read_text() + FORGE_AT_EXIT)
     assert CLAMP in ops.read_text()
 
     graded = _grade(exported, workspace, tmp_path)
