@@ -11,7 +11,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
-from sandbox.lifecycle.base_image import find_apt_mirror
+from sandbox.lifecycle.base_image import _root_command, find_apt_mirror  # root, as the base image is built
 
 HARBOR = "harbor==0.26.0"
 RUNNER_IMAGE = "regrow/harbor-runner:0.26.0-r1"
@@ -36,13 +36,15 @@ def build_runner(client) -> str:
         with tempfile.TemporaryDirectory(prefix="regrow-harbor-runner-") as work:
             rootfs = Path(work) / "rootfs"
             command = ["debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", "trixie", str(rootfs)]
-            subprocess.run([*command, mirror], check=True, capture_output=True)
-            tar = subprocess.run(
-                ["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."], check=True, capture_output=True
-            )
-            client.api.import_image_from_data(
-                tar.stdout, repository="regrow/harbor-runner-base", tag="trixie", changes=['CMD ["/bin/bash"]']
-            )
+            try:
+                subprocess.run(_root_command([*command, mirror]), check=True, capture_output=True)
+                tar = ["tar", "--numeric-owner", "-C", str(rootfs), "-c", "."]
+                archive = subprocess.run(_root_command(tar), check=True, capture_output=True).stdout
+                client.api.import_image_from_data(
+                    archive, repository="regrow/harbor-runner-base", tag="trixie", changes=['CMD ["/bin/bash"]']
+                )
+            finally:  # debootstrap's files are root's
+                subprocess.run(_root_command(["rm", "-rf", "--one-file-system", str(rootfs)]), capture_output=True)
     with tempfile.TemporaryDirectory(prefix="regrow-harbor-context-") as context:
         (Path(context) / "Dockerfile").write_text(DOCKERFILE)
         subprocess.run(["cp", "-r", str(WHEELHOUSE), str(Path(context) / "wheels")], check=True)
