@@ -213,7 +213,7 @@ def run_gpu_bench(
             "bf16_sampler": sample_in_bf16(model, episodes, device),
         }
         pairs = (
-            replay_pairs(model, episodes, pair_count, device) if any("dpo" in m or m == "all" for m in mixes) else []
+            replay_pairs(model, episodes, pair_count, device) if any(MIXES[m].get("beta_dpo") for m in mixes) else []
         )
         del model
         gc.collect()
