@@ -48,7 +48,7 @@ def bench_gpu(
             pairs,
             device,
         )
-    except ValueError as error:
+    except (ValueError, RuntimeError) as error:  # bad input, or no CUDA device for --device cuda
         fail(str(error))
     report(result, as_json)
 

@@ -31,16 +31,9 @@ from regrow.benchmarks.gpu_replay import (
     sample_in_bf16,
     stand_in_tokenizer,
 )
+from trainer_client.train.run import resolve_device
 
 log = logging.getLogger(__name__)
-
-
-def _device(choice: str) -> str:
-    import torch
-
-    if choice == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda, but torch sees no CUDA device; use --device cpu or auto")
-    return ("cuda" if torch.cuda.is_available() else "cpu") if choice == "auto" else choice
 
 
 def _step_timer() -> Any:
@@ -182,7 +175,7 @@ def run_gpu_bench(
     if rows % group_size:
         raise ValueError(f"--rows {rows} is not a whole number of groups of --group-size {group_size}")
     runs = [ShapeRun.parse(text) for text in shapes]
-    device = _device(device_choice)
+    device = resolve_device(device_choice)
     recorded = read_recording(recording, rows)
     alternated = rewards_that_train(recorded, group_size)
     gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if device == "cuda" else None
