@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -240,6 +241,34 @@ def bench_train(
     report(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), as_json)
 
 
+def bench_sampling(
+    model: str = typer.Option("smollm2", "--model", help="'smollm2', 'tiny' (random 2-layer Qwen2), or a folder."),
+    busy: list[int] = typer.Option(
+        None, "--busy", min=0, help="Spinning processes beside the sampler, as test runs are; repeat [default: 0, 2]."
+    ),
+    wait_policy: list[str] = typer.Option(
+        None, "--wait-policy", help="OMP_WAIT_POLICY to measure under; repeat [default: PASSIVE, ACTIVE]."
+    ),
+    batch: int = typer.Option(4, min=1, help="Turns generated together (rollout workers)."),
+    context: int = typer.Option(300, min=1, help="Tokens of context each turn starts from."),
+    new_tokens: int = typer.Option(64, min=1, help="Tokens each turn writes."),
+    threads: int = typer.Option(os.cpu_count() or 1, min=1, help="torch's threads [default: the CPUs]."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """Tokens a second of the CPU turn sampler, alone and beside busy processes, per OpenMP wait policy."""
+    from regrow.benchmarks.sampling import run_sampling_bench
+
+    policies = [policy.upper() for policy in wait_policy or ["PASSIVE", "ACTIVE"]]
+    unknown = sorted(set(policies) - {"PASSIVE", "ACTIVE"})
+    if unknown:
+        fail(f"--wait-policy {', '.join(unknown)}: OpenMP knows PASSIVE and ACTIVE")
+    try:
+        result = run_sampling_bench(model, busy or [0, 2], policies, batch, context, new_tokens, threads)
+    except RuntimeError as error:
+        fail(str(error))
+    report(result, as_json)
+
+
 def bench_sandbox(
     repetitions: int = typer.Option(30, min=5, help="Repetitions of each measurement."),
     as_json: bool = AS_JSON,
@@ -326,6 +355,7 @@ def register(bench_app: typer.Typer) -> None:
         "load": bench_load,
         "grade": bench_grade,
         "train": bench_train,
+        "sampling": bench_sampling,
         "gpu": bench_gpu,
         "rollouts": bench_rollouts,
         "dashboard": bench_dashboard,

@@ -124,7 +124,8 @@ def synthetic_pairs(tokenizer: Any, model: Any, count: int, context_turns: int, 
     return pairs
 
 
-def _bench_model(spec: str) -> tuple[Any, Any]:
+def bench_model(spec: str) -> tuple[Any, Any]:
+    """(model, tokenizer): `tiny`, a random 2-layer Qwen2 with the demo tokenizer, or a policy `load_policy` reads."""
     if spec == "tiny":
         from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
@@ -210,7 +211,7 @@ def run_train_bench(
     import torch
 
     torch.manual_seed(0)
-    model, tokenizer = _bench_model(model_spec)
+    model, tokenizer = bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
     trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share, policy=model)
     pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
@@ -288,7 +289,7 @@ def run_rollout_bench(
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
 
-    model, tokenizer = _bench_model(model_spec)
+    model, tokenizer = bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
     policy: TurnSampler
     if skill_store is not None:
