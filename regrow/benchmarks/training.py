@@ -11,7 +11,7 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 TURN_TOKENS = 40
 RESPONSE_TOKENS = 60
+CAPACITY_WAIT_S = 120.0  # how long the latency probe waits for a free episode slot
 PROBLEM = "The function clamp in calc/ops.py raises NotImplementedError. Implement it so the tests pass."
 
 
@@ -344,6 +345,24 @@ def run_rollout_bench(
     }
 
 
+async def when_a_slot_frees(attempt: Callable[[], Awaitable[float]], wait_s: float) -> float:
+    """`attempt()`, tried again (0.25 s doubling to 4 s apart) while the env answers that it is at capacity, for up
+    to `wait_s`; then its EnvAtCapacity goes to the caller."""
+    import asyncio
+
+    from trainer_client.env.client import EnvAtCapacity
+
+    deadline, pause = time.monotonic() + wait_s, 0.25
+    while True:
+        try:
+            return await attempt()
+        except EnvAtCapacity:
+            if time.monotonic() + pause > deadline:
+                raise
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 4.0)
+
+
 def prefix_reset_latency(env_url: str, played: list[Any], repetitions: int = 10) -> dict | None:
     """Seconds to the first observation of a plain reset and of a prefix reset of the same task (p50 of
     `repetitions`), the prefix being the first step of a played episode that took two or more; None when none did."""
@@ -355,7 +374,7 @@ def prefix_reset_latency(env_url: str, played: list[Any], repetitions: int = 10)
     if source is None:
         return None
 
-    async def timed(options: dict[str, Any]) -> float:
+    async def once(options: dict[str, Any]) -> float:
         client = EnvClient(env_url, max_connections=1)
         try:
             started = time.perf_counter()
@@ -364,6 +383,10 @@ def prefix_reset_latency(env_url: str, played: list[Any], repetitions: int = 10)
             return elapsed
         finally:
             await client.aclose()
+
+    async def timed(options: dict[str, Any]) -> float:
+        # right after the stream, the server may not have freed its sessions' slots yet
+        return await when_a_slot_frees(lambda: once(options), CAPACITY_WAIT_S)
 
     async def measure() -> dict:
         plain = [await timed({"task_id": source.task_id}) for _ in range(repetitions)]
