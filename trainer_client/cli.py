@@ -77,15 +77,19 @@ def train(settings: TrainSettings) -> None:
 
 
 def show_plan(settings: TrainSettings) -> None:
-    """Print the memory plan of SETTINGS per GPU; exit 1 when it does not fit."""
-    from trainer_client.train.memory_plan import plan_memory, run_shape, shape_of
+    """Print the memory plan of SETTINGS per GPU (with --device cpu, on this host); exit 1 when it does not fit."""
+    from trainer_client.train.memory_plan import host_memory_gib, plan_memory, run_shape, shape_of
 
     try:
         shape = shape_of(settings.model)
     except FileNotFoundError as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None
-    plan = plan_memory(shape, run_shape(settings, settings.plan_gpus, settings.plan_sharding), settings.plan_gpu_gib)
+    if settings.device == "cpu":  # this host's RAM, in fp32
+        run, capacity = run_shape(settings, 1, "none", "cpu"), host_memory_gib()[0]
+    else:
+        run, capacity = run_shape(settings, settings.plan_gpus, settings.plan_sharding), settings.plan_gpu_gib
+    plan = plan_memory(shape, run, capacity)
     Console(soft_wrap=True).print("\n".join(plan.lines()), markup=False, highlight=False)
     if not plan.fits:
         raise typer.Exit(1)

@@ -71,3 +71,43 @@ def test_the_policy_loads_in_bf16_when_asked(tmp_path):
     folder = save_tiny_policy(tmp_path / "tiny")
     model, _ = load_policy(str(folder), "cpu", "bfloat16")
     assert {str(p.dtype) for p in model.parameters()} == {"torch.bfloat16"}
+
+
+def test_a_cpu_step_holds_its_activations_in_fp32():
+    shape = shape_of("smollm2")
+    on_gpu = plan_memory(shape, RunShape(**STEP), 80)
+    on_cpu = plan_memory(shape, RunShape(**STEP, activation_bytes=4, on_gpu=False), 24)
+    assert on_cpu.parts["activations"] == pytest.approx(2 * on_gpu.parts["activations"])
+    assert "this CPU host" in on_cpu.lines()[0]
+    assert on_cpu.remedy().startswith("fewer tokens a step (--max-completion-tokens")
+
+
+def _cpu_settings(**overrides):
+    from trainer_client.train.settings import TrainSettings
+
+    return TrainSettings(model="smollm2", device="cpu", env=["http://127.0.0.1:1"], **overrides)
+
+
+def test_a_cpu_run_past_the_host_memory_is_refused_before_the_model_loads():
+    from trainer_client.train.run import check_memory
+
+    # the run the kernel killed 9 minutes in, at 23 GiB: 2 groups of 4 at the default 4,096 completion tokens
+    with pytest.raises(RuntimeError, match="on this host, per process and there are 24 GiB: try fewer tokens"):
+        check_memory(_cpu_settings(group_size=4, groups_per_step=2), "cpu", host_gib=(24.0, 20.0))
+
+
+def test_a_cpu_run_that_fits_the_host_but_not_its_free_memory_is_warned_of(caplog):
+    from trainer_client.train.run import check_memory
+
+    cpu_demo = _cpu_settings(group_size=2, groups_per_step=2, max_completion_tokens=1024)
+    with caplog.at_level("WARNING", logger="trainer_client.train.run"):
+        check_memory(cpu_demo, "cpu", host_gib=(24.0, 20.0))
+        assert not caplog.records
+        check_memory(cpu_demo, "cpu", host_gib=(24.0, 2.0))
+    assert "the kernel may kill it mid-step" in caplog.text
+
+
+def test_plan_with_device_cpu_is_held_against_this_host():
+    result = CliRunner().invoke(app, ["train", "--plan", "--model", "smollm2", "--device", "cpu"], env={})
+    assert "on this CPU host" in result.output
+    assert result.exit_code == (0 if "fits" in result.output.splitlines()[-1] else 1)

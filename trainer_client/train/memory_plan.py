@@ -5,11 +5,15 @@ An estimate in closed form, so that it needs neither the weights nor a GPU:
   weights; bf16 is autocast), half that with --weights-dtype bfloat16; a frozen parameter under LoRA keeps only its
   weight bytes;
 - FSDP (full shard) and ZeRO-3 divide those by the number of GPUs; DDP keeps a whole copy on each;
-- activations in bf16: about 2 x (8h + 4i) bytes a token a layer (attention through a memory-efficient kernel, so
-  nothing quadratic in the length); with gradient checkpointing, 2h bytes a token a layer plus one layer's whole set;
+- activations in bf16: about 2 x (8h + 4i) bytes a token a layer, 4 x in fp32 (a CPU, or --no-bf16) (attention
+  through a memory-efficient kernel, so nothing quadratic in the length); with gradient checkpointing, 2h bytes
+  (4h in fp32) a token a layer plus one layer's whole set;
 - fp32 logits of one turn a row (TRL scores the rest in chunks; SDPO's student and teacher hold a turn each);
 - an SDPO teacher on `ema` or `initial` weights holds a second full fp32 copy, unless LoRA makes it the same weights;
 - 10% of the rest plus 1.5 GiB for the CUDA context and the allocator's slack.
+
+On a CPU the same arithmetic in fp32 is held against the host's available memory: a run past it was killed by the
+kernel mid-step with no word of why.
 """
 
 from __future__ import annotations
@@ -114,6 +118,8 @@ class RunShape:
     gradient_checkpointing: bool = False
     sdpo_teacher: str | None = None  # live, ema or initial when SDPO is on
     weight_bytes: int = 4  # 2 with --weights-dtype bfloat16: its gradients and AdamW state too
+    activation_bytes: int = 2  # 4 where the step runs in fp32: on a CPU, or a GPU with --no-bf16
+    on_gpu: bool = True  # False: the plan is held against a CPU host's memory
 
     @property
     def teacher_copy(self) -> bool:
@@ -140,6 +146,8 @@ class MemoryPlan:
 
     def remedy(self) -> str:
         """What would make a run that does not fit fit, the cheapest first."""
+        if not self.run.on_gpu:  # on a CPU the activations are nearly all of it
+            return "fewer tokens a step (--max-completion-tokens, --groups-per-step, --group-size)"
         steps = []
         if not self.run.gradient_checkpointing:
             steps.append("--gradient-checkpointing (with --vllm-server)")
@@ -152,8 +160,9 @@ class MemoryPlan:
 
     def lines(self) -> list[str]:
         verdict = "fits" if self.fits else f"does not fit: try {self.remedy()}"
+        where = f"each of {self.run.gpus} GPU(s)" if self.run.on_gpu else "this CPU host"
         header = (
-            f"{self.model}: {self.run.rows} rows x {self.run.tokens_per_row} tokens on each of {self.run.gpus} GPU(s), "
+            f"{self.model}: {self.run.rows} rows x {self.run.tokens_per_row} tokens on {where}, "
             f"sharding {self.run.sharding}, "
             + (f"LoRA r={self.run.lora_r}" if self.run.lora_r else "full fine-tune")
             + (", gradient checkpointing" if self.run.gradient_checkpointing else "")
@@ -177,19 +186,21 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     if run.teacher_copy:
         plan.parts["SDPO teacher copy"] = width * params
     tokens = run.rows * run.tokens_per_row
-    per_layer_token = 2 * (8 * shape.hidden + 4 * shape.intermediate)
+    per_layer_token = run.activation_bytes * (8 * shape.hidden + 4 * shape.intermediate)
     if run.gradient_checkpointing:
-        activations = tokens * (shape.layers * 2 * shape.hidden + per_layer_token)
+        activations = tokens * (shape.layers * run.activation_bytes * shape.hidden + per_layer_token)
     else:
         activations = tokens * shape.layers * per_layer_token
     plan.parts["activations"] = activations
     plan.parts["logits (fp32)"] = run.rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
-    plan.parts["CUDA context, slack"] = 0.1 * plan.total_bytes + 1.5 * GIB
+    slack = "CUDA context, slack" if run.on_gpu else "allocator, slack"
+    plan.parts[slack] = 0.1 * plan.total_bytes + 1.5 * GIB
     return plan
 
 
-def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding) -> RunShape:
-    """How `settings` spread over `gpus`: each rank trains its share of a step's groups."""
+def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding, device: str = "cuda") -> RunShape:
+    """How `settings` spread over `gpus` (on a CPU `device`, over the processes): each rank trains its share of a
+    step's groups."""
     rows = settings.group_size * settings.groups_per_step
     return RunShape(
         rows=-(-rows // gpus),
@@ -201,7 +212,21 @@ def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding) -> RunShap
         gradient_checkpointing=settings.gradient_checkpointing,
         sdpo_teacher=settings.sdpo_teacher if settings.alpha_sdpo else None,
         weight_bytes=2 if settings.weights_dtype == "bfloat16" else 4,
+        activation_bytes=2 if device == "cuda" and settings.bf16 else 4,
+        on_gpu=device == "cuda",
     )
+
+
+def host_memory_gib() -> tuple[float, float]:
+    """This host's memory in GiB: (all of it, what a new process can have now: MemAvailable)."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / GIB
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return total, int(line.split()[1]) * 1024 / GIB
+    except OSError:
+        pass
+    return total, total
 
 
 def launched_sharding() -> Sharding:

@@ -109,25 +109,59 @@ def build_config(settings: TrainSettings, device: str, world: int = 1) -> "Regro
     )
 
 
-def check_memory(settings: TrainSettings) -> None:
-    """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy."""
-    import torch
-
-    from trainer_client.train.memory_plan import GIB, launched_sharding, plan_memory, run_shape, shape_of
+def check_memory(settings: TrainSettings, device: str, host_gib: tuple[float, float] | None = None) -> None:
+    """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy. On a CPU the
+    plan (an upper bound: every row at --max-completion-tokens) is held against the host's RAM, shared by the
+    processes launched on it: past all of it the run is refused, past what is free now it is warned of."""
+    from trainer_client.train.memory_plan import (
+        GIB,
+        host_memory_gib,
+        launched_sharding,
+        plan_memory,
+        run_shape,
+        shape_of,
+    )
 
     try:
         shape = shape_of(settings.model)
     except FileNotFoundError:
         return  # a GGUF file: its shape is in the weights; the load itself will say what is wrong
     gpus, sharding = process_rank()[1], launched_sharding()
-    capacity = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
-    plan = plan_memory(shape, run_shape(settings, gpus, sharding), capacity)
+    if device == "cuda":
+        capacity, available, held = _device_gib(), None, "each GPU"
+    else:
+        total, free = host_gib or host_memory_gib()
+        capacity, available, held = total / local_processes(), free / local_processes(), "this host, per process"
+    plan = plan_memory(shape, run_shape(settings, gpus, sharding, device), capacity)
     logger.info("memory plan:\n%s", "\n".join(plan.lines()))
+    needed = plan.total_bytes / GIB
     if not plan.fits:
         raise RuntimeError(
-            f"this run needs about {plan.total_bytes / GIB:.0f} GiB on each GPU and the GPU has {capacity:.0f} GiB: "
-            f"try {plan.remedy()} (`regrow train --plan` shows the parts; --no-memory-check runs it anyway)"
+            f"this run needs up to {needed:.0f} GiB on {held} and there are {capacity:.0f} GiB: try {plan.remedy()} "
+            "(`regrow train --plan` shows the parts; --no-memory-check runs it anyway)"
         )
+    if available is not None and needed > available:
+        logger.warning(
+            "this run may need up to %.0f GiB on %s and %.0f GiB are free now: the kernel may kill it mid-step; "
+            "if it does, try %s",
+            needed,
+            held,
+            available,
+            plan.remedy(),
+        )
+
+
+def _device_gib() -> float:
+    import torch
+
+    from trainer_client.train.memory_plan import GIB
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
+
+
+def local_processes() -> int:
+    """The training processes `accelerate launch` or torchrun started on this host (1 without a launcher)."""
+    return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
 def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
@@ -165,8 +199,8 @@ def run_training(
     rank, world = process_rank()
     local_groups(settings, world)  # said before the model loads
     device = resolve_device(settings.device)
-    if device == "cuda" and settings.memory_check:
-        check_memory(settings)
+    if settings.memory_check:
+        check_memory(settings, device)
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
     model, tokenizer = load_policy(settings.model, device, settings.weights_dtype)

@@ -119,7 +119,8 @@ class TrainSettings(BaseSettings):
     plan_gpu_gib: float = Field(default=80.0, gt=0, description="For --plan: each GPU's memory in GiB.")
     memory_check: bool = Field(
         default=True,
-        description="On a GPU, refuse to start a run whose planned memory exceeds the GPU's, naming the remedy.",
+        description="Refuse to start a run whose planned memory exceeds the GPU's (on a CPU, the host's available "
+        "memory), naming the remedy.",
     )
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="Where the policy trains.")
     bf16: bool = Field(default=True, description="bf16 autocast on a GPU (ignored on CPU).")
