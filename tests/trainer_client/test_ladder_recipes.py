@@ -23,7 +23,7 @@ def test_a_recipe_sets_what_was_not_given_and_a_given_option_wins(tmp_path):
 def test_the_hours_are_four_arms_times_the_seeds_each_its_steps_and_evaluation():
     recipe = RECIPES["cpu-demo"]
 
-    assert recipe.hours(steps=4, seeds=3, eval_episodes=8) == pytest.approx(4 * 3 * (4 * 600 + 8 * 150) / 3600)
+    assert recipe.hours(steps=4, seeds=3, eval_episodes=8) == pytest.approx(4 * 3 * (4 * 330 + 8 * 40) / 3600)
 
 
 def test_every_recipe_names_options_the_settings_have_and_a_shape_the_plan_knows():
@@ -55,4 +55,4 @@ def test_regrow_ladder_with_a_recipe_says_its_size_and_hours_before_it_checks_th
         LadderSettings(out=tmp_path, seeds=3, eval_tasks=4, k=2),
     )  # fmt: skip
     assert " ".join(expected.split()) in " ".join(result.output.split())
-    assert "about 12.0 hours" in " ".join(result.output.split())
+    assert "about 5.5 hours" in " ".join(result.output.split())

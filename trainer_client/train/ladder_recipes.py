@@ -52,10 +52,11 @@ RECIPES = {
                 "device": "cpu",
             },
             ladder={"seeds": 3, "eval_tasks": 4, "k": 2},
-            step_s=600.0,
-            eval_episode_s=150.0,
-            assumes="SmolLM2-135M sampling on 2 cores, about 1 s a token over 4 workers (this machine's demo run: "
-            "one step of 8 episodes took 17 minutes while a synthesis ran beside it)",
+            step_s=330.0,
+            eval_episode_s=40.0,
+            assumes="SmolLM2-135M on 2 cores with a 2-job synthesis beside it, as measured on this machine with "
+            "OpenMP's passive wait: 330 s a step of 4 episodes (the rollouts about 150 s of it over 2 workers), so "
+            "about 40 s an evaluation episode; alone on the box it is faster",
         ),
         LadderRecipe(
             name="gpu-1x80gb",
