@@ -126,7 +126,7 @@ class SynthTargets(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="REGROW_SYNTH_")
 
     source: CliPositionalArg[str | None] = Field(
-        default=None, description="Local path or git URL of the repository (or use --repos)."
+        default=None, description="Local path, sdist (.tar.gz or .zip) or git URL of the repository (or use --repos)."
     )
     out: Path = Field(description="Task store directory (tasks.jsonl, workspaces/, hidden/, repos/).")
     repos: Path | None = Field(

@@ -8,10 +8,8 @@ import re
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 from sandbox import DockerBackend, SandboxError
 from task_synth.errors import SynthError
 from task_synth.pipeline import SynthReport, synthesize
+from task_synth.repository.source import extract_sdist
 from task_synth.settings import SynthSettings
 
 log = logging.getLogger(__name__)
@@ -133,21 +132,6 @@ def download_sdist(requirement: str, cache_dir: Path) -> Path:
             "reachable"
         )
     return found[0]
-
-
-def extract_sdist(archive: Path, destination: Path) -> Path:
-    """Unpack an sdist into `destination` and return its one top directory."""
-    destination.mkdir(parents=True, exist_ok=True)
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive) as sdist:
-            sdist.extractall(destination)
-    else:
-        with tarfile.open(archive) as sdist:
-            sdist.extractall(destination, filter="data")
-    tops = [path for path in destination.iterdir() if path.is_dir()]
-    if len(tops) != 1:
-        raise SynthError(f"{archive.name} does not unpack into one directory: not a standard sdist")
-    return tops[0]
 
 
 def select(only: list[str] | None) -> list[CorpusRepo]:

@@ -1,10 +1,12 @@
-"""A local path or git URL, checked out into a scratch directory at one commit (gitpython)."""
+"""A local path, an sdist or a git URL, checked out into a scratch directory at one commit (gitpython)."""
 
 from __future__ import annotations
 
 import hashlib
 import re
 import shutil
+import tarfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,14 +67,41 @@ def checkout(source: str, ref: str | None, scratch: Path) -> Checkout:
     require_source(source)
     path = Path(source)
     if ref:
-        raise SynthError(
-            f"--ref {ref} needs a git repository, but {source} is a plain directory: drop --ref or pass a clone"
-        )
+        raise SynthError(f"--ref {ref} needs a git repository, but {source} is not one: drop --ref or pass a clone")
+    if is_sdist(source):
+        path = extract_sdist(path, scratch / "sdist")
     _copy_clean(path, destination)
     return Checkout(destination, path.resolve().name, _content_digest(destination))
 
 
+def is_sdist(source: str) -> bool:
+    return source.endswith((".tar.gz", ".zip")) and Path(source).is_file()
+
+
 def require_source(source: str) -> None:
-    """SynthError unless `source` is a git URL or an existing directory: checked before anything slow starts."""
-    if not _is_url(source) and not Path(source).is_dir():
-        raise SynthError(f"source {source} does not exist or is not a directory: pass a repository path or a git URL")
+    """SynthError unless `source` is a git URL, an existing directory or an sdist: checked before anything slow
+    starts."""
+    if not _is_url(source) and not Path(source).is_dir() and not is_sdist(source):
+        raise SynthError(
+            f"source {source} does not exist or is not a directory: pass a repository path, an sdist (.tar.gz or "
+            ".zip) or a git URL"
+        )
+
+
+def extract_sdist(archive: Path, destination: Path) -> Path:
+    """Unpack an sdist into `destination` and return its one top directory."""
+    destination.mkdir(parents=True, exist_ok=True)
+    try:
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as sdist:
+                sdist.extractall(destination)
+        else:
+            with tarfile.open(archive) as sdist:
+                sdist.extractall(destination, filter="data")
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as error:
+        detail = " ".join(str(error).split())[:200]  # tarfile's error lists each compression it tried, a line each
+        raise SynthError(f"{archive} cannot be unpacked ({detail}): download the sdist again") from error
+    tops = [path for path in destination.iterdir() if path.is_dir()]
+    if len(tops) != 1:
+        raise SynthError(f"{archive.name} does not unpack into one directory: not a standard sdist")
+    return tops[0]

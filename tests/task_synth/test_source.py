@@ -62,3 +62,28 @@ def test_plain_directory_gets_a_stable_content_id_and_no_caches(tmp_path):
 def test_ref_on_a_plain_directory_is_refused(tmp_path):
     with pytest.raises(SynthError, match="needs a git repository"):
         checkout(str(MINILIB), "v1", tmp_path / "scratch")
+
+
+def _minilib_sdist(tmp_path: Path) -> Path:
+    import tarfile
+
+    archive = tmp_path / "minilib-1.0.tar.gz"
+    with tarfile.open(archive, "w:gz") as sdist:
+        sdist.add(MINILIB, arcname="minilib-1.0", filter=lambda info: None if "__pycache__" in info.name else info)
+    return archive
+
+
+def test_an_sdist_is_unpacked_and_named_by_its_top_directory_the_same_wherever_it_lies(tmp_path):
+    archive = _minilib_sdist(tmp_path)
+    checked = checkout(str(archive), None, tmp_path / "scratch")
+    moved = shutil.copy(archive, tmp_path / "elsewhere.tar.gz")
+    again = checkout(str(moved), None, tmp_path / "scratch2")
+    assert checked.repo_name == "minilib-1.0" and (checked.root / "pyproject.toml").is_file()
+    assert again.commit == checked.commit  # a rerun into the same store goes on where the last one stopped
+
+
+def test_a_broken_sdist_says_so(tmp_path):
+    broken = tmp_path / "broken-1.0.tar.gz"
+    broken.write_bytes(b"not a tar at all")
+    with pytest.raises(SynthError, match="cannot be unpacked .*download the sdist again"):
+        checkout(str(broken), None, tmp_path / "scratch")
