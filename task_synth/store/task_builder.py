@@ -28,6 +28,7 @@ from task_synth.store.problem_rewrite import rewrite_problem_statement
 from task_synth.store.problem_statement import problem_statement
 from task_synth.store.splits import split_of
 from task_synth.store.workspace import build_workspace, solution_patch
+from task_synth.validation.baseline import suite_error
 from task_synth.validation.canary_scan import (
     Canaries,
     Hit,
@@ -39,7 +40,7 @@ from task_synth.validation.canary_scan import (
 )
 from task_synth.validation.io_recording import pytest_plugin_modules, record_io_checks
 from task_synth.validation.repo_context import SANDBOX_LIMITS, RepoContext
-from task_synth.validation.suite_runs import run_tests
+from task_synth.validation.suite_runs import SuiteRun, run_tests
 from task_synth.validation.task_strength import Strength
 from task_synth.validation.verdict import Verdict
 
@@ -135,6 +136,15 @@ def check_leaks(context: RepoContext, deletion: Deletion, archive: bytes) -> tup
     return canaries, scan_files(files, canaries, set(context.layout.test_files), context.baseline.packages)
 
 
+def oracle_failure(run: SuiteRun, failed: set[str]) -> str:
+    """Why the solution's run failed: the failing tests, or, where pytest wrote no report, how it stopped (a run that
+    died before its report would otherwise read as every test failing)."""
+    if not run.rounds:
+        return f"pytest stopped before reporting any test with the solution ({suite_error(run)})"
+    last = (run.output_tail.strip().splitlines() or ["no output"])[-1]
+    return f"{len(failed)} tests fail with the solution, e.g. {sorted(failed)[0]} ({last})"
+
+
 def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch: str, verdict: Verdict) -> OracleRun:
     """Apply the solution in a fresh task sandbox, run F2P + P2P, then record I/O checks and list the pytest plugins."""
     tests = verdict.fail_to_pass + verdict.pass_to_pass
@@ -165,8 +175,7 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
             )
         failed = run.failed(tests)
         if failed:
-            last = (run.output_tail.strip().splitlines() or ["no output"])[-1]
-            detail = f"{len(failed)} tests fail with the solution, e.g. {sorted(failed)[0]} ({last})"
+            detail = oracle_failure(run, failed)
             log.info("oracle: %s", detail)
             return OracleRun("oracle_failed", run.executions, detail=detail)
         with clock.stage("task: I/O recording"):

@@ -62,3 +62,18 @@ def test_a_package_that_does_not_import_before_any_deletion_is_left_out_of_the_i
     assert importable_packages(LocalSandbox(tmp_path), ["_shim", "fine"], 60) == ["fine"]
     with pytest.raises(SynthError, match="none of the packages _shim imports"):
         importable_packages(LocalSandbox(tmp_path), ["_shim"], 60)
+
+
+def test_an_oracle_run_that_wrote_no_report_says_how_pytest_stopped_not_that_every_test_failed():
+    from task_synth.store.task_builder import oracle_failure
+    from task_synth.validation.suite_runs import SuiteRun
+
+    tests = [f"tests/test_x.py::test_{n}" for n in range(415)]
+    died = SuiteRun(exit_code=137, output_tail="........................", oom_killed=True)
+    detail = oracle_failure(died, died.failed(tests))
+    assert "415 tests fail" not in detail
+    assert detail.startswith("pytest stopped before reporting any test with the solution")
+    assert "exit 137 (killed: out of memory in the sandbox)" in detail
+
+    reported = SuiteRun(rounds=[{tests[0]: False, tests[1]: True}], outcomes={tests[0]: False, tests[1]: True})
+    assert oracle_failure(reported, reported.failed(tests[:2])).startswith("1 tests fail with the solution")
