@@ -63,6 +63,16 @@ def env_reward(completions: list, env_reward: list[float], **kwargs: Any) -> lis
     return [float(r) for r in env_reward]
 
 
+def final_generation(trainer: Any) -> bool:
+    """Whether the rollouts asked for now are the run's last: GRPOTrainer (TRL 1.16) generates at the micro-steps that
+    are multiples of steps_per_generation x num_iterations, and stops after max_steps x gradient_accumulation_steps."""
+    args = trainer.args
+    accumulation = args.gradient_accumulation_steps
+    # global_step, not TRL's _step alone: a resumed run restarts _step at 0
+    micro_step = trainer.state.global_step * accumulation + getattr(trainer, "_step", 0) % accumulation
+    return micro_step + args.steps_per_generation * args.num_iterations >= args.max_steps * accumulation
+
+
 class StreamedRollouts:
     """GRPOTrainer's `rollout_func`: takes finished groups from the rollout stream.
 
@@ -89,6 +99,8 @@ class StreamedRollouts:
         if self.on_group is not None:
             for group in groups:
                 self.on_group(group)
+        if final_generation(trainer):  # the stream would play on through the last step's training, for nothing
+            self.stream.stop_playing()
         rows = trajectory_rows([t for group in groups for t in group], self.tokens)
         counters = self.stream.stats.counters()
         rows["stream_counters"] = [counters] * len(rows["prompt_ids"])

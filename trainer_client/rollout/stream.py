@@ -163,15 +163,19 @@ class RolloutStream:
         """Cancel the workers and wait for their thread; a cancel lost in a race is sent again every 10 s."""
         thread, deadline = self._thread, time.monotonic() + timeout_s
         while thread is not None and thread.is_alive() and time.monotonic() < deadline:
-            if self._loop is not None and self._main is not None and not self._loop.is_closed():
-                try:
-                    self._loop.call_soon_threadsafe(self._main.cancel)
-                except RuntimeError:  # the loop closed between the check and the call
-                    pass
+            self.stop_playing()
             thread.join(timeout=min(10.0, max(0.0, deadline - time.monotonic())))
         if thread is not None and thread.is_alive():
             logger.warning("rollout workers did not stop within %.0fs; their thread is left running", timeout_s)
         self._thread = None
+
+    def stop_playing(self) -> None:
+        """Cancel the workers without waiting for them: the trainer has taken every group it will train on."""
+        if self._loop is not None and self._main is not None and not self._loop.is_closed():
+            try:
+                self._loop.call_soon_threadsafe(self._main.cancel)
+            except RuntimeError:  # the loop closed between the check and the call
+                pass
 
     def __enter__(self) -> "RolloutStream":
         return self.start()
