@@ -8,6 +8,9 @@ An estimate in closed form, so that it needs neither the weights nor a GPU:
 - activations in bf16: about 2 x (8h + 4i) bytes a token a layer, 4 x in fp32 (a CPU, or --no-bf16) (attention
   through a memory-efficient kernel, so nothing quadratic in the length); with gradient checkpointing, 2h bytes
   (4h in fp32) a token a layer plus one layer's whole set;
+- on a CPU (fp32, measured: a 30-layer SmolLM2 step of 2 padded rows of 1,024 to 3,072 tokens on this 2-core host,
+  the plan 1-5% over each peak), 4 x (12h + 5i) bytes a token a layer plus 5 bytes a layer per square token of each
+  row: torch's CPU attention under a padding mask keeps something the size of the mask per layer;
 - fp32 logits of one turn a row (TRL scores the rest in chunks; SDPO's student and teacher hold a turn each);
 - an SDPO teacher on `ema` or `initial` weights holds a second full fp32 copy, unless LoRA makes it the same weights;
 - 10% of the rest plus 1.5 GiB for the CUDA context and the allocator's slack.
@@ -28,6 +31,9 @@ if TYPE_CHECKING:
     from trainer_client.train.settings import TrainSettings
 
 GIB = 1024**3
+# A CPU step's activations, fitted to peaks measured on this host (module docstring): values a token a layer, in h and
+# i, and bytes a layer per square token of a row. The GPU's 8h + 4i (a flash kernel, nothing quadratic) is not measured.
+CPU_HIDDEN_FACTOR, CPU_INTERMEDIATE_FACTOR, CPU_SQUARE_BYTES = 12, 5, 5
 SHAPES = Path(__file__).with_name("model_shapes")
 # SmolLM2-135M-Instruct, the demo policy (its GGUF holds the weights, so its shape is written here).
 DEMO_SHAPE = {
@@ -189,8 +195,14 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     per_layer_token = run.activation_bytes * (8 * shape.hidden + 4 * shape.intermediate)
     if run.gradient_checkpointing:
         activations = tokens * (shape.layers * run.activation_bytes * shape.hidden + per_layer_token)
-    else:
+    elif run.on_gpu:
         activations = tokens * shape.layers * per_layer_token
+    else:
+        per_layer_token = run.activation_bytes * (
+            CPU_HIDDEN_FACTOR * shape.hidden + CPU_INTERMEDIATE_FACTOR * shape.intermediate
+        )
+        square = run.rows * run.tokens_per_row**2 * CPU_SQUARE_BYTES
+        activations = shape.layers * (tokens * per_layer_token + square)
     plan.parts["activations"] = activations
     plan.parts["logits (fp32)"] = run.rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
     slack = "CUDA context, slack" if run.on_gpu else "allocator, slack"
