@@ -42,21 +42,24 @@ RECIPES = {
             machine="a 2-core CPU box, the env server beside it",
             model_shape="smollm2",
             train={
-                "steps": 4,
+                "steps": 1,
                 "group_size": 2,
-                "groups_per_step": 2,
+                "groups_per_step": 1,
                 "workers": 2,
-                "max_turns": 4,
-                "max_turn_tokens": 128,
-                "max_completion_tokens": 1024,
+                "max_turns": 5,
+                "max_turn_tokens": 384,
+                # a file read alone is hundreds of tokens: the demonstrator's episodes need 975 to 2,119
+                "max_completion_tokens": 2560,
+                "temperature": 0.3,
                 "device": "cpu",
             },
-            ladder={"seeds": 3, "eval_tasks": 4, "k": 2},
-            step_s=330.0,
-            eval_episode_s=40.0,
-            assumes="SmolLM2-135M on 2 cores with a 2-job synthesis beside it, as measured on this machine with "
-            "OpenMP's passive wait: 330 s a step of 4 episodes (the rollouts about 150 s of it over 2 workers), so "
-            "about 40 s an evaluation episode; alone on the box it is faster",
+            ladder={"seeds": 3, "eval_tasks": 4, "k": 1},
+            step_s=150.0,
+            eval_episode_s=61.0,
+            assumes="SmolLM2-135M (or an SFT checkpoint of it) on 2 cores with nothing else running, as measured on "
+            "this machine: 150 s a step of 2 episodes, their sampling included, and 61 s an evaluation episode (the "
+            "means of a whole 3-seed ladder from an SFT checkpoint, which took 81 minutes); the step is one, as one "
+            "more costs about 2.5 minutes an arm and seed",
         ),
         LadderRecipe(
             name="gpu-1x80gb",
