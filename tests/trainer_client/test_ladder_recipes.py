@@ -25,7 +25,7 @@ def test_a_recipe_sets_what_was_not_given_and_a_given_option_wins(tmp_path):
 def test_the_hours_are_four_arms_times_the_seeds_each_its_steps_and_evaluation():
     recipe = RECIPES["cpu-demo"]
 
-    assert recipe.hours(steps=1, seeds=3, eval_episodes=4) == pytest.approx(4 * 3 * (150 + 4 * 61) / 3600)
+    assert recipe.hours(steps=1, seeds=3, eval_episodes=4) == pytest.approx(4 * 3 * (153 + 4 * 59) / 3600)
 
 
 def test_every_recipe_names_options_the_settings_have_and_a_shape_the_plan_knows():

@@ -54,11 +54,11 @@ RECIPES = {
                 "device": "cpu",
             },
             ladder={"seeds": 3, "eval_tasks": 4, "k": 1},
-            step_s=150.0,
-            eval_episode_s=61.0,
+            step_s=153.0,
+            eval_episode_s=59.0,
             assumes="SmolLM2-135M (or an SFT checkpoint of it) on 2 cores with nothing else running, as measured on "
-            "this machine: 150 s a step of 2 episodes, their sampling included, and 61 s an evaluation episode (the "
-            "means of a whole 3-seed ladder from an SFT checkpoint, which took 81 minutes); the step is one, as one "
+            "this machine: 153 s a step of 2 episodes, their sampling included, and 59 s an evaluation episode (the "
+            "means of a whole 3-seed ladder from an SFT checkpoint, which took 78 minutes); the step is one, as one "
             "more costs about 2.5 minutes an arm and seed",
         ),
         LadderRecipe(
@@ -97,7 +97,7 @@ RECIPES = {
                 "bf16": True,
             },
             ladder={"seeds": 3, "eval_tasks": 64, "k": 4},
-            step_s=150.0,
+            step_s=153.0,
             eval_episode_s=2.0,
             assumes="vLLM sampling at about 20,000 tokens/s and 64 concurrent sandboxes on the env servers; a "
             "trainer step of about 30 s for 112 episodes over 7 GPUs",
