@@ -198,11 +198,11 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     elif run.on_gpu:
         activations = tokens * shape.layers * per_layer_token
     else:
-        per_layer_token = run.activation_bytes * (
+        cpu_layer_token = run.activation_bytes * (
             CPU_HIDDEN_FACTOR * shape.hidden + CPU_INTERMEDIATE_FACTOR * shape.intermediate
         )
         square = run.rows * run.tokens_per_row**2 * CPU_SQUARE_BYTES
-        activations = shape.layers * (tokens * per_layer_token + square)
+        activations = shape.layers * (tokens * cpu_layer_token + square)
     plan.parts["activations"] = activations
     plan.parts["logits (fp32)"] = run.rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
     slack = "CUDA context, slack" if run.on_gpu else "allocator, slack"
