@@ -133,3 +133,25 @@ def test_plan_with_device_cpu_is_held_against_this_host():
     result = CliRunner().invoke(app, ["train", "--plan", "--model", "smollm2", "--device", "cpu"], env={})
     assert "on this CPU host" in result.output
     assert result.exit_code == (0 if "fits" in result.output.splitlines()[-1] else 1)
+
+
+def test_the_compose_trainer_services_defaults_fit_a_16_gib_host():
+    # CI was refused at 23.6 GiB on a 23.5 GiB host: the service took the 3,072-token default made for a GPU.
+    from pathlib import Path
+
+    import yaml
+
+    from trainer_client.train.memory_plan import run_shape
+    from trainer_client.train.settings import TrainSettings
+
+    compose = yaml.safe_load((Path(__file__).parents[2] / "compose.yaml").read_text())
+    environment = compose["services"]["trainer"]["environment"]
+    defaults = {
+        name.removeprefix("REGROW_TRAIN_").lower(): value.split(":-", 1)[1].rstrip("}")
+        for name, value in environment.items()
+        if ":-" in value
+    }
+    assert "max_completion_tokens" in defaults
+    settings = TrainSettings(env="http://env-server:8000", **defaults)
+    plan = plan_memory(shape_of(settings.model), run_shape(settings, 1, "none", "cpu"), 16)
+    assert plan.fits, "\n".join(plan.lines())
