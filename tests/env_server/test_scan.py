@@ -517,13 +517,21 @@ def test_assignment_to_a_module_of_the_own_package_is_not_monkeypatching():
 def test_a_large_file_scans_in_time_linear_in_its_size():
     honest = "".join(textwrap.dedent(source) for source in HONEST.values()).encode()
     big = honest * (250_000 // len(honest) + 1)
-    started = time.perf_counter()
-    ast.parse(big)
-    parsing = time.perf_counter() - started
-    started = time.perf_counter()
     assert scan_change_set({PATH: (None, big)}) == []
-    # Against parsing the same text, not a clock target: a loaded machine slows both (the scan is about 2 parses).
-    assert time.perf_counter() - started < 10 * parsing
+    # Against parsing the same text, not a clock target (the scan is about 2 parses). CPU time of this process, the
+    # least of 3: a wall clock under `make test`'s three lanes on 2 cores once read 0.95 s for a 0.08 s parse.
+    parsing = _least_cpu_seconds(lambda: ast.parse(big))
+    scanning = _least_cpu_seconds(lambda: scan_change_set({PATH: (None, big)}))
+    assert scanning < 10 * parsing
+
+
+def _least_cpu_seconds(work, runs: int = 3) -> float:
+    spent = []
+    for _ in range(runs):
+        started = time.process_time()
+        work()
+        spent.append(time.process_time() - started)
+    return min(spent)
 
 
 def test_only_constructs_that_serve_forgery_alone_would_cost_the_reward():
