@@ -112,6 +112,26 @@ def test_a_failing_teacher_blocks_every_pair_and_its_errors_are_counted(read_tea
     assert report.teachers["local"].errors == {}
 
 
+def test_a_teacher_failing_too_many_calls_in_a_row_stops_the_run_before_the_other_turns(read_teacher_dir, scorer):
+    down = OpenAITeacherConfig(name="down", base_url="http://127.0.0.1:9/v1", model="m", max_retries=0)
+    pairs = []
+
+    async def go():
+        teachers = [(config, open_teacher(config)) for config in (hf("local", read_teacher_dir), down)]
+        try:
+            run = ReplayRun(teachers, scorer, ReplaySettings(), SpendingCap(None), 2, pairs.append, 2)
+            return await run.run(recorded_traces())
+        finally:
+            for _, teacher in teachers:
+                await teacher.aclose()
+
+    report = asyncio.run(go())
+    assert report.teachers["down"].calls == 2 and report.teachers["local"].calls == 2
+    assert report.decisions["teacher_error"] == 2 and report.decisions["teacher_stopped"] == TURNS - 2
+    assert report.stopped_by_teacher and "'down' failed 2 calls in a row" in report.stopped_by_teacher
+    assert pairs == []
+
+
 def test_gating_skips_teachers_where_the_student_was_sure(read_teacher_dir, scorer):
     gated, pairs = replay([hf("local", read_teacher_dir)], scorer, ReplaySettings(entropy_threshold=1e6))
     assert pairs == [] and gated.teacher_calls == 0

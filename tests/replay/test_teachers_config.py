@@ -36,6 +36,17 @@ def test_teachers_file_parses_both_kinds(tmp_path):
     assert (plan.concurrency, plan.max_cost_usd) == (3, 2.5)
 
 
+def test_a_run_stops_after_8_failures_of_one_teacher_in_a_row_unless_the_file_says_otherwise(tmp_path):
+    path = tmp_path / "teachers.yaml"
+    path.write_text(TEACHERS_YAML)
+    assert load_teachers_file(path).max_failures_in_a_row == 8
+    path.write_text("max_failures_in_a_row: null\n" + TEACHERS_YAML)
+    assert load_teachers_file(path).max_failures_in_a_row is None
+    path.write_text("max_failures_in_a_row: 0\n" + TEACHERS_YAML)
+    with pytest.raises(ValueError, match="max_failures_in_a_row"):
+        load_teachers_file(path)
+
+
 def test_duplicate_teacher_names_are_rejected(tmp_path):
     path = tmp_path / "teachers.yaml"
     path.write_text(TEACHERS_YAML.replace("name: local", "name: big"))

@@ -49,6 +49,8 @@ def replay(
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from error
     ended = "stopped at the spending cap" if result.stopped_by_budget else "done"
+    if result.stopped_by_teacher:
+        ended = f"stopped: {result.stopped_by_teacher}"
     console.print(
         f"replay {ended}: {result.pairs} pairs from {len(result.traces)} traces, "
         f"{result.teacher_calls} teacher calls (saved {result.calls_saved_by_gating}), ${result.cost_usd:.4f}; "
@@ -90,7 +92,8 @@ async def _run(
                 sink.write(pair.model_dump_json() + "\n")
                 sink.flush()  # pairs found before a crash or the cap are kept
 
-            run = ReplayRun(live, scorer, settings, SpendingCap(plan.max_cost_usd), plan.concurrency, emit)
+            cap = SpendingCap(plan.max_cost_usd)
+            run = ReplayRun(live, scorer, settings, cap, plan.concurrency, emit, plan.max_failures_in_a_row)
             result = await run.run(traces, on_step=lambda: progress.advance(task))
     finally:
         for _, teacher in live:

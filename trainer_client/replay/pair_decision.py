@@ -18,6 +18,7 @@ class Outcome(str, Enum):
     TEACHER_ERROR = "teacher_error"
     GATED_OUT = "gated_out"
     BUDGET_EXHAUSTED = "budget_exhausted"
+    TEACHER_STOPPED = "teacher_stopped"
 
 
 @dataclass(frozen=True)

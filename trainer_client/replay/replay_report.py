@@ -53,6 +53,9 @@ class ReplayReport(BaseModel):
     step_latency: LatencySummary = Field(description="Per decision point: from first teacher call to last answer.")
     teachers: dict[str, TeacherStats]
     stopped_by_budget: bool
+    stopped_by_teacher: str | None = Field(
+        default=None, description="Why the run stopped asking: a teacher that failed too many calls in a row."
+    )
     min_agreement: float
     entropy_threshold: float | None
     max_cost_usd: float | None

@@ -66,6 +66,7 @@ class ReplayRun:
         cap: SpendingCap,
         concurrency: int,
         emit: Callable[[PreferencePair], None],
+        max_failures_in_a_row: int | None = None,
     ) -> None:
         self._teachers = teachers
         self._scorer = scorer
@@ -80,7 +81,10 @@ class ReplayRun:
         self._traces: list[TraceTally] = []
         self._step_latencies: list[float] = []
         self._calls_saved = 0
+        self._max_failures_in_a_row = max_failures_in_a_row
+        self._failures_in_a_row: Counter[str] = Counter()
         self.stopped_by_budget = False
+        self.stopped_by_teacher: str | None = None
 
     async def run(self, traces: Iterable[EpisodeTrace], on_step: Callable[[], None] | None = None) -> ReplayReport:
         """Replay every trace in order (the turns of one trace concurrently) until done or out of budget."""
@@ -110,6 +114,8 @@ class ReplayRun:
     ) -> tuple[StepDecision, PreferencePair | None]:
         if self.stopped_by_budget:
             return StepDecision(Outcome.BUDGET_EXHAUSTED), None
+        if self.stopped_by_teacher:
+            return StepDecision(Outcome.TEACHER_STOPPED), None
         messages = transcript(trace, before_step=step.index)
         raw_text = step.action.metadata.get(ASSISTANT_TEXT_KEY) or format_tool_call(step.action)
         if self._settings.entropy_threshold is not None:
@@ -119,7 +125,7 @@ class ReplayRun:
                 return StepDecision(Outcome.GATED_OUT), None
         votes = await self._ask_teachers(messages, tally)
         if votes is None:
-            return StepDecision(Outcome.BUDGET_EXHAUSTED), None
+            return StepDecision(Outcome.TEACHER_STOPPED if self.stopped_by_teacher else Outcome.BUDGET_EXHAUSTED), None
         decision = decide_step(step.action, votes, self._settings.min_agreement)
         if decision.outcome is not Outcome.PAIR:
             return decision, None
@@ -158,7 +164,7 @@ class ReplayRun:
     async def _ask_teachers(self, messages: list[dict[str, str]], tally: TraceTally) -> list[TeacherVote] | None:
         """Every teacher's vote, or None when the cap leaves no room for this step's calls."""
         async with self._step_slots:
-            if self.stopped_by_budget:
+            if self.stopped_by_budget or self.stopped_by_teacher:
                 return None
             reservations: list[Reservation] = []
             try:
@@ -179,7 +185,20 @@ class ReplayRun:
                 )
             )
             self._step_latencies.append(time.monotonic() - started)
+            for vote in votes:
+                self._count_failure(vote)
             return list(votes)
+
+    def _count_failure(self, vote: TeacherVote) -> None:
+        """Stop asking once a teacher has failed `max_failures_in_a_row` calls running (its votes alone void a step)."""
+        self._failures_in_a_row[vote.teacher] = self._failures_in_a_row[vote.teacher] + 1 if vote.error else 0
+        limit = self._max_failures_in_a_row
+        if limit is not None and self._failures_in_a_row[vote.teacher] >= limit and not self.stopped_by_teacher:
+            self.stopped_by_teacher = (
+                f"teacher {vote.teacher!r} failed {limit} calls in a row (the last: {vote.error}); fix it or take it "
+                "out of the teachers file, then replay again"
+            )
+            log.warning("%s", self.stopped_by_teacher)
 
     async def _ask_one(
         self,
@@ -227,6 +246,7 @@ class ReplayRun:
             step_latency=summarize_latency(self._step_latencies),
             teachers={name: tally.stats() for name, tally in self._tallies.items()},
             stopped_by_budget=self.stopped_by_budget,
+            stopped_by_teacher=self.stopped_by_teacher,
             min_agreement=self._settings.min_agreement,
             entropy_threshold=self._settings.entropy_threshold,
             max_cost_usd=self._cap.cap_usd,

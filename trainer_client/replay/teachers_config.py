@@ -52,6 +52,12 @@ class TeachersFile(BaseModel):
     teachers: list[TeacherConfig] = Field(min_length=1)
     concurrency: int = Field(default=4, ge=1, description="Teacher calls in flight at once.")
     max_cost_usd: float | None = Field(default=None, ge=0, description="Stop the run before spending more.")
+    max_failures_in_a_row: int | None = Field(
+        default=8,
+        ge=1,
+        description="Stop the run once one teacher has failed this many calls in a row (an error or an unparseable "
+        "reply): a step any teacher fails makes no pair, so the others' calls would be spent for nothing; null: never.",
+    )
 
     @model_validator(mode="after")
     def _names_are_unique(self) -> "TeachersFile":
