@@ -6,6 +6,7 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -233,12 +234,38 @@ def bench_train(
     dpo_context_grad: bool = typer.Option(
         True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."
     ),
+    lora: int = typer.Option(
+        0, "--lora", "--lora-r", min=0, help="Train a LoRA adapter of this rank, as `regrow train --lora-r` (0: full)."
+    ),
+    processes: int = typer.Option(
+        1, "--processes", min=1, help="CPU processes (torchrun, gloo), each training its share of the rows."
+    ),
     as_json: bool = AS_JSON,
 ) -> None:
     """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
     from regrow.benchmarks.training import run_train_bench
+    from regrow.benchmarks.training_ranks import run_ranked_train_bench
 
-    report(run_train_bench(model, steps, rows, turns, hinted_share, pairs, dpo_context_grad), as_json)
+    options: dict[str, Any] = dict(
+        model_spec=model,
+        steps=steps,
+        rows=rows,
+        turns=turns,
+        hinted_share=hinted_share,
+        pair_count=pairs,
+        dpo_context_grad=dpo_context_grad,
+        lora_r=lora,
+    )
+    if rows % (2 * processes) or pairs < processes:
+        fail(
+            f"--rows {rows} and --pairs {pairs} do not split over {processes} processes: give --rows a multiple of "
+            f"{2 * processes} (groups of 2) and --pairs at least {processes}"
+        )
+    try:
+        result = run_ranked_train_bench(processes, **options) if processes > 1 else run_train_bench(**options)
+    except RuntimeError as error:
+        fail(str(error))
+    report(result, as_json)
 
 
 def bench_sampling(

@@ -152,11 +152,25 @@ def bench_model(spec: str) -> tuple[Any, Any]:
     return load_policy(spec, "cpu")
 
 
-def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path, **channels):
-    """A trainer whose rollouts are the fixed synthetic batch, ready to step by hand."""
+def _bench_trainer(
+    model,
+    tokenizer,
+    trajectories,
+    tokens,
+    pairs,
+    workdir: Path,
+    lora_r: int = 0,
+    rank: int = 0,
+    world: int = 1,
+    **channels,
+):
+    """A trainer whose rollouts are the fixed synthetic batch (this rank's share of it), ready to step by hand: its
+    model and optimizer prepared by accelerate as `trainer.train()` would, so that a rank's gradients are all-reduced.
+    With `lora_r`, the model trains a fresh LoRA adapter of that rank, as `regrow train --lora-r` does."""
     import copy
 
     from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.policy.lora_adapter import with_lora
     from trainer_client.rollout.rows import env_reward, episode_slots, trajectory_rows
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
@@ -172,16 +186,22 @@ def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path,
         seed=0,
         **channels,
     )
+    policy = copy.deepcopy(model)
+    if lora_r:
+        policy = with_lora(policy, lora_r, None, 0.0, "all-linear")
     trainer = RegrowGRPOTrainer(
-        model=copy.deepcopy(model),
+        model=policy,
         args=args,
         reward_funcs=env_reward,
         train_dataset=episode_slots(len(trajectories) // 2),
         processing_class=tokenizer,
         rollout_func=lambda prompts, t: trajectory_rows(trajectories, tokens),
-        pair_batches=PairBatches(pairs, len(pairs)) if channels.get("beta_dpo") else None,
+        pair_batches=PairBatches(pairs, len(pairs), rank=rank, world=world) if channels.get("beta_dpo") else None,
     )
     trainer.create_optimizer()
+    if world > 1:
+        # As Trainer's own loop: the step runs the DDP wrapper, while TRL reads the bare model as `trainer.model`.
+        trainer.model_wrapped, trainer.optimizer = trainer.accelerator.prepare(trainer.model, trainer.optimizer)
     trainer.current_gradient_accumulation_steps = 1
     return trainer
 
@@ -189,7 +209,7 @@ def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path,
 def _timed_step(trainer, slots: list[dict]) -> float:
     """One optimizer step: rollouts (fixed), the loss of every channel, backward, optimizer update."""
     start = time.perf_counter()
-    trainer.training_step(trainer.model, slots, None)
+    trainer.training_step(trainer.model_wrapped, slots, None)
     trainer.optimizer.step()
     trainer.optimizer.zero_grad()
     return time.perf_counter() - start
@@ -203,24 +223,37 @@ def run_train_bench(
     hinted_share: float,
     pair_count: int,
     dpo_context_grad: bool = True,
+    lora_r: int = 0,
+    rank: int = 0,
+    world: int = 1,
 ) -> dict:
     """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio.
 
     `dpo_context_grad` is the trainer's setting of that name: False measures DPO with the pairs'
-    contexts run without gradient.
+    contexts run without gradient. `lora_r` trains a LoRA adapter of that rank instead of every weight. As rank `rank`
+    of `world` processes (torchrun's; training_ranks.py launches them), this process trains its share of the rows and
+    pairs, and the figures are its own, with every step's timings under `step_times_s` for the launcher to combine.
     """
     import torch
 
+    if rows % (2 * world) or pair_count < world:
+        raise ValueError(
+            f"{rows} rows and {pair_count} pairs do not split over {world} processes: give rows a multiple of "
+            f"{2 * world} (groups of 2) and at least {world} pairs"
+        )
     torch.manual_seed(0)
     model, tokenizer = bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
-    trajectories = synthetic_trajectories(tokens, rows, turns, hinted_share, policy=model)
+    batch = synthetic_trajectories(tokens, rows, turns, hinted_share, policy=model)
+    share = rows // world
+    trajectories = batch[rank * share : (rank + 1) * share]
     pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
     from trainer_client.rollout.rows import EPISODE_SLOT
 
     slots = [{"prompt": EPISODE_SLOT} for _ in trajectories]
+    sharing = {"lora_r": lora_r, "rank": rank, "world": world}
     with tempfile.TemporaryDirectory() as workdir:
-        grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo")
+        grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo", **sharing)
         three = _bench_trainer(
             model,
             tokenizer,
@@ -228,6 +261,7 @@ def run_train_bench(
             tokens,
             pairs,
             Path(workdir) / "three",
+            **sharing,
             alpha_sdpo=1.0,
             beta_dpo=0.1,
             sdpo_teacher="live",
@@ -238,15 +272,24 @@ def run_train_bench(
             plain.append(_timed_step(grpo, slots))
             both.append(_timed_step(three, slots))
         metrics = {name: values[-1] for name, values in three._metrics["train"].items()}
+        trained = three.accelerator.unwrap_model(three.model)
+        trainable = sum(p.numel() for p in trained.parameters() if p.requires_grad)
+        weights_digest = _digest(trained)
     plain, both = plain[1:], both[1:]  # the first step warms up allocators and caches
     plain_s, three_s = statistics.median(plain), statistics.median(both)
     return {
         "model": model_spec,
         "device": "cpu",
+        "processes": world,
+        "lora_r": lora_r or None,
+        "trainable_parameters": trainable,
+        "weights_digest": weights_digest,
+        "step_times_s": {"grpo": plain, "three_channel": both},
         "rows_per_batch": rows,
+        "rows_per_process": share,
         "turns_per_row": turns,
         "tokens_per_row": len(trajectories[0].prompt_ids) + len(trajectories[0].completion_ids),
-        "hinted_turns_per_batch": sum(len(t.hinted_turns) for t in trajectories),
+        "hinted_turns_per_batch": sum(len(t.hinted_turns) for t in batch),
         "dpo_pairs_per_batch": pair_count,
         "dpo_context_grad": dpo_context_grad,
         "steps_timed": steps,
@@ -265,6 +308,17 @@ def run_train_bench(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2
         ),  # both trainers, all steps
     }
+
+
+def _digest(model: Any) -> str:
+    """A hash of every weight after the steps: ranks whose gradients were all-reduced hold the same ones."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, parameter in sorted(model.named_parameters()):
+        digest.update(name.encode())
+        digest.update(parameter.detach().float().numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def run_rollout_bench(
