@@ -354,8 +354,16 @@ class EpisodeRuntime:
                 error=ENGINE_RESTARTED,
             )
         if isinstance(error, SandboxGone) or not self._sandbox_runs(episode):
-            return ToolResult(feedback="the sandbox died; this episode is over", error=SANDBOX_GONE)
+            fate = self._sandbox_fate(episode)
+            log.warning("episode %s lost its sandbox %s: %s (%s)", episode.id, episode.sandbox.id[:12], fate, error)
+            return ToolResult(feedback=f"the sandbox died ({fate}); this episode is over", error=SANDBOX_GONE)
         return None
+
+    def _sandbox_fate(self, episode: Episode) -> str:
+        try:
+            return self.backend.container_fate(episode.sandbox.id)
+        except Exception as error:  # the engine failed this question too: say so rather than guess
+            return f"its state is unknown: {error}"
 
     def _sandbox_runs(self, episode: Episode) -> bool:
         try:

@@ -225,6 +225,22 @@ class DockerBackend:
         except docker.errors.NotFound:
             return False
 
+    def container_fate(self, container_id: str) -> str:
+        """What became of a container, in words for feedback and logs: removed, or its state (through regrow's docker
+        proxy only the status shows)."""
+        try:
+            state = self.api.inspect_container(container_id)["State"]
+        except docker.errors.NotFound:
+            return "its container was removed"
+        words = [f"its container is {state.get('Status') or 'in an unknown state'}"]
+        if state.get("Status") == "exited" and state.get("ExitCode") is not None:
+            words.append(f"exit code {state['ExitCode']}")
+        if state.get("OOMKilled"):
+            words.append("killed for memory")
+        if state.get("Error"):
+            words.append(f"the engine says: {state['Error']}")
+        return ", ".join(words)
+
     def image_exists(self, image: str) -> bool:
         try:
             self.api.inspect_image(image)

@@ -66,6 +66,12 @@ class MemoryBackend:
         sandbox = self.sandboxes.get(container_id)
         return sandbox is not None and not sandbox.frozen
 
+    def container_fate(self, container_id: str) -> str:
+        sandbox = self.sandboxes.get(container_id)
+        if sandbox is None:
+            return "its container was removed"
+        return "its container is paused" if sandbox.frozen else "its container is running"
+
     def managed_containers(self) -> list[dict]:
         return [self._listing(sandbox) for sandbox in self.sandboxes.values()]
 

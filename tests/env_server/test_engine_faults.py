@@ -215,7 +215,8 @@ def reset_when_healthy(http: httpx.Client) -> str:
 
 def step_works(step: dict) -> bool:
     """The step ran in a live sandbox and its episode goes on (the exec's output itself is other tests' concern)."""
-    assert not step["done"] and "tool_error" not in step["metadata"] and step["observation"]["exit_code"] == 0, step
+    works = not step["done"] and "tool_error" not in step["metadata"] and step["observation"]["exit_code"] == 0
+    assert works, (step["metadata"], step["observation"].get("feedback"), step["observation"].get("exit_code"))
     return True
 
 

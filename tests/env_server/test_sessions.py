@@ -210,3 +210,24 @@ def test_kill_9_keeps_every_finished_step_and_the_next_start_reaps_the_orphans(
     finally:
         runtime.close()
         runtime.traces.close()
+
+
+def test_a_sandbox_removed_under_its_episode_ends_it_and_says_what_became_of_it(memory_server):
+    server = memory_server
+    with httpx.Client(base_url=server.http_url, timeout=60) as http:
+        episode_id = http.post("/reset", json={"task_id": DEMO_TASK_ID}).json()["metadata"]["episode_id"]
+        server.runtime.backend.remove(server.runtime.get(episode_id).sandbox.id)  # as by someone else's `docker rm`
+        step = {"action": {"tool": "run", "args": {"command": "echo hi"}}, "episode_id": episode_id}
+        answer = http.post("/step", json=step).json()
+    assert answer["done"] and answer["metadata"]["tool_error"] == "SANDBOX_GONE"
+    assert "the sandbox died (its container was removed)" in answer["observation"]["feedback"]
+
+
+@pytest.mark.docker
+def test_the_engine_tells_what_became_of_a_container(docker_backend, base_image):
+    with docker_backend.create(base_image) as sandbox:
+        assert docker_backend.container_fate(sandbox.id) == "its container is running"
+        docker_backend.api.kill(sandbox.id)
+        docker_backend.api.wait(sandbox.id, timeout=30)
+        assert docker_backend.container_fate(sandbox.id) == "its container is exited, exit code 137"
+    assert docker_backend.container_fate(sandbox.id) == "its container was removed"
