@@ -356,7 +356,8 @@ class EpisodeRuntime:
         if isinstance(error, SandboxGone) or not self._sandbox_runs(episode):
             fate = self._sandbox_fate(episode)
             log.warning("episode %s lost its sandbox %s: %s (%s)", episode.id, episode.sandbox.id[:12], fate, error)
-            return ToolResult(feedback=f"the sandbox died ({fate}); this episode is over", error=SANDBOX_GONE)
+            why = f": {error}" if isinstance(error, SandboxGone) else ""  # ours, e.g. the task's files failed to land
+            return ToolResult(feedback=f"the sandbox died ({fate}){why}; this episode is over", error=SANDBOX_GONE)
         return None
 
     def _sandbox_fate(self, episode: Episode) -> str:

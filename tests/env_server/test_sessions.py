@@ -220,7 +220,7 @@ def test_a_sandbox_removed_under_its_episode_ends_it_and_says_what_became_of_it(
         step = {"action": {"tool": "run", "args": {"command": "echo hi"}}, "episode_id": episode_id}
         answer = http.post("/step", json=step).json()
     assert answer["done"] and answer["metadata"]["tool_error"] == "SANDBOX_GONE"
-    assert "the sandbox died (its container was removed)" in answer["observation"]["feedback"]
+    assert answer["observation"]["feedback"].startswith("the sandbox died (its container was removed): sandbox ")
 
 
 @pytest.mark.docker
