@@ -30,7 +30,7 @@ from task_synth.candidates.deletion import Deletion
 from task_synth.repository.editable_install import SCRATCH
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
-from task_synth.validation.inside.io_recorder_plugin import MAX_RECORDS
+from task_synth.validation.inside.io_recorder_plugin import IMPORT_ALLOWANCE_S, MAX_RECORDS
 from task_synth.validation.mutants import MAX_MUTANTS, mutants_of
 from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
@@ -258,7 +258,7 @@ def _run_calls(
     out = f"{SCRATCH}/io_outcomes_{seed}.jsonl"
     result = sb.exec(
         ["sh", "-c", f'python -m {RECORDER} "$@" > {out}', "sh", *arguments],
-        timeout=(budget_s + 5) * max(1, mutants) + 30,
+        timeout=(budget_s + IMPORT_ALLOWANCE_S + 5) * max(1, mutants) + 30,
         cwd=WORKSPACE,
         env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR, "PYTHONDONTWRITEBYTECODE": "1"},
     )

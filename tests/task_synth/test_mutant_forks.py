@@ -81,3 +81,24 @@ def test_a_groups_mutants_of_two_modules_run_in_one_command(tmp_path: Path):
     ]
     outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(mutants))
     assert [_results(found) for found in outcomes] == [["10", "2"], ["1", "3"]]
+
+
+# Imports for longer than a call may last (inflect's typeguard-checked package took 1.7 s).
+SLOW_IMPORT = "import time\n\ntime.sleep(1.5)\n" + ORIGINAL
+
+
+def test_a_package_slower_to_import_than_a_calls_limit_still_gives_outcomes_and_its_mutants_are_told_apart(
+    tmp_path: Path,
+):
+    target = tmp_path / "counter.py"
+    target.write_text(SLOW_IMPORT)
+    sb = LocalSandbox(tmp_path)
+    checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
+    assert [_results(found) for found in _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0)] == [["1", "2"]]
+    sources = [SLOW_IMPORT, SLOW_IMPORT.replace("return len(CALLS)", "return 10 * len(CALLS)")]
+    sb.write_file(
+        MUTANTS_JSON,
+        json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
+    )
+    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(sources))
+    assert [_results(found) for found in outcomes] == [["1", "2"], ["10", "20"]]
