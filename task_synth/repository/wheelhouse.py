@@ -13,6 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.requirements import InvalidRequirement, Requirement
 from pyproject_hooks import BuildBackendHookCaller, quiet_subprocess_runner
 
 from task_synth.errors import SynthError
@@ -30,8 +31,9 @@ TEST_TOOLS = ("coverage",)
 # Bump when what a wheelhouse holds changes, so that cached ones are rebuilt (2: the backend's editable requirements,
 # 3: the project's own wheel kept in OWN_WHEELS, found by its PKG-INFO or poetry name too,
 # 4: editable requirements resolved with the build table, 5: setuptools and wheel only for builds that need them,
-# 6: BUILD_ONLY written, for the task image to drop, 7: test deps from dependency groups, Poetry groups and tox).
-WHEELHOUSE_FORMAT = 7
+# 6: BUILD_ONLY written, for the task image to drop, 7: test deps from dependency groups, Poetry groups and tox,
+# 8: setuptools below 82 unless the build asks for more).
+WHEELHOUSE_FORMAT = 8
 # The project's own wheel, apart: a test dependency may require the project (freezegun needs python-dateutil), so pip
 # must find it, but the repo image uninstalls it again, since each workspace installs the project editable.
 OWN_WHEELS = "own"
@@ -39,6 +41,9 @@ OWN_WHEELS = "own"
 BUILD_ONLY = "build-only.txt"
 # PEP 517's fallback for a project without a [build-system] table.
 LEGACY_BUILD_SYSTEM = (["setuptools", "wheel"], "setuptools.build_meta:__legacy__")
+# setuptools 82 dropped pkg_resources, which old setup.py files and the setuptools plugins a test suite pins (pbr
+# 5.11, wcwidth's) still import while the project builds: a build that allows an older setuptools gets one.
+PKG_RESOURCES_CAP = "setuptools<82"
 TEST_EXTRAS = ("test", "tests", "testing")
 REQUIREMENT_FILES = (
     "requirements.txt",
@@ -90,8 +95,22 @@ def build_system(root: Path) -> BuildSystem:
     )
     requires, backend = LEGACY_BUILD_SYSTEM
     return BuildSystem(
-        list(table.get("requires", requires)), table.get("build-backend", backend), table.get("backend-path")
+        _with_pkg_resources(list(table.get("requires", requires))),
+        table.get("build-backend", backend),
+        table.get("backend-path"),
     )
+
+
+def _with_pkg_resources(requires: list[str]) -> list[str]:
+    """`requires`, with PKG_RESOURCES_CAP where they ask for setuptools and accept a release before 82."""
+    for text in requires:
+        try:
+            requirement = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if requirement.name.lower() == "setuptools" and requirement.specifier.contains("81.0.0", prereleases=True):
+            return [*requires, PKG_RESOURCES_CAP]
+    return requires
 
 
 def editable_requirements(root: Path, wheels: Path) -> list[str]:

@@ -68,7 +68,20 @@ def test_the_backend_is_asked_what_an_editable_build_needs(tmp_path):
 def test_a_project_without_a_build_system_uses_setuptools_legacy_backend(tmp_path):
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='tiny')\n")
     system = build_system(tmp_path)
-    assert (system.backend, system.requires) == ("setuptools.build_meta:__legacy__", ["setuptools", "wheel"])
+    assert (system.backend, system.requires) == (
+        "setuptools.build_meta:__legacy__",
+        ["setuptools", "wheel", "setuptools<82"],
+    )
+
+
+@pytest.mark.parametrize(
+    ("requires", "capped"),
+    [('["setuptools>=61.2"]', True), ('["setuptools>=82", "wheel"]', False), ('["hatchling"]', False)],
+)
+def test_a_setuptools_build_keeps_pkg_resources_unless_it_asks_for_82_or_later(tmp_path, requires, capped):
+    # wcwidth 0.2.13: its tox deps pin pbr 5.11, a setuptools plugin that imports pkg_resources, gone in setuptools 82.
+    (tmp_path / "pyproject.toml").write_text(f'[build-system]\nrequires = {requires}\nbuild-backend = "x"\n')
+    assert ("setuptools<82" in build_system(tmp_path).requires) is capped
 
 
 def test_a_backend_that_fails_names_itself_and_its_error(tmp_path):
@@ -151,7 +164,7 @@ def test_editable_requirements_are_resolved_with_the_build_table_so_versions_can
     )
     monkeypatch.setattr(wheelhouse, "editable_requirements", lambda root, wheels: ["setuptools_scm"])
     build_wheelhouse(root, tmp_path / "cache")
-    assert calls[-1] == ["setuptools_scm", "setuptools", "setuptools_scm<8.0"]
+    assert calls[-1] == ["setuptools_scm", "setuptools", "setuptools_scm<8.0", "setuptools<82"]
 
 
 class _InstallThatDies:
