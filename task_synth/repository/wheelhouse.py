@@ -42,7 +42,8 @@ BUILD_ONLY = "build-only.txt"
 # PEP 517's fallback for a project without a [build-system] table.
 LEGACY_BUILD_SYSTEM = (["setuptools", "wheel"], "setuptools.build_meta:__legacy__")
 # setuptools 82 dropped pkg_resources, which old setup.py files and the setuptools plugins a test suite pins (pbr
-# 5.11, wcwidth's) still import while the project builds: a build that allows an older setuptools gets one.
+# 5.11, wcwidth's) still import while the project builds: a build that allows an older setuptools gets one, where the
+# index has it (offline, or when the rest needs a newer one, the wheels at hand decide).
 PKG_RESOURCES_CAP = "setuptools<82"
 TEST_EXTRAS = ("test", "tests", "testing")
 REQUIREMENT_FILES = (
@@ -95,22 +96,20 @@ def build_system(root: Path) -> BuildSystem:
     )
     requires, backend = LEGACY_BUILD_SYSTEM
     return BuildSystem(
-        _with_pkg_resources(list(table.get("requires", requires))),
-        table.get("build-backend", backend),
-        table.get("backend-path"),
+        list(table.get("requires", requires)), table.get("build-backend", backend), table.get("backend-path")
     )
 
 
-def _with_pkg_resources(requires: list[str]) -> list[str]:
-    """`requires`, with PKG_RESOURCES_CAP where they ask for setuptools and accept a release before 82."""
+def pkg_resources_cap(requires: list[str]) -> list[str]:
+    """[PKG_RESOURCES_CAP] where build `requires` ask for setuptools and accept a release before 82, else []."""
     for text in requires:
         try:
             requirement = Requirement(text)
         except InvalidRequirement:
             continue
         if requirement.name.lower() == "setuptools" and requirement.specifier.contains("81.0.0", prereleases=True):
-            return [*requires, PKG_RESOURCES_CAP]
-    return requires
+            return [PKG_RESOURCES_CAP]
+    return []
 
 
 def editable_requirements(root: Path, wheels: Path) -> list[str]:
@@ -261,9 +260,18 @@ def build_wheelhouse(
     declared, files = declared_test_deps(root)
     guessed = [*declared, *(word for path in files for word in ("-r", str(path)))]
     pins: list[str] = []
+    cap = [] if offline else pkg_resources_cap(build_system(root).requires)
 
     def resolve(wanted: list[str], links: tuple[Path, ...]) -> None:
-        _pip_wheel_for(root, partial, wanted, links, offline, python_version, pins)
+        nonlocal cap
+        try:
+            _pip_wheel_for(root, partial, [*wanted, *cap], links, offline, python_version, pins)
+        except SynthError as error:
+            if not cap:
+                raise
+            log.warning("resolving without %s, which the rest does not allow: %s", PKG_RESOURCES_CAP, error)
+            cap = []
+            _pip_wheel_for(root, partial, wanted, links, offline, python_version, pins)
 
     try:
         resolve([*arguments, *guessed], find_links)

@@ -10,7 +10,7 @@ import pytest
 
 from task_synth.errors import SynthError
 from task_synth.repository.editable_install import pip_error_lines
-from task_synth.repository.wheelhouse import build_system, build_wheelhouse, editable_requirements
+from task_synth.repository.wheelhouse import build_system, build_wheelhouse, editable_requirements, pkg_resources_cap
 
 # An in-tree backend that asks for an extra package only to build editable, as hatchling asks for `editables`.
 IN_TREE_BACKEND = """
@@ -68,20 +68,36 @@ def test_the_backend_is_asked_what_an_editable_build_needs(tmp_path):
 def test_a_project_without_a_build_system_uses_setuptools_legacy_backend(tmp_path):
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='tiny')\n")
     system = build_system(tmp_path)
-    assert (system.backend, system.requires) == (
-        "setuptools.build_meta:__legacy__",
-        ["setuptools", "wheel", "setuptools<82"],
-    )
+    assert (system.backend, system.requires) == ("setuptools.build_meta:__legacy__", ["setuptools", "wheel"])
 
 
 @pytest.mark.parametrize(
     ("requires", "capped"),
-    [('["setuptools>=61.2"]', True), ('["setuptools>=82", "wheel"]', False), ('["hatchling"]', False)],
+    [(["setuptools>=61.2"], True), (["setuptools>=82", "wheel"], False), (["hatchling"], False)],
 )
-def test_a_setuptools_build_keeps_pkg_resources_unless_it_asks_for_82_or_later(tmp_path, requires, capped):
+def test_a_setuptools_build_keeps_pkg_resources_unless_it_asks_for_82_or_later(requires, capped):
     # wcwidth 0.2.13: its tox deps pin pbr 5.11, a setuptools plugin that imports pkg_resources, gone in setuptools 82.
-    (tmp_path / "pyproject.toml").write_text(f'[build-system]\nrequires = {requires}\nbuild-backend = "x"\n')
-    assert ("setuptools<82" in build_system(tmp_path).requires) is capped
+    assert (pkg_resources_cap(requires) == ["setuptools<82"]) is capped
+
+
+def test_the_pkg_resources_cap_yields_to_wheels_that_have_no_setuptools_below_82(tmp_path, monkeypatch):
+    import task_synth.repository.wheelhouse as wheelhouse
+
+    # The compose stack's synth resolves offline-like from its own wheels, which hold setuptools 84 only.
+    root = _project(tmp_path / "tiny", '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "x"\n')
+    calls = []
+
+    def pip_wheel(root, target, arguments, *rest):
+        calls.append(arguments)
+        if "setuptools<82" in arguments:
+            raise SynthError("Cannot install setuptools<82 and setuptools>=68")
+        target.mkdir(parents=True, exist_ok=True)
+
+    monkeypatch.setattr(wheelhouse, "_pip_wheel", pip_wheel)
+    monkeypatch.setattr(wheelhouse, "editable_requirements", lambda root, wheels: [])
+    build_wheelhouse(root, tmp_path / "cache")
+    assert ["setuptools<82" in arguments for arguments in calls] == [True, False]
+    assert build_wheelhouse(root, tmp_path / "offline", offline=True) and "setuptools<82" not in calls[-1]
 
 
 def test_a_backend_that_fails_names_itself_and_its_error(tmp_path):
