@@ -44,23 +44,34 @@ class Reaper:
         self._loop = Periodic("sandbox-reaper", interval_s, self._reap_logged)
 
     def is_orphan(self, container: dict, now: float) -> bool:
+        return self.orphan_reason(container, now) is not None
+
+    def orphan_reason(self, container: dict, now: float) -> str | None:
+        """Why `container` is an orphan, in words for the log; None when someone still holds it."""
         labels = container.get("Labels") or {}
         owner = labels.get(OWNER_LABEL, "")
         age = now - float(container.get("Created", now))
         if owner == self.backend.owner:
-            return container["Id"] not in self.backend.live_ids() and age > self.creation_grace_s
+            untracked = container["Id"] not in self.backend.live_ids() and age > self.creation_grace_s
+            return f"ours ({owner}) but untracked, {age:.0f} s old" if untracked else None
         owner_container = labels.get(OWNER_CONTAINER_LABEL)
         if owner_container and owner_container != own_container_id():
-            return not self.backend.container_running(owner_container)
+            gone = not self.backend.container_running(owner_container)
+            return f"its owner's container {owner_container[:12]} no longer runs" if gone else None
         alive = owner_is_alive(owner)
         if alive is None:
-            return self.foreign_ttl_s is not None and age > self.foreign_ttl_s
-        return not alive
+            expired = self.foreign_ttl_s is not None and age > self.foreign_ttl_s
+            return f"owned elsewhere ({owner}), {age:.0f} s old, past the TTL" if expired else None
+        return None if alive else f"its owner {owner!r} is not alive"
 
     def reap_once(self) -> list[str]:
-        """Remove every orphan now; returns their ids."""
+        """Remove every orphan now; returns their ids. Each is logged with why: a live episode's sandbox that went
+        missing should be traceable to its remover."""
         now = time.time()
-        reaped = [c["Id"] for c in self.backend.managed_containers() if self.is_orphan(c, now)]
+        reasons = {c["Id"]: why for c in self.backend.managed_containers() if (why := self.orphan_reason(c, now))}
+        for container_id, why in reasons.items():
+            log.info("reaping sandbox %s: %s", container_id[:12], why)
+        reaped = list(reasons)
         refused = [container_id for container_id in reaped if not self.backend.remove(container_id)]
         # The engine refuses to remove a container it is still starting (a dead owner's last request): try again soon.
         for _ in range(REMOVE_RETRIES):
@@ -85,6 +96,8 @@ class Reaper:
             for c in self.backend.containers_labelled(labels)
             if c.get("State") != "running" and not (c.get("State") == "created" and c["Id"] in live)
         ]
+        for container_id in stopped:
+            log.info("removing stopped sandbox %s (labels %s)", container_id[:12], dict(labels))
         removed = [container_id for container_id in stopped if self.backend.remove(container_id)]
         if removed:
             self.reaped_total += len(removed)

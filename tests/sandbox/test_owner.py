@@ -26,3 +26,26 @@ def test_a_host_running_other_containers_is_no_container():
 
 def test_a_container_is_known_by_the_files_docker_mounts_into_it():
     assert container_id_from_mountinfo(CONTAINER) == OWN
+
+
+def test_the_reaper_says_why_each_container_is_an_orphan_and_leaves_held_ones_alone():
+    import socket
+    import time
+
+    from sandbox.lifecycle.memory_backend import MemoryBackend
+    from sandbox.lifecycle.reaper import Reaper
+
+    backend = MemoryBackend({"image": {}})
+    reaper = Reaper(backend, creation_grace_s=30.0)
+    now = time.time()
+
+    def container(owner: str, age_s: float, container_id: str = "c" * 64) -> dict:
+        return {"Id": container_id, "Labels": {"regrow.owner": owner}, "Created": now - age_s}
+
+    dead = f"{socket.gethostname()}:999999999:1"
+    assert reaper.orphan_reason(container(dead, 5), now) == f"its owner {dead!r} is not alive"
+    assert reaper.orphan_reason(container(backend.owner, 60), now) == f"ours ({backend.owner}) but untracked, 60 s old"
+    assert reaper.orphan_reason(container(backend.owner, 5), now) is None  # may be one we are creating now
+    held = backend.create("image")
+    assert reaper.orphan_reason(container(backend.owner, 60, held.id), now) is None
+    assert reaper.orphan_reason(container("elsewhere:1:1", 10**6), now) is None  # no TTL: not ours to judge
