@@ -244,8 +244,21 @@ def run_load_bench(plan: LoadPlan, on_progress: Callable[[float, int], None] | N
             slots = plan.slots or plan.clients
             with own_server(plan.tasks, slots, Path(scratch), backend) as server:
                 result = _load(plan, server, task_ids, backend, on_progress)
+            if result["errors"]:
+                result["server_log"] = server_warnings(Path(scratch) / "server.log")
     result["containers_left_after_stop"] = server.containers_left
     return result
+
+
+def server_warnings(log_path: Path, keep: int = 40) -> list[str]:
+    """The started server's log lines that say what went wrong or what it removed, the last `keep` of them: an
+    error the clients saw is then traceable to the server's side (or shown not to be the server's doing)."""
+    try:
+        lines = log_path.read_text(errors="replace").splitlines()
+    except OSError as error:
+        return [f"the server's log could not be read: {error}"]
+    wanted = ('"WARNING"', '"ERROR"', "reaping sandbox", "removing stopped sandbox")
+    return [line for line in lines if any(mark in line for mark in wanted)][-keep:]
 
 
 def _load(

@@ -64,3 +64,16 @@ def test_three_clients_on_two_slots_are_told_capacity_reached_and_nothing_else(d
     assert result["errors"] == {}, result["error_examples"]
     assert result["episodes"] >= 2
     assert result["containers_left_after_stop"] == 0
+
+
+def test_a_load_run_with_errors_shows_what_the_server_warned_of_and_removed(tmp_path):
+    from regrow.benchmarks.load import server_warnings
+
+    log = tmp_path / "server.log"
+    log.write_text(
+        '{"level": "INFO", "message": "127.0.0.1:1 - \\"WebSocket /ws\\" [accepted]"}\n'
+        '{"level": "INFO", "logger": "sandbox.lifecycle.reaper", "message": "reaping sandbox bee2b9dfab2f: ours"}\n'
+        '{"level": "WARNING", "message": "episode 1 lost its sandbox bee2b9dfab2f: its container was removed"}\n'
+    )
+    assert [line.count("bee2b9dfab2f") for line in server_warnings(log)] == [1, 1]
+    assert server_warnings(tmp_path / "missing.log")[0].startswith("the server's log could not be read")
