@@ -243,7 +243,7 @@ def bench_train(
     as_json: bool = AS_JSON,
 ) -> None:
     """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
-    from regrow.benchmarks.training import run_train_bench
+    from regrow.benchmarks.training import run_train_bench, split_problem
     from regrow.benchmarks.training_ranks import run_ranked_train_bench
 
     options: dict[str, Any] = dict(
@@ -256,11 +256,8 @@ def bench_train(
         dpo_context_grad=dpo_context_grad,
         lora_r=lora,
     )
-    if rows % (2 * processes) or pairs < processes:
-        fail(
-            f"--rows {rows} and --pairs {pairs} do not split over {processes} processes: give --rows a multiple of "
-            f"{2 * processes} (groups of 2) and --pairs at least {processes}"
-        )
+    if problem := split_problem(rows, pairs, processes):
+        fail(problem)
     try:
         result = run_ranked_train_bench(processes, **options) if processes > 1 else run_train_bench(**options)
     except RuntimeError as error:

@@ -236,11 +236,8 @@ def run_train_bench(
     """
     import torch
 
-    if rows % (2 * world) or pair_count < world:
-        raise ValueError(
-            f"{rows} rows and {pair_count} pairs do not split over {world} processes: give rows a multiple of "
-            f"{2 * world} (groups of 2) and at least {world} pairs"
-        )
+    if problem := split_problem(rows, pair_count, world):
+        raise ValueError(problem)
     torch.manual_seed(0)
     model, tokenizer = bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
@@ -308,6 +305,16 @@ def run_train_bench(
             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2
         ),  # both trainers, all steps
     }
+
+
+def split_problem(rows: int, pairs: int, world: int) -> str | None:
+    """Why `rows` trajectories and `pairs` DPO pairs cannot split over `world` processes; None when they can."""
+    if rows % (2 * world) == 0 and pairs >= world:
+        return None
+    return (
+        f"{rows} rows and {pairs} pairs do not split over {world} processes: give rows a multiple of {2 * world} "
+        f"(groups of 2) and at least {world} pairs"
+    )
 
 
 def _digest(model: Any) -> str:
