@@ -90,11 +90,18 @@ class Reaper:
         A container that the engine stopped is no use to anyone, even one still tracked as live; only one that this
         process is creating right now (tracked, and not yet started) is left alone.
         """
-        live = self.backend.live_ids()
+        listed = self.backend.containers_labelled(labels)
+        # Tracked ones read after the listing, and young "created" ones spared: the pool's filler creates containers
+        # meanwhile, and one listed between its create and its start was once removed and then handed to an episode.
+        live, now = self.backend.live_ids(), time.time()
         stopped = [
             c["Id"]
-            for c in self.backend.containers_labelled(labels)
-            if c.get("State") != "running" and not (c.get("State") == "created" and c["Id"] in live)
+            for c in listed
+            if c.get("State") != "running"
+            and not (
+                c.get("State") == "created"
+                and (c["Id"] in live or now - float(c.get("Created", now)) < self.creation_grace_s)
+            )
         ]
         for container_id in stopped:
             log.info("removing stopped sandbox %s (labels %s)", container_id[:12], dict(labels))

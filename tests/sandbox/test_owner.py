@@ -49,3 +49,31 @@ def test_the_reaper_says_why_each_container_is_an_orphan_and_leaves_held_ones_al
     held = backend.create("image")
     assert reaper.orphan_reason(container(backend.owner, 60, held.id), now) is None
     assert reaper.orphan_reason(container("elsewhere:1:1", 10**6), now) is None  # no TTL: not ours to judge
+
+
+def test_a_container_the_pool_is_creating_right_now_is_not_removed_as_stopped():
+    import time
+
+    from sandbox.lifecycle.reaper import Reaper
+
+    class Listing:
+        """A backend whose listing shows a container created a moment ago, not yet tracked (its create returning)."""
+
+        owner = "here:1:1"
+
+        def containers_labelled(self, labels):
+            now = time.time()
+            return [
+                {"Id": "new", "State": "created", "Created": now},
+                {"Id": "old", "State": "created", "Created": now - 600},
+                {"Id": "dead", "State": "exited", "Created": now},
+            ]
+
+        def live_ids(self):
+            return set()
+
+        def remove(self, container_id):
+            return True
+
+    backend = Listing()
+    assert Reaper(backend).reap_stopped({"regrow.server": "s"}) == ["old", "dead"]  # type: ignore[arg-type]
