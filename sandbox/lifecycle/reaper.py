@@ -88,7 +88,7 @@ class Reaper:
         """Remove the stopped containers that carry `labels` (after an engine restart); returns their ids.
 
         A container that the engine stopped is no use to anyone, even one still tracked as live; only one that this
-        process is creating right now (tracked, and not yet started) is left alone.
+        process is creating right now (tracked, or younger than the creation grace, and not yet started) is left alone.
         """
         listed = self.backend.containers_labelled(labels)
         # Tracked ones read after the listing, and young "created" ones spared: the pool's filler creates containers
