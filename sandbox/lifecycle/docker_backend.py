@@ -14,7 +14,14 @@ import requests.exceptions
 
 from sandbox.errors import DockerUnavailable, ImageNotFound
 from sandbox.lifecycle import images
-from sandbox.lifecycle.owner import MANAGED_LABEL, OWNER_CONTAINER_LABEL, OWNER_LABEL, current_owner, own_container_id
+from sandbox.lifecycle.owner import (
+    CREATION_LABEL,
+    MANAGED_LABEL,
+    OWNER_CONTAINER_LABEL,
+    OWNER_LABEL,
+    current_owner,
+    own_container_id,
+)
 from sandbox.limits import Hardening, Limits
 from sandbox.runtime.docker_sandbox import DockerSandbox
 from sandbox.settings import SandboxSettings
@@ -25,8 +32,6 @@ log = logging.getLogger(__name__)
 PING_TIMEOUT_S = 2.0
 # Spoken until an engine that was down at start answers; every engine since Docker 20.10 understands it.
 FALLBACK_API_VERSION = "1.41"
-# Unique to one create request: finds the container an interrupted request made.
-CREATION_LABEL = "regrow.creation"
 
 
 def _client(base_url: str | None, timeout: float, version: str | None = None) -> docker.DockerClient:
@@ -53,6 +58,7 @@ class DockerBackend:
         self._pinger: docker.APIClient | None = None
         self.owner = current_owner()
         self._live: set[str] = set()
+        self._creating: set[str] = set()  # creation labels of create requests not yet answered and tracked
         self._lock = threading.Lock()
         try:
             self._connect()
@@ -145,6 +151,8 @@ class DockerBackend:
         """Create a container, tracked; one the engine made while the request was interrupted (Ctrl-C, SIGTERM,
         a timeout) is found by a label unique to this request and removed, since its id never reached us."""
         creation = uuid.uuid4().hex
+        with self._lock:
+            self._creating.add(creation)
         try:
             created = self.api.create_container(image, labels={**labels, CREATION_LABEL: creation}, **options)
         except docker.errors.ImageNotFound as error:
@@ -152,9 +160,13 @@ class DockerBackend:
         except BaseException:
             self._remove_created(creation)
             raise
-        with self._lock:
-            self._live.add(created["Id"])
-        return created["Id"]
+        else:
+            with self._lock:
+                self._live.add(created["Id"])
+            return created["Id"]
+        finally:
+            with self._lock:
+                self._creating.discard(creation)
 
     def _remove_created(self, creation: str) -> None:
         try:
@@ -208,6 +220,11 @@ class DockerBackend:
     def live_ids(self) -> set[str]:
         with self._lock:
             return set(self._live)
+
+    def creations_in_flight(self) -> set[str]:
+        """The creation labels of containers this backend is creating now: listed by the engine, not yet tracked."""
+        with self._lock:
+            return set(self._creating)
 
     def managed_containers(self) -> list[dict]:
         """Every container on the engine that carries regrow's managed label."""

@@ -56,6 +56,9 @@ class MemoryBackend:
     def live_ids(self) -> set[str]:
         return set(self.sandboxes)
 
+    def creations_in_flight(self) -> set[str]:
+        return set()  # a memory sandbox is made and tracked in one call
+
     def ping(self, timeout: float = 2.0) -> str | None:
         return None
 

@@ -9,6 +9,8 @@ MANAGED_LABEL = "regrow.managed"
 OWNER_LABEL = "regrow.owner"
 # Set when the owner itself runs in a container: the engine then tells whether that container lives.
 OWNER_CONTAINER_LABEL = "regrow.owner.container"
+# Unique to one create request: finds the container an interrupted request made, and spares one being made.
+CREATION_LABEL = "regrow.creation"
 
 
 # Docker bind-mounts these from /var/lib/docker/containers/<id>/ into each container it runs.

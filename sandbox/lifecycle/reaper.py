@@ -7,7 +7,13 @@ import time
 from collections.abc import Mapping
 
 from sandbox.lifecycle.backend_protocol import SandboxBackend
-from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL, OWNER_LABEL, own_container_id, owner_is_alive
+from sandbox.lifecycle.owner import (
+    CREATION_LABEL,
+    OWNER_CONTAINER_LABEL,
+    OWNER_LABEL,
+    own_container_id,
+    owner_is_alive,
+)
 from sandbox.lifecycle.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -88,19 +94,20 @@ class Reaper:
         """Remove the stopped containers that carry `labels` (after an engine restart); returns their ids.
 
         A container that the engine stopped is no use to anyone, even one still tracked as live; only one that this
-        process is creating right now (tracked, or younger than the creation grace, and not yet started) is left alone.
+        process is creating right now (tracked, or its create request not yet answered, and not yet started) is left
+        alone. One whose create was cut off by the engine going away is removed, however young.
         """
         listed = self.backend.containers_labelled(labels)
-        # Tracked ones read after the listing, and young "created" ones spared: the pool's filler creates containers
-        # meanwhile, and one listed between its create and its start was once removed and then handed to an episode.
-        live, now = self.backend.live_ids(), time.time()
+        # Read after the listing: the pool's filler creates containers meanwhile, and one listed between its create and
+        # its start was once removed and then handed to an episode.
+        live, creating = self.backend.live_ids(), self.backend.creations_in_flight()
         stopped = [
             c["Id"]
             for c in listed
             if c.get("State") != "running"
             and not (
                 c.get("State") == "created"
-                and (c["Id"] in live or now - float(c.get("Created", now)) < self.creation_grace_s)
+                and (c["Id"] in live or (c.get("Labels") or {}).get(CREATION_LABEL) in creating)
             )
         ]
         for container_id in stopped:

@@ -51,29 +51,35 @@ def test_the_reaper_says_why_each_container_is_an_orphan_and_leaves_held_ones_al
     assert reaper.orphan_reason(container("elsewhere:1:1", 10**6), now) is None  # no TTL: not ours to judge
 
 
-def test_a_container_the_pool_is_creating_right_now_is_not_removed_as_stopped():
+def test_after_an_engine_restart_only_a_container_being_created_now_is_spared_as_stopped():
     import time
 
+    from sandbox.lifecycle.owner import CREATION_LABEL
     from sandbox.lifecycle.reaper import Reaper
 
     class Listing:
-        """A backend whose listing shows a container created a moment ago, not yet tracked (its create returning)."""
+        """A backend whose listing shows, beside a dead one, three containers that never started: one whose create
+        request is still in flight, one tracked, and one a moment old whose create the engine's stop cut off."""
 
         owner = "here:1:1"
 
         def containers_labelled(self, labels):
             now = time.time()
             return [
-                {"Id": "new", "State": "created", "Created": now},
-                {"Id": "old", "State": "created", "Created": now - 600},
-                {"Id": "dead", "State": "exited", "Created": now},
+                {"Id": "being-made", "State": "created", "Created": now, "Labels": {CREATION_LABEL: "c1"}},
+                {"Id": "tracked", "State": "created", "Created": now - 600, "Labels": {CREATION_LABEL: "c2"}},
+                {"Id": "cut-off", "State": "created", "Created": now, "Labels": {CREATION_LABEL: "c3"}},
+                {"Id": "dead", "State": "exited", "Created": now, "Labels": {}},
             ]
 
         def live_ids(self):
-            return set()
+            return {"tracked"}
+
+        def creations_in_flight(self):
+            return {"c1"}
 
         def remove(self, container_id):
             return True
 
     backend = Listing()
-    assert Reaper(backend).reap_stopped({"regrow.server": "s"}) == ["old", "dead"]  # type: ignore[arg-type]
+    assert Reaper(backend).reap_stopped({"regrow.server": "s"}) == ["cut-off", "dead"]  # type: ignore[arg-type]
