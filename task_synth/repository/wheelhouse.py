@@ -10,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import tomllib
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -143,7 +144,13 @@ def editable_requirements(root: Path, wheels: Path) -> list[str]:
             )
         caller = BuildBackendHookCaller(str(root), system.backend, system.backend_path, quiet_subprocess_runner, python)
         try:
-            return list(caller.get_requires_for_build_editable())
+            # pyproject_hooks re-raises the backend's warnings here, where Python would print them over the progress.
+            with warnings.catch_warnings(record=True) as raised:
+                warnings.simplefilter("always")
+                needed = list(caller.get_requires_for_build_editable())
+            for warning in raised:
+                log.debug("the build backend of %s warns: %s", root.name, warning.message)
+            return needed
         except subprocess.CalledProcessError as error:
             lines = [line for line in error.output.decode(errors="replace").splitlines() if line.strip()] or [
                 "no output"

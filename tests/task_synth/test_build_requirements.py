@@ -65,6 +65,22 @@ def test_the_backend_is_asked_what_an_editable_build_needs(tmp_path):
     assert editable_requirements(root, tmp_path / "no-wheels") == ["editables>=0.3"]
 
 
+def test_the_backends_warnings_are_logged_not_printed(tmp_path, caplog, capfd):
+    # setuptools warns of every old sdist's license classifiers; pyproject_hooks re-raises them in our process, where
+    # Python printed them over `regrow synth`'s progress.
+    root = _project(
+        tmp_path / "tiny", '[build-system]\nrequires = []\nbuild-backend = "backend"\nbackend-path = ["."]\n'
+    )
+    (root / "backend.py").write_text(
+        "import warnings\n\ndef get_requires_for_build_editable(config_settings=None):\n"
+        "    warnings.warn('License classifiers are deprecated.')\n    return []\n"
+    )
+    with caplog.at_level("DEBUG", logger="task_synth.repository.wheelhouse"):
+        assert editable_requirements(root, tmp_path / "no-wheels") == []
+    assert "License classifiers" not in capfd.readouterr().err
+    assert "License classifiers are deprecated." in caplog.text
+
+
 def test_a_project_without_a_build_system_uses_setuptools_legacy_backend(tmp_path):
     (tmp_path / "setup.py").write_text("from setuptools import setup\nsetup(name='tiny')\n")
     system = build_system(tmp_path)
