@@ -263,7 +263,7 @@ def synthesize(
             report.baseline_tests, report.stable_tests = len(context.baseline.collected), len(context.baseline.stable)
             report.test_executions = context.baseline.test_executions
             units = enumerate_units(context.layout)
-            units += coverage_groups(units, context.baseline.covering)
+            units += coverage_groups(units, context.baseline.covering, context.baseline.runs_at_import)
             units = [u for u in units if settings.kinds is None or u.kind in settings.kinds]
             budget = settings.candidate_budget
             candidates = ordered_candidates(context, units, list(settings.modes), settings.seed, budget)

@@ -49,6 +49,14 @@ def test_units_that_a_test_file_mostly_reaches_make_one_feature_and_shared_ones_
     assert group.statements == 6
 
 
+def test_a_unit_that_runs_as_the_package_imports_is_in_no_group():
+    # semver's `_comparator` decorates six methods at import; with it deleted no group of its tests' reach imports.
+    decorator, compare, bump = _unit("_comparator"), _unit("compare", line=10), _unit("bump", line=20)
+    tests = {"t/test_v.py::test_1", "t/test_v.py::test_2"}
+    groups = coverage_groups([decorator, compare, bump], lambda unit: tests, lambda unit: unit is decorator)
+    assert groups and all(group.parts == (compare, bump) for group in groups)
+
+
 def test_a_group_keeps_its_largest_parts_in_source_order_and_is_made_once_for_a_file_and_its_class():
     units = [_unit(f"f{index}", statements=3 + index, line=10 * index) for index in range(MAX_PARTS + 2)]
     groups = coverage_groups(units, lambda unit: {"t/test_a.py::TestA::test_1"})
