@@ -80,13 +80,19 @@ def _filtered_all(small: cst.BaseSmallStatement, lost: set[str]) -> cst.BaseSmal
     targets = [t.target for t in small.targets] if isinstance(small, cst.Assign) else [small.target]
     if not any(isinstance(t, cst.Name) and t.value == "__all__" for t in targets):
         return None
+    listed = small.value.elements
     elements = [
         element
-        for element in small.value.elements
+        for element in listed
         # The literal read under the parse lock: libcst's `evaluated_value` is an unlocked ast.literal_eval.
         if not (isinstance(element.value, cst.SimpleString) and literal_value(element.value.value) in lost)
     ]
-    if elements:
+    if len(elements) == len(listed):
+        return small  # untouched: reprinted, it lost its trailing comma, an edit in every task of the repository
+    trailing_comma = isinstance(listed[-1].comma, cst.Comma)
+    if elements and trailing_comma:
+        elements[-1] = elements[-1].with_changes(comma=listed[-1].comma)  # its layout up to the closing bracket
+    elif elements and not (isinstance(small.value, cst.Tuple) and len(elements) == 1):
         elements[-1] = elements[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
     return small.with_changes(value=small.value.with_changes(elements=elements))
 

@@ -136,6 +136,27 @@ def test_remove_feature_deletes_the_private_helpers(layout, units, tmp_path):
     assert _import_errors(_apply(deletion, tmp_path), MODULES) == ""
 
 
+@pytest.mark.parametrize(
+    ("source", "lost", "fixed"),
+    [
+        # Nothing lost: left as written (isodate, cssselect and semver: every task's solution restored a comma).
+        ('__all__ = [\n    "a",\n    "b",\n]\n', set(), '__all__ = [\n    "a",\n    "b",\n]\n'),
+        ('__all__ = [\n    "a",\n    "b",\n]\n', {"b"}, '__all__ = [\n    "a",\n]\n'),
+        ('__all__ = ["a", "b"]\n', {"b"}, '__all__ = ["a"]\n'),
+        ('__all__ = ("a", "b")\n', {"b"}, '__all__ = ("a", )\n'),  # still a tuple, not the string "a"
+    ],
+)
+def test_an_all_list_changes_only_where_a_name_is_lost_and_keeps_its_commas(source, lost, fixed):
+    import libcst as cst
+
+    from task_synth.candidates.import_fixups import _filtered_all
+
+    module = cst.parse_module(source)
+    statement = module.body[0]
+    small = _filtered_all(statement.body[0], lost)
+    assert module.with_changes(body=[statement.with_changes(body=[small])]).code == fixed
+
+
 def test_file_mode_deletes_module_and_fixes_its_importers(layout, units, tmp_path):
     deletion = delete_unit(layout, units[("module", "minilib.textops")], "file")
     assert deletion.changed["src/minilib/textops.py"] is None
