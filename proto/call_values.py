@@ -230,7 +230,8 @@ def drawn(generator, take):
 
 def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None):
     """Run one recorded call anew, within `limit` seconds, and say what it gave as data: `returned` (described; with
-    `kind`, its type's name, where no description stands for it), `raised` (an Exception's class name), `timeout`,
+    `kind`, its type's name, where no description stands for it), `raised` (an Exception's class name, with `bases`
+    the names of the classes above it), `timeout`,
     `state` (a receiver's attributes after), `args_after` (pickled arguments after) and `changed_args` (literal
     arguments the call changed). A generator's items are drawn, `take` at most. Synthesis records with it and a
     grading container checks with it, so the two replay a call alike."""
@@ -263,6 +264,7 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None):
             found["returned"] = drawn_text([], ("raised", type(error).__name__))
         else:
             found["raised"] = type(error).__name__
+            found["bases"] = [klass.__name__ for klass in type(error).__mro__[1:]]  # a subclass serves callers too
     if receiver is not None:
         found["state"] = state_text(receiver)
     if arguments is not None:

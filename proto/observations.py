@@ -5,7 +5,8 @@ from typing import Any, Literal
 from openenv.core.env_server.types import Observation, State
 from pydantic import BaseModel, Field
 
-# fraction: F2P passed over F2P total, when nothing else broke; binary: 1 only when every test passes.
+# fraction: the share of deleted units whose secret checks agree, times the share of FAIL_TO_PASS tests not failing,
+# when no PASS_TO_PASS test broke; binary: 1 only when everything holds.
 RewardMode = Literal["fraction", "binary"]
 
 
@@ -44,6 +45,21 @@ class RefusedPath(BaseModel):
     reason: str
 
 
+class UnitCredit(BaseModel):
+    """How one deleted unit fared: credited only when its secret checks all agree with the original's outcomes."""
+
+    unit: str = Field(description="The unit: its file and qualified name, `calc/ops.py::clamp`.")
+    credited: bool
+    secret_passed: int = Field(description="Checks of calls no visible test makes that agreed.")
+    secret_total: int
+    consistency_failed: int = Field(
+        default=0, description="Checks of the visible tests' own calls that disagreed: each takes the unit's credit."
+    )
+    evidence: bool = Field(
+        default=True, description="Whether the unit has secret checks that no single behaviour passes."
+    )
+
+
 class RewardDetails(BaseModel):
     """How a submission was graded; goes into the final observation's metadata."""
 
@@ -58,19 +74,26 @@ class RewardDetails(BaseModel):
     refused: list[RefusedPath] = Field(default_factory=list, description="The edits left out, each with its reason.")
     hidden_passed: int = Field(default=0, description="Hidden checks of the deleted unit that passed.")
     hidden_total: int = Field(default=0, description="Hidden checks of the deleted unit the agent never saw.")
-    basis: Literal["checks", "visible_tests"] = Field(
+    basis: Literal["checks", "undefined", "visible_tests"] = Field(
         default="checks",
-        description="What the reward stands on: `checks`, out-of-process replays of the unit on inputs the agent "
-        "never saw, judged by the server; `visible_tests`, the task has none, so the visible tests' own report "
-        "(which the code under test could forge) decides.",
+        description="What the reward stands on: `checks`, out-of-process replays of each deleted unit on inputs "
+        "the agent never saw, judged by the server (the visible tests' report can only take credit away); "
+        "`undefined`, a unit has no such checks, so no evidence can pay and the reward is 0 for want of a score; "
+        "`visible_tests`, the test report decided (graders before round 4 only).",
     )
+    units_credited: int = Field(default=0, description="Deleted units whose secret checks all agreed.")
+    units_total: int = Field(default=0, description="Deleted units of the task.")
+    units: list[UnitCredit] = Field(default_factory=list, description="Each deleted unit's credit and evidence.")
     timeout_s: float | None = Field(default=None, description="The time each graded run was given.")
     tampered: bool = Field(
         default=False,
-        description="The test run was shown to be forged: its visible FAIL_TO_PASS tests passed with the deleted "
-        "unit put back as the task's stub. The reward is 0.",
+        description="The grading was shown to be forged (see `tamper_reasons`). The reward is 0.",
     )
-    tamper_reasons: list[str] = Field(default_factory=list, description="Which tripwires fired: counterfactual_passed.")
+    tamper_reasons: list[str] = Field(
+        default_factory=list,
+        description="Which tripwires fired: `twin_rewarded`, `check_records_forged` (a replayed call reported "
+        "more than once or on another's channel); older graders: `counterfactual_passed`.",
+    )
     tamper_flags: list[str] = Field(
         default_factory=list,
         description="What the static scan of the change set found: evidence for a person to read; it costs no reward.",

@@ -57,21 +57,6 @@ class ChangeSet:
     deleted: list[str] = field(default_factory=list)
     refused: dict[str, str] = field(default_factory=dict)
 
-    def without_modules(self, modules: set[str]) -> ChangeSet:
-        """The change set with the files of `modules` left as the task has them, and any package that would shadow
-        one of them (`calc/ops/` beside `calc/ops.py`) left out: the counterfactual."""
-        packages = tuple(f"{path.removesuffix('.py')}/" for path in modules)
-
-        def kept(path: str) -> bool:
-            return path not in modules and not path.startswith(packages)
-
-        return ChangeSet(
-            {p: d for p, d in self.written.items() if kept(p)},
-            {p for p in self.executable if kept(p)},
-            [p for p in self.deleted if kept(p)],
-            dict(self.refused),
-        )
-
 
 def skipped(path: str) -> bool:
     parts = path.split("/")

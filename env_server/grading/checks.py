@@ -3,13 +3,15 @@ come back as data and are judged here, against the original's outcomes, which ne
 
 Values travel described (proto.call_values: literals as themselves, objects as their class and attributes). A
 returned value agrees when its description equals the original's as `==` on plain literals says, floats within a
-relative 1e-9; an exception agrees by its class's name; a method's receiver must also end with the original's
+relative 1e-9; an exception agrees when the original's class is the raised one or one of its bases, as `except`
+and `pytest.raises` see it; a method's receiver must also end with the original's
 attributes as they were after the call, and pickled arguments as the original left them. A deleted class's program
 agrees step by step, and its instances by the attributes the visible tests read.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -89,7 +91,7 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
     raised = record.get("raised")
     if check.raises is not None or raised is not None:
         got = f"raised {raised}" if raised else f"returned {str(record.get('returned'))[:200]}"
-        return CheckResult(check, "passed" if raised == check.raises else "failed", got)
+        return CheckResult(check, "passed" if _raised_as(check.raises, record) else "failed", got)
     readable, value = _literal(record.get("returned"))
     _, expected = _literal(check.result)
     got = f"returned {record.get('returned')!s:.200}" if readable else f"returned a {record.get('kind', '?')!s:.60}"
@@ -102,6 +104,14 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
         if not after_readable or not agrees(_literal(check.args_after)[1], after):
             return CheckResult(check, "failed", f"{got}, left its arguments as {record.get('args_after')!s:.200}")
     return CheckResult(check, "passed", got)
+
+
+def _raised_as(expected: str | None, record: dict[str, Any]) -> bool:
+    """Whether the call raised the original's exception class or a class below it."""
+    raised, bases = record.get("raised"), record.get("bases")
+    if expected is None or not isinstance(raised, str):
+        return False
+    return raised == expected or (isinstance(bases, list) and expected in bases)
 
 
 def _judge_program(check: IoCheck, record: dict[str, Any]) -> CheckResult:
@@ -151,11 +161,50 @@ def _state_agrees(expected_text: str, got_text: object) -> bool:
     return all(name in got and agrees(value, got[name]) for name, value in expected.items())
 
 
-def judge_all(checks: list[IoCheck], records: list[dict[str, Any]]) -> list[CheckResult]:
-    """Each check's verdict; the first record the child sent for a check's index is its outcome."""
-    first: dict[int, dict[str, Any]] = {}
-    for record in records:
-        index = record.get("i")
-        if type(index) is int and 0 <= index < len(checks):
-            first.setdefault(index, record)
-    return [judge(check, first.get(index)) for index, check in enumerate(checks)]
+@dataclass(frozen=True)
+class JudgedChecks:
+    """Every check's verdict, and the calls whose reports were forged: a call with more than one frame, or whose
+    channel carried more than its one record or another call's (such a grading earns 0)."""
+
+    results: list[CheckResult]
+    forged: list[int]
+
+
+def judge_all(checks: list[IoCheck], frames: list[dict[str, Any]]) -> JudgedChecks:
+    """Each check's verdict from the check child's frames, one a call, each holding the lines its call's own
+    channel carried."""
+    seen: dict[int, list[dict[str, Any]]] = {}
+    forged: set[int] = set()
+    for frame in frames:
+        index = frame.get("i")
+        if type(index) is not int or not 0 <= index < len(checks):
+            continue
+        seen.setdefault(index, []).append(frame)
+    records: dict[int, dict[str, Any]] = {}
+    for index, found in seen.items():
+        record = _channel_record(index, found[0])
+        if len(found) > 1 or record is False:
+            forged.add(index)
+        elif record is not None:
+            records[index] = record
+    results = [judge(check, records.get(index)) for index, check in enumerate(checks)]
+    return JudgedChecks(results, sorted(forged))
+
+
+def _channel_record(index: int, frame: dict[str, Any]) -> dict[str, Any] | None | Literal[False]:
+    """The one record a call's channel carried (None: none, the call died or ran out of time; False: more than one,
+    or one that names another call)."""
+    if frame.get("timeout"):
+        return {"i": index, "timeout": True}
+    lines = frame.get("channel")
+    if not isinstance(lines, list) or len(lines) > 1:
+        return False
+    if not lines:
+        return None
+    try:
+        record = json.loads(lines[0]) if isinstance(lines[0], str) else None
+    except ValueError:
+        return False
+    if not isinstance(record, dict) or record.get("i") != index:
+        return False
+    return record

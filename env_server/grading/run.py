@@ -56,6 +56,7 @@ class Launched:
 
     records: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    child_exit: int | None = None
 
 
 def write_grading_tree(
@@ -123,13 +124,14 @@ def launch(
             continue
         if isinstance(record, dict):
             records.append(record)
+    exit_code = report["child_exit"]
     if report["timed_out"]:
-        return Launched(records, f"the {kind} ran past {timeout_s:g}s")
+        return Launched(records, f"the {kind} ran past {timeout_s:g}s", exit_code)
     if report["overflow"]:
-        return Launched(records, f"the {kind} sent more than the launcher keeps")
+        return Launched(records, f"the {kind} sent more than the launcher keeps", exit_code)
     if not records:
-        return Launched(error=f"the {kind} child sent nothing (exit {report['child_exit']}): {_log_tail(sb, config)}")
-    return Launched(records)
+        return Launched(error=f"the {kind} child sent nothing (exit {exit_code}): {_log_tail(sb, config)}")
+    return Launched(records, child_exit=exit_code)
 
 
 def _log_tail(sb: Sandbox, config: dict[str, Any]) -> str:

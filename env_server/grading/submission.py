@@ -1,6 +1,6 @@
-"""What happens on `submit`: the agent's container dies, its change set is read and sorted by the path policy, two
-fresh containers run the same tests and checks (one with the change set, one with the deleted unit put back as the
-task's stub), and the server judges the checks and scores.
+"""What happens on `submit`: the agent's container dies, its change set is read and sorted by the path policy, a
+fresh container runs the checks and then the visible tests with the change set in, and the server judges the checks
+unit by unit and scores.
 
 Read top to bottom, `grade` is the whole path: change set (change_set.py), path policy (path_policy.py), run
 (run.py, and the programs in inside/), checks (checks.py), verdict (verdict.py); the scan (scan/) and the diff
@@ -10,13 +10,11 @@ Read top to bottom, `grade` is the whole path: change set (change_set.py), path 
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
 from env_server.grading.change_set import ChangeSet, SubmissionTooLarge, compare, differs_from, read_tree
-from env_server.grading.checks import CheckResult, check_inputs, judge_all
+from env_server.grading.checks import check_inputs, judge_all
 from env_server.grading.diff import submission_diff
 from env_server.grading.path_policy import PathPolicy
 from env_server.grading.pristine import Pristine, PristineCache
@@ -28,7 +26,7 @@ from env_server.settings import GradeLimits
 from env_server.task_store import Task
 from proto.observations import RefusedPath, RewardDetails
 from proto.tasks import IoCheck
-from sandbox import Sandbox, SandboxError
+from sandbox import Sandbox
 from sandbox.layout import WORKSPACE
 
 CHECK_CALL_S = 5.0  # one replayed call; synthesis kept only calls that took well under its 10 s
@@ -36,7 +34,7 @@ CHECK_CALL_S = 5.0  # one replayed call; synthesis kept only calls that took wel
 
 @dataclass(frozen=True)
 class RunPlan:
-    """What both runs of one grading do, alike: the same folder, tests, checks, environment and time."""
+    """What the run of one grading does: its folder, tests, checks, environment and time."""
 
     folder: GradingFolder
     tests: dict[str, Any]
@@ -54,7 +52,7 @@ def grading_timeout(task: Task, limits: GradeLimits) -> float:
 
 
 def run_plan(task: Task, pristine: Pristine, checks: list[IoCheck], limits: GradeLimits) -> RunPlan:
-    """The plan both runs follow: every visible test selected, every check, the environment and the time limit."""
+    """The run's plan: every visible test selected, every check, the environment and the time limit."""
     wanted = sorted({*task.record.FAIL_TO_PASS, *task.record.PASS_TO_PASS})
     paths = sorted({nodeid.split("::")[0] for nodeid in wanted})
     arguments = pytest_arguments(task.record.test_command, pristine.config, pristine.plugins, paths)
@@ -74,17 +72,16 @@ def run_in(
     write_grading_tree(sb, plan.folder, changes, task.pristine_tests(), pristine.config_file())
     checks = launch(sb, plan.folder, "checks", plan.checks, plan.env, plan.timeout_s) if plan.checks["calls"] else None
     tests = launch(sb, plan.folder, "tests", plan.tests, plan.env, plan.timeout_s)
-    return RunReport.of(tests.records, tests.error), (checks.records if checks else [])
+    return RunReport.of(tests.records, tests.error, tests.child_exit), (checks.records if checks else [])
 
 
 def grade(
     task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pristine_cache: PristineCache, limits: GradeLimits
 ) -> RewardDetails:
-    """Kill the agent's container, take its change set, run the main and the counterfactual runs, and score."""
+    """Kill the agent's container, take its change set, run the checks and tests in a fresh container, and score."""
     agent.freeze()
-    with ThreadPoolExecutor(2, thread_name_prefix="grade") as pool, ExitStack() as stack:
-        main_sb, counter_sb = _sandboxes(pool, fresh_sandbox, stack, 2)
-        pristine = pristine_cache.get(task, main_sb, limits)
+    with fresh_sandbox() as sb:
+        pristine = pristine_cache.get(task, sb, limits)
         try:
             submitted = read_tree(
                 agent.export_tree(WORKSPACE, limits.tree_cap_bytes), differs_from(pristine.tree), limits.file_cap_bytes
@@ -104,13 +101,9 @@ def grade(
         )
         changes = compare(pristine.tree, submitted, policy, limits.file_cap_bytes)
         checks = task.io_checks()
-        both = run_plan(task, pristine, checks, limits)
-        main = pool.submit(run_in, main_sb, task, pristine, changes, both)
-        unit_paths = {unit.path for unit in task.record.deleted}
-        counter = pool.submit(run_in, counter_sb, task, pristine, changes.without_modules(unit_paths), both)
-        (main_tests, check_records), (counter_tests, _) = main.result(), counter.result()
-    verdicts: list[CheckResult] = judge_all(checks, check_records)
-    details = score(task.record, main_tests, counter_tests, verdicts, limits.mode)
+        plan = run_plan(task, pristine, checks, limits)
+        tests, check_records = run_in(sb, task, pristine, changes, plan)
+    details = score(task.record, tests, judge_all(checks, check_records), limits.mode)
     if task.twin_of is not None and details.reward > 0:  # no implementation passes a twin: the run was forged
         reasons = [*details.tamper_reasons, "twin_rewarded"]
         details = details.model_copy(update={"reward": 0.0, "tampered": True, "tamper_reasons": reasons})
@@ -125,7 +118,7 @@ def grade(
             "ignored_paths": [r.path for r in refused],
             "tamper_flags": [str(flag) for flag in found],
             "diff": submission_diff(pristine.tree, changes),  # refused paths are left out: `refused` lists them
-            "timeout_s": both.timeout_s,
+            "timeout_s": plan.timeout_s,
         }
     )
 
@@ -135,19 +128,3 @@ def excused_source(solution_patch: str) -> str:
     return "\n".join(
         line[1:] for line in solution_patch.splitlines() if line.startswith("+") and not line.startswith("+++")
     )
-
-
-def _sandboxes(
-    pool: ThreadPoolExecutor, fresh_sandbox: Callable[[], Sandbox], stack: ExitStack, count: int
-) -> list[Sandbox]:
-    """`count` sandboxes started at once, each destroyed with `stack`, none left behind when one fails to start."""
-    futures = [pool.submit(fresh_sandbox) for _ in range(count)]
-    started, failure = [], None
-    for future in futures:
-        try:
-            started.append(stack.enter_context(future.result()))
-        except SandboxError as error:
-            failure = error
-    if failure:
-        raise failure
-    return started

@@ -1,9 +1,11 @@
-"""The reward of one grading, from the two runs' test reports and the server's verdicts on the out-of-process checks.
+"""The reward of one grading, from the server's verdicts on the out-of-process checks, unit by unit, with the test
+run's report as a precondition.
 
-The visible tests are the precondition: a broken PASS_TO_PASS test costs the reward, and a FAIL_TO_PASS test is
-credited only if it passes, fails with the unit put back as the task's stub, and the replays of its own calls agree
-with the original. The replays of calls no visible test makes then scale the credit: they are the proof, since their
-expected outcomes never entered a container.
+Credit comes only from evidence whose expected outcome the submission cannot know: a deleted unit earns its share
+when every replay of a call no visible test makes agrees with the original (proto.evidence says when those are
+evidence at all) and no replay of a visible test's own call disagrees. The test report, written by a process that
+ran the submission, can only take credit away: a broken PASS_TO_PASS test costs all of it, and the share of
+FAIL_TO_PASS tests that do not pass scales it down. A task with a unit no secret check can judge has no score.
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from env_server.grading.checks import CheckResult
+from env_server.grading.checks import CheckResult, JudgedChecks
 from env_server.grading.pytest_command import Outcome
-from proto.observations import RewardDetails, RewardMode, TestOutcome
-from proto.tasks import TaskRecord
+from proto.evidence import checks_by_unit, has_secret_evidence
+from proto.observations import RewardDetails, RewardMode, TestOutcome, UnitCredit
+from proto.tasks import DeletedUnit, TaskRecord
 
 
 @dataclass
@@ -26,8 +29,14 @@ class RunReport:
     uncollected: tuple[str, ...] = ()  # collectors (test files, folders) that failed to import
 
     @classmethod
-    def of(cls, records: list[dict[str, Any]], error: str | None) -> RunReport:
-        """From the test child's records: a test's outcome is its first phase that did not pass."""
+    def of(cls, records: list[dict[str, Any]], error: str | None, child_exit: int | None = 0) -> RunReport:
+        """From the test child's records: a test's outcome is its first phase that did not pass. A run that did not
+        end on its own (its last record is not its one end-of-run record, or the child's exit is not clean) is an
+        error: code under test that reported and then left the run has no report that counts."""
+        ends = [index for index, record in enumerate(records) if "exit_code" in record]
+        if error is None and (ends != [len(records) - 1] or child_exit != 0):
+            how = "no end-of-run record" if not ends else "records after its end" if len(ends) == 1 else "two ends"
+            error = f"the test run did not end on its own ({how}, child exit {child_exit})"
         outcomes: dict[str, Outcome] = {}
         uncollected: list[str] = []
         for record in records:
@@ -47,71 +56,92 @@ class RunReport:
         return "error" if inside else "missing"
 
 
-def score(
-    record: TaskRecord, main: RunReport, counter: RunReport, checks: list[CheckResult], mode: RewardMode
-) -> RewardDetails:
-    """The reward and its details."""
+def score(record: TaskRecord, main: RunReport, judged: JudgedChecks, mode: RewardMode) -> RewardDetails:
+    """The reward and its details: the share of units whose secret checks agree, scaled down by the visible
+    tests' failures, and 0 where a PASS_TO_PASS test broke, the run did not end as its own, or a report was forged."""
+    checks = judged.results
     tests = [TestOutcome(nodeid=n, outcome=main.outcome(n), group="FAIL_TO_PASS") for n in record.FAIL_TO_PASS]
     tests += [TestOutcome(nodeid=n, outcome=main.outcome(n), group="PASS_TO_PASS") for n in record.PASS_TO_PASS]
     tests += [
         TestOutcome(nodeid=f"hidden::{c.check.module}.{c.check.qualname} #{n}", outcome=c.outcome, group="HIDDEN")
         for n, c in enumerate(checks, 1)
     ]
-    basis = "checks" if checks else "visible_tests"
-    hidden_passed = sum(c.outcome == "passed" for c in checks)
+    units = unit_credits(record.deleted, checks)
+    f2p_passed = sum(main.outcome(n) == "passed" for n in record.FAIL_TO_PASS)
+    secret = [c for c in checks if c.unseen]
     base = RewardDetails(
         reward=0.0,
         mode=mode,
-        f2p_passed=0,
+        f2p_passed=f2p_passed,
         f2p_total=len(record.FAIL_TO_PASS),
         p2p_passed=sum(t.outcome == "passed" for t in tests if t.group == "PASS_TO_PASS"),
         p2p_total=len(record.PASS_TO_PASS),
         tests=tests,
-        hidden_passed=hidden_passed,
-        hidden_total=len(checks),
-        basis=basis,
+        hidden_passed=sum(c.outcome == "passed" for c in secret),
+        hidden_total=len(secret),
+        basis="checks" if units and all(unit.evidence for unit in units) else "undefined",
+        units_credited=sum(unit.credited for unit in units),
+        units_total=len(units),
+        units=units,
     )
+    if judged.forged:
+        reasons = ["check_records_forged"]
+        return base.model_copy(update={"tampered": True, "tamper_reasons": reasons, "units_credited": 0})
     if main.error:  # a run that timed out or died earns nothing; it is no evidence of forgery by itself
         return base.model_copy(update={"error": main.error})
-    passed = [n for n in record.FAIL_TO_PASS if main.outcome(n) == "passed"]
-    if counter.error:  # nothing shows the passes came from the unit; only the out-of-process checks can
-        credited = passed if checks else []
-    else:
-        credited = [n for n in passed if counter.outcome(n) in ("failed", "error")]
-        if passed and all(counter.outcome(n) == "passed" for n in passed):
-            return base.model_copy(update={"tampered": True, "tamper_reasons": ["counterfactual_passed"]})
-    # A visible test whose own calls, replayed out of process, come out otherwise is not credited.
-    disagreeing = {c.check.test for c in checks if not c.unseen and c.outcome != "passed"}
-    credited = [n for n in credited if n not in disagreeing]
-    unseen = [c for c in checks if c.unseen]
-    general = sum(c.outcome == "passed" for c in unseen) / len(unseen) if unseen else 1.0
-    intact = base.p2p_passed == len(record.PASS_TO_PASS)
-    f2p_total = len(record.FAIL_TO_PASS)
+    if base.basis == "undefined":
+        missing = ", ".join(unit.unit for unit in units if not unit.evidence) or "every unit"
+        return base.model_copy(update={"error": f"no secret checks can judge {missing}: this task has no score"})
+    intact = base.p2p_passed == base.p2p_total
     if mode == "binary":
-        reward = float(intact and len(credited) == f2p_total and hidden_passed == len(checks))
+        reward = float(intact and f2p_passed == base.f2p_total and base.units_credited == base.units_total)
     else:
-        reward = len(credited) / f2p_total * general if intact and f2p_total else 0.0
-    return base.model_copy(
-        update={
-            "reward": reward,
-            "f2p_passed": len(credited),
-            "error": counter.error and f"counterfactual run: {counter.error}",
-        }
-    )
+        f2p_share = f2p_passed / base.f2p_total if base.f2p_total else 1.0
+        reward = base.units_credited / base.units_total * f2p_share if intact else 0.0
+    return base.model_copy(update={"reward": reward})
+
+
+def unit_credits(deleted: list[DeletedUnit], checks: list[CheckResult]) -> list[UnitCredit]:
+    """Each deleted unit's credit: every one of its secret checks agrees and none of its consistency checks
+    disagrees, and its secret checks are evidence (proto.evidence) at all."""
+    by_check = {id(result.check): result for result in checks}
+    found = []
+    for key, own in checks_by_unit([result.check for result in checks], deleted).items():
+        results = [by_check[id(check)] for check in own]
+        secret = [result for result in results if result.unseen]
+        evidence = has_secret_evidence(own)
+        failed = sum(result.outcome != "passed" for result in results if not result.unseen)
+        passed = sum(result.outcome == "passed" for result in secret)
+        found.append(
+            UnitCredit(
+                unit=key,
+                credited=evidence and not failed and passed == len(secret),
+                secret_passed=passed,
+                secret_total=len(secret),
+                consistency_failed=failed,
+                evidence=evidence,
+            )
+        )
+    return found
 
 
 def failing_summary(details: RewardDetails, limit: int = 5) -> str | None:
-    """The end-of-episode hint: forgery found, which tests still fail, or what stopped the grading."""
+    """The end-of-episode hint: forgery found, what stopped the grading, which tests still fail, or which units'
+    hidden checks disagree."""
     if details.tampered:
-        return (
-            "reward 0: the test run was forged: the visible tests passed with the unit put back as the stub "
-            f"({', '.join(details.tamper_reasons)})"
-        )
+        return f"reward 0: the grading was forged ({', '.join(details.tamper_reasons)})"
     if details.error:
         return f"grading failed: {details.error}"
-    failing = [t for t in details.tests if t.outcome != "passed"]
-    if not failing:
+    failing = [t for t in details.tests if t.outcome != "passed" and t.group != "HIDDEN"]
+    wrong = [unit for unit in details.units if not unit.credited]
+    if not failing and not wrong:
         return None
-    names = ", ".join(f"{t.nodeid} ({t.outcome})" for t in failing[:limit])
-    more = f" and {len(failing) - limit} more" if len(failing) > limit else ""
-    return f"{len(failing)} of {len(details.tests)} tests fail: {names}{more}"
+    parts = []
+    if failing:
+        names = ", ".join(f"{t.nodeid} ({t.outcome})" for t in failing[:limit])
+        more = f" and {len(failing) - limit} more" if len(failing) > limit else ""
+        parts.append(f"{len(failing)} of {details.f2p_total + details.p2p_total} tests fail: {names}{more}")
+    if wrong:
+        shown = ", ".join(f"{u.unit} ({u.secret_passed} of {u.secret_total})" for u in wrong[:limit])
+        parts.append(f"hidden checks disagree for {len(wrong)} of {details.units_total} units: {shown}")
+    return "; ".join(parts)

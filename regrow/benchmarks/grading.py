@@ -97,8 +97,8 @@ def run_grade_bench(tasks_dir: Path, repetitions: int, max_tasks: int) -> dict:
             "no plugin autoload",
             "root-owned tests and grader files",
             "signed launcher report",
-            "out-of-process checks",
-            "counterfactual run",
+            "out-of-process checks, a channel a call, judged unit by unit",
+            "end-of-run record required",
             "static scan (flags)",
         ],
     }

@@ -73,11 +73,43 @@ def test_a_method_check_also_needs_the_receivers_state_after_the_call():
     assert judge(method, {"i": 0, "returned": "None", "state": "{'n': 3, 'cache': {}}"}).outcome == "passed"
 
 
-def test_the_first_record_of_a_check_counts_and_stray_records_are_ignored():
-    records = [{"i": 0, "returned": "0"}, {"i": 0, "returned": "1"}, {"i": 9, "returned": "0"}, {"i": "0"}]
-    verdicts = judge_all(CHECKS, records)
-    assert [v.outcome for v in verdicts] == ["passed", "missing", "missing"]
-    assert [v.unseen for v in verdicts] == [False, True, True]
+def frame(index: int, *records: dict) -> dict:
+    """What the check child sends for one call: the lines the call's own channel carried."""
+    return {"i": index, "channel": [json.dumps(record) for record in records]}
+
+
+def test_each_call_counts_only_the_one_record_its_own_channel_carried():
+    frames = [frame(0, {"i": 0, "returned": "0"}), frame(9, {"i": 9, "returned": "0"}), {"i": "0"}, frame(2)]
+    judged = judge_all(CHECKS, frames)
+    assert [v.outcome for v in judged.results] == ["passed", "missing", "missing"] and judged.forged == []
+    assert [v.unseen for v in judged.results] == [False, True, True]
+
+
+def test_a_record_written_before_the_replay_makes_the_call_forged_not_first():
+    """Code of the submission that runs as the check child imports it can write a frame for every call with the
+    visible table's answer before the replays run: a second frame for a call is a forged grading, not 'first wins'."""
+    early = [frame(0, {"i": 0, "returned": "0"}), frame(1, {"i": 1, "raised": "ValueError"})]
+    honest = [frame(0, {"i": 0, "returned": "-5"}), frame(1, {"i": 1, "returned": "5"})]
+    judged = judge_all(CHECKS, [*early, *honest])
+    assert judged.forged == [0, 1]
+
+
+def test_a_channel_that_carried_two_records_or_another_calls_is_forged():
+    two = judge_all(CHECKS, [frame(0, {"i": 0, "returned": "0"}, {"i": 0, "returned": "0"})])
+    other = judge_all(CHECKS, [frame(0, {"i": 1, "returned": "0"})])
+    garbled = judge_all(CHECKS, [{"i": 0, "channel": ["not json"]}])
+    assert two.forged == [0] and other.forged == [0] and garbled.forged == [0]
+    assert judge_all(CHECKS, [{"i": 0, "channel": [], "timeout": True}]).results[0].got == "ran out of time"
+
+
+def test_an_exception_that_subclasses_the_originals_agrees_as_callers_see_it():
+    """`pytest.raises(ValueError)` and `except ValueError` accept a subclass; the check does too, and only that."""
+    _, raised, _ = CHECKS
+    subclass = {"i": 1, "raised": "RangeError", "bases": ["ValueError", "Exception", "BaseException", "object"]}
+    assert judge(raised, subclass).outcome == "passed"
+    assert judge(raised, {"i": 1, "raised": "ValueError", "bases": ["Exception"]}).outcome == "passed"
+    assert judge(raised, {"i": 1, "raised": "KeyError", "bases": ["LookupError", "Exception"]}).outcome == "failed"
+    assert judge(raised, {"i": 1, "raised": "RangeError", "bases": "ValueError"}).outcome == "failed"
 
 
 # --- the programs that run inside a grading container, run here ------------------------------------------------------
@@ -142,9 +174,11 @@ def test_checks_run_in_the_container_and_are_judged_outside_it(tmp_path):
     config = {"calls": check_inputs(CHECKS), "call_timeout_s": 5}
     _, right, _ = launch_here(tmp_path / "right", ORIGINAL_OPS, "checks", config)
     _, wrong, _ = launch_here(tmp_path / "wrong", WRONG_OPS, "checks", config)
-    assert [v.outcome for v in judge_all(CHECKS, [json.loads(line) for line in right["lines"]])] == ["passed"] * 3
+    assert [v.outcome for v in judge_all(CHECKS, [json.loads(line) for line in right["lines"]]).results] == [
+        "passed"
+    ] * 3
     # `return value` is right where the value lies in range
-    assert [v.outcome for v in judge_all(CHECKS, [json.loads(line) for line in wrong["lines"]])] == [
+    assert [v.outcome for v in judge_all(CHECKS, [json.loads(line) for line in wrong["lines"]]).results] == [
         "failed",
         "failed",
         "passed",
@@ -156,8 +190,8 @@ def test_a_call_that_never_returns_fails_its_check_and_the_rest_still_run(tmp_pa
     looping = ORIGINAL_OPS.replace('    """Return value limited', '    while value == 7:\n        pass\n    """Return')
     calls = check_inputs([IoCheck(module="calc.ops", qualname="clamp", args="(7, 0, 10)", result="7"), CHECKS[0]])
     _, report, _ = launch_here(tmp_path, looping, "checks", {"calls": calls, "call_timeout_s": 1})
-    records = [json.loads(line) for line in report["lines"]]
-    assert {"i": 0, "timeout": True} in records and {"i": 1, "returned": "0"} in records
+    judged = judge_all(CHECKS[:1] * 2, [json.loads(line) for line in report["lines"]])
+    assert [v.got for v in judged.results] == ["ran out of time", "returned 0"] and judged.forged == []
 
 
 @needs_namespace
@@ -225,8 +259,63 @@ def test_a_check_on_objects_needs_the_described_result_and_the_arguments_left_as
     _, wrong, _ = launch_here(
         tmp_path / "wrong", ORIGINAL_OPS, "checks", config, extra={**files, "wire/reader.py": peeking}
     )
-    assert [v.outcome for v in judge_all([check], [json.loads(line) for line in right["lines"]])] == ["passed"]
-    verdict = judge_all([check], [json.loads(line) for line in wrong["lines"]])[0]
+    assert [v.outcome for v in judge_all([check], [json.loads(line) for line in right["lines"]]).results] == ["passed"]
+    verdict = judge_all([check], [json.loads(line) for line in wrong["lines"]]).results[0]
     assert verdict.outcome == "failed" and "left its arguments" in verdict.got
     for name in [name for name in sys.modules if name == "wire" or name.startswith("wire.")]:
         del sys.modules[name]
+
+
+# A stub whose module, on import in the check child, writes the visible table's answer for every call on the
+# inherited channel, then lets the replays run as they would.
+EARLY_RECORDS = (
+    WRONG_OPS
+    + """
+import json as _json, os as _os, sys as _sys
+
+if _sys.argv[0].endswith("check_child.py"):
+    _answers = {0: {"returned": "0"}, 1: {"raised": "ValueError"}, 2: {"returned": "0.5"}}
+    for _i, _answer in _answers.items():
+        _frame = {"i": _i, "channel": [_json.dumps({"i": _i, **_answer})]}
+        _os.write(int(_sys.argv[2]), (_json.dumps(_frame) + "\\n").encode())
+"""
+)
+
+
+@needs_namespace
+def test_records_a_stub_writes_as_the_check_child_imports_it_forge_the_grading(tmp_path):
+    config = {"calls": check_inputs(CHECKS), "call_timeout_s": 5}
+    _, report, _ = launch_here(tmp_path, EARLY_RECORDS, "checks", config)
+    judged = judge_all(CHECKS, [json.loads(line) for line in report["lines"]])
+    assert judged.forged == [0, 1, 2]
+
+
+# A stub that, run under pytest, reports every wanted test as passed on the test child's pipe and leaves the run.
+REPORT_AND_LEAVE = (
+    WRONG_OPS
+    + """
+import json as _json, os as _os, sys as _sys
+
+if _sys.argv[0].endswith("pytest_child.py"):
+    _config = _json.load(open(_sys.argv[1]))
+    for _nodeid in _config["wanted"]:
+        _os.write(int(_sys.argv[2]), (_json.dumps({"nodeid": _nodeid, "outcome": "passed"}) + "\\n").encode())
+    _os._exit(0)
+"""
+)
+
+
+@needs_namespace
+def test_a_test_run_that_reports_and_leaves_before_its_end_has_no_report_that_counts(tmp_path):
+    from env_server.grading.verdict import RunReport
+
+    tests = "from calc.ops import clamp\n\n\ndef test_below():\n    assert clamp(-5, 0, 10) == 0\n"
+    config = {
+        "arguments": ["-q", "-p", "no:cacheprovider", "tests/test_ops.py"],
+        "wanted": ["tests/test_ops.py::test_below"],
+    }
+    _, report, _ = launch_here(tmp_path, REPORT_AND_LEAVE, "tests", config, tests)
+    records = [json.loads(line) for line in report["lines"]]
+    assert {"nodeid": "tests/test_ops.py::test_below", "outcome": "passed"} in records  # the forgery was sent
+    run = RunReport.of(records, None, report["child_exit"])
+    assert run.error is not None and "no end-of-run record" in run.error

@@ -125,18 +125,6 @@ def test_a_file_whose_name_looks_like_a_patch_header_is_just_a_new_file():
     assert list(changes.written) == [name] and list(changes.refused) == [f"{name}/tests/conftest.py b"]
 
 
-def test_the_counterfactual_keeps_the_task_state_of_the_units_files():
-    changes = changes_of({**PRISTINE, "calc/ops.py": b"def f(): return 1\n", "calc/_new.py": b"X = 1\n"})
-    assert set(changes.without_modules({"calc/ops.py"}).written) == {"calc/_new.py"}
-
-
-def test_the_counterfactual_drops_a_package_that_would_shadow_the_units_module():
-    submitted = {**PRISTINE, "calc/ops/__init__.py": b"def f(): return 1\n", "calc/operators.py": b""}
-    del submitted["calc/ops.py"]
-    counterfactual = changes_of(submitted).without_modules({"calc/ops.py"})
-    assert set(counterfactual.written) == {"calc/operators.py"} and counterfactual.deleted == []
-
-
 def test_a_tree_over_its_entry_limit_is_refused_whole():
     with pytest.raises(SubmissionTooLarge):
         read_tree(tar_stream({f"f{n}.txt": b"" for n in range(20)}), max_entries=10)

@@ -3,16 +3,20 @@ sent up the launcher's pipe as data.
 
 `python check_child.py CONFIG FD`. The config holds inputs only (module, qualified name, literal arguments, the
 pickle recorded at synthesis of a method's receiver and of arguments that are no literals, and a class's program of
-steps); what the calls should
-give never enters this container. An outcome is the returned value described as proto.call_values has it (or its
-type's name where no description stands for it), the name of the exception's class, the receiver's state and the
-pickled arguments after the call. The grader compares them with the original's; whatever this process sends, only
-the right values earn anything.
+steps); what the calls should give never enters this container. An outcome is the returned value described as
+proto.call_values has it (or its type's name where no description stands for it), the exception's class and the
+names of its bases, the receiver's state and the pickled arguments after the call.
+
+Each call reports on a pipe of its own, made after the package was imported and handed to that call's process
+alone; this process sends one frame a call, `{"i": index, "channel": [the lines that pipe carried]}`. The grader
+takes a call's outcome only from a channel that carried exactly one record, and counts a second frame for a call as
+a forged grading: whatever this process sends, only the right values earn anything.
 """
 
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 import time
@@ -22,6 +26,7 @@ sys.path.insert(0, HERE)  # for the values module shipped beside this file, and 
 from regrow_call_values import replay, replay_program  # noqa: E402
 
 sys.path.remove(HERE)
+MAX_CHANNEL_BYTES = 1 << 20  # one call's outcome is well under this; past it the call's channel is cut off
 
 
 def outcome(call, limit):
@@ -32,25 +37,48 @@ def outcome(call, limit):
     return replay(call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take)
 
 
+def read_channel(read_end, deadline):
+    """What a call's pipe carried until every writer closed it, or the deadline passed (then None)."""
+    chunks, size = [], 0
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([read_end], [], [], 0.05)
+        if not ready:
+            continue
+        data = os.read(read_end, 1 << 16)
+        if not data:
+            return b"".join(chunks)
+        size += len(data)
+        if size <= MAX_CHANNEL_BYTES:
+            chunks.append(data)
+    return None
+
+
 def run_forked(index, call, limit, out_fd):
-    """One call in a child process that dies after sending its line; the parent kills it past `limit`."""
+    """One call in a child process that writes its line on a pipe made for it and dies; killed past `limit`."""
+    read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
+        os.close(read_end)
+        os.close(out_fd)  # the launcher's pipe is this process's parent's alone
         try:
             line = json.dumps({"i": index, **outcome(call, limit)}) + "\n"
         except BaseException as error:
             line = json.dumps({"i": index, "raised": type(error).__name__}) + "\n"
-        os.write(out_fd, line.encode())
+        os.write(write_end, line.encode())
         os._exit(0)
-    deadline = time.monotonic() + limit + 2
-    while time.monotonic() < deadline:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return
-        time.sleep(0.005)
-    os.kill(pid, signal.SIGKILL)
+    os.close(write_end)
+    carried = read_channel(read_end, time.monotonic() + limit + 2)
+    os.close(read_end)
+    try:
+        os.kill(pid, signal.SIGKILL)  # it has written, or ran out of time: either way it is done
+    except ProcessLookupError:
+        pass
     os.waitpid(pid, 0)
-    os.write(out_fd, (json.dumps({"i": index, "timeout": True}) + "\n").encode())
+    if carried is None:
+        frame = {"i": index, "channel": [], "timeout": True}
+    else:
+        frame = {"i": index, "channel": carried.decode("utf-8", errors="replace").splitlines()}
+    os.write(out_fd, (json.dumps(frame) + "\n").encode())
 
 
 def main(argv):
