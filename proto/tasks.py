@@ -80,6 +80,13 @@ class IoCheck(BaseModel):
     )
 
 
+class UnitKillRate(BaseModel):
+    """How strong one deleted unit's own checks are."""
+
+    unit: str = Field(description="The unit, `path::qualname`.")
+    kill_rate: float | None = Field(description="None: no mutant of it could be judged.")
+
+
 class TaskStats(BaseModel):
     """Difficulty signals of one task."""
 
@@ -98,6 +105,11 @@ class TaskStats(BaseModel):
     mutant_kill_rate: float | None = Field(
         default=None,
         description="Share of the other mutants the task's checks kill; None when none could be judged.",
+    )
+    unit_kill_rates: list[UnitKillRate] = Field(
+        default_factory=list,
+        description="Each deleted unit's share of its own non-equivalent mutants that its own checks kill; a "
+        "mutant some call tells apart but none of the unit's checks does survives.",
     )
     mutation_s: float = Field(default=0.0, description="Seconds the mutation stage took for this task.")
     baseline_s: float | None = Field(

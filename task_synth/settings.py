@@ -71,8 +71,14 @@ class SynthSettings(BaseSettings):
         0.9,
         ge=0,
         le=1,
-        description="A task is kept only if its out-of-process checks kill this share of the unit's mutants that "
-        "some recorded or probed call tells apart from the original.",
+        description="A task is kept only if, for every deleted unit, the unit's own out-of-process checks kill this "
+        "share of its mutants that some recorded or probed call tells apart from the original.",
+    )
+    keep_unchecked: bool = Field(
+        False,
+        description="Also keep tasks with a deleted unit that no secret check can judge, in the `eval` split: the "
+        "grader gives them no score (basis `undefined`), so they serve evaluation by the visible tests only, never "
+        "training.",
     )
     max_baseline_failure_fraction: float = Field(
         0.2,

@@ -191,7 +191,7 @@ def judge_all(checks: list[IoCheck], frames: list[dict[str, Any]]) -> JudgedChec
     return JudgedChecks(results, sorted(forged))
 
 
-def _channel_record(index: int, frame: dict[str, Any]) -> dict[str, Any] | None | Literal[False]:
+def _channel_record(index: int, frame: dict[str, Any]) -> dict[str, Any] | Literal[False] | None:
     """The one record a call's channel carried (None: none, the call died or ran out of time; False: more than one,
     or one that names another call)."""
     if frame.get("timeout"):

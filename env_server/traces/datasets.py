@@ -68,6 +68,23 @@ REWARD_DETAILS = pa.struct(
         ("hidden_passed", pa.int32()),
         ("hidden_total", pa.int32()),
         ("basis", pa.string()),
+        ("units_credited", pa.int32()),
+        ("units_total", pa.int32()),
+        (
+            "units",
+            pa.list_(
+                pa.struct(
+                    [
+                        ("unit", pa.string()),
+                        ("credited", pa.bool_()),
+                        ("secret_passed", pa.int32()),
+                        ("secret_total", pa.int32()),
+                        ("consistency_failed", pa.int32()),
+                        ("evidence", pa.bool_()),
+                    ]
+                )
+            ),
+        ),
         ("timeout_s", pa.float64()),
         ("tampered", pa.bool_()),
         ("tamper_reasons", pa.list_(pa.string())),

@@ -18,7 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from proto import task_files
-from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
+from proto.evidence import units_without_evidence
+from proto.tasks import IoCheck, TaskRecord, TaskStats, UnitKillRate
 from sandbox.layout import WORKSPACE
 from sandbox.lifecycle.base_image import regrow_version
 from task_synth.candidates.deletion import Deletion
@@ -38,10 +39,11 @@ from task_synth.validation.canary_scan import (
     scan_files,
     vendored_copy,
 )
-from task_synth.validation.io_recording import pytest_plugin_modules, record_io_checks
+from task_synth.validation.io_recording import Recording, pytest_plugin_modules, record_io_checks
 from task_synth.validation.repo_context import SANDBOX_LIMITS, RepoContext
 from task_synth.validation.suite_runs import SuiteRun, run_tests
 from task_synth.validation.task_strength import Strength
+from task_synth.validation.unit_checks import deleted_units
 from task_synth.validation.verdict import Verdict
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,7 @@ WORKSPACE_INVARIANTS = (
 )
 
 
+UNCHECKED_SPLIT = "eval"  # where --keep-unchecked puts a task the grader cannot score: never a training split
 # One time for every member (the workspace commit's date), so that the same deletion gives the same files and times.
 ARCHIVE_MTIME = 946684800
 
@@ -82,6 +85,7 @@ class OracleRun:
     detail: str = ""
     baseline_s: float | None = None  # how long F2P + P2P took with the solution: the grader's time limit follows it
     strength: Strength | None = None
+    unit_rates: list[UnitKillRate] = field(default_factory=list)  # each unit's kill rate by its own checks
 
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
@@ -185,14 +189,35 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
             plugins = pytest_plugin_modules(sb)
         executions = run.executions + recording.test_executions
         strength = recording.strength
-        if strength and strength.kill_rate is not None and strength.kill_rate < context.settings.min_kill_rate:
-            detail = (
-                f"its checks kill {strength.killed} of {strength.mutants - strength.equivalent} mutants "
-                f"({strength.kill_rate:.0%} < {context.settings.min_kill_rate:.0%})"
-            )
-            log.info("weak checks: %s", detail)
-            return OracleRun("weak_checks", executions, detail=detail, strength=strength)
-        return OracleRun(None, executions, recording.checks, plugins, baseline_s=baseline_s, strength=strength)
+        rejection = evidence_rejection(recording, context.settings.min_kill_rate, context.settings.keep_unchecked)
+        if rejection is not None:
+            log.info("%s: %s", *rejection)
+            return OracleRun(rejection[0], executions, detail=rejection[1], strength=strength)
+        strengths = recording.units.strengths if recording.units else {}
+        unit_rates = [UnitKillRate(unit=key, kill_rate=s.kill_rate if s else None) for key, s in strengths.items()]
+        return OracleRun(
+            None, executions, recording.checks, plugins, baseline_s=baseline_s, strength=strength, unit_rates=unit_rates
+        )
+
+
+def evidence_rejection(recording: Recording, min_kill_rate: float, keep_unchecked: bool) -> tuple[str, str] | None:
+    """Why the recorded checks cannot grade the task, unit by unit: a unit with no secret evidence (unless
+    `keep_unchecked`, for evaluation stores), or one whose own checks kill too few of its mutants; None when each
+    unit's can."""
+    units = recording.units
+    if units is None:
+        return None if keep_unchecked else ("no_evidence", "no call of the deleted code could be recorded")
+    if units.without_evidence and not keep_unchecked:
+        return "no_evidence", "no secret checks that one behaviour cannot pass for " + ", ".join(units.without_evidence)
+    weakest = units.weakest()
+    if weakest is not None and (weakest[1].kill_rate or 0.0) < min_kill_rate:
+        key, strength = weakest
+        detail = (
+            f"the checks of {key} kill {strength.killed} of {strength.mutants - strength.equivalent} of its "
+            f"mutants ({strength.kill_rate:.0%} < {min_kill_rate:.0%})"
+        )
+        return "weak_checks", detail
+    return None
 
 
 def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> BuiltTask:
@@ -215,6 +240,7 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
     if oracle.rejection:
         return BuiltTask(None, oracle.rejection, None, oracle.test_executions, oracle.detail)
     unit = deletion.unit
+    deleted = deleted_units(unit)
     module_name = context.layout.modules[unit.path]
     statement = rewrite_problem_statement(
         problem_statement(deletion, module_name, verdict.fail_to_pass, context.baseline.test_texts), context.settings
@@ -227,23 +253,16 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
         workspace_archive=task_files.workspace_archive(identifier),
         repo_dir=repo_dir(context),
         mode=deletion.mode,
-        deleted=[
-            DeletedUnit(
-                path=piece.path,
-                qualname=piece.qualname,
-                kind=piece.kind,
-                start_line=piece.start_line,
-                end_line=piece.end_line,
-            )
-            for piece in unit.pieces
-        ],
+        deleted=deleted,
         problem_statement=statement,
         FAIL_TO_PASS=verdict.fail_to_pass,
         PASS_TO_PASS=verdict.pass_to_pass,
         test_command=context.settings.test_command,
         solution_patch=patch,
         test_files=list(context.layout.test_files),
-        split=split_of(
+        split=UNCHECKED_SPLIT
+        if units_without_evidence(oracle.io_checks, deleted)
+        else split_of(
             context.checkout.repo_name,
             unit.path,
             fixed=context.settings.split,
@@ -262,6 +281,7 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
             mutants=oracle.strength.mutants if oracle.strength else 0,
             mutants_equivalent=oracle.strength.equivalent if oracle.strength else 0,
             mutant_kill_rate=oracle.strength.kill_rate if oracle.strength else None,
+            unit_kill_rates=oracle.unit_rates,
             mutation_s=oracle.strength.seconds if oracle.strength else 0.0,
         ),
         created_at=datetime.now(UTC),

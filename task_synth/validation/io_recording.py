@@ -32,25 +32,11 @@ from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
 from task_synth.validation.inside.io_recorder_plugin import IMPORT_ALLOWANCE_S, MAX_RECORDS
 from task_synth.validation.mutants import MAX_MUTANTS, mutants_of
-from task_synth.validation.recorded_calls import (
-    MAX_CHECKS,
-    Call,
-    calls_in_both,
-    check_key,
-    linked_calls,
-    parsed_call,
-    raised_in,
-    selected_checks,
-)
+from task_synth.validation.recorded_calls import Call, calls_in_both, linked_calls, parsed_call, raised_in
 from task_synth.validation.suite_runs import PLUGIN_DIR
-from task_synth.validation.task_strength import Strength, measured_strength, strongest
-from task_synth.validation.unseen_calls import (
-    MAX_UNSEEN,
-    NOISE_EXCEPTIONS,
-    perturbed_calls,
-    recorded_arguments,
-    unseen_checks,
-)
+from task_synth.validation.task_strength import Strength
+from task_synth.validation.unit_checks import UnitChecks, UnitKills, chosen_for_units, deleted_units
+from task_synth.validation.unseen_calls import NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
@@ -67,6 +53,7 @@ MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second ru
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
 REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
+MIN_UNIT_MUTANTS = 10  # mutants of each unit of a group at least, so that each unit's kill rate means something
 PLUGIN_MODULES_SOURCE = Path(__file__).with_name("inside") / "pytest_plugin_modules.py"
 MAX_READS = 64  # attribute names the visible tests read that show a class's instances
 
@@ -78,6 +65,7 @@ class Recording:
     checks: list[IoCheck]
     test_executions: int
     strength: Strength | None = None
+    units: UnitChecks | None = None  # each unit's strength and evidence; None when nothing was recorded
 
 
 def recorded_functions(deletion: Deletion, modules: Mapping[str, str]) -> dict[str, list[str]]:
@@ -159,14 +147,10 @@ def record_io_checks(
     laps.append(mutation_started)
     kills = _mutant_kills(sb, deletion, reproduced, settings, layout.modules)
     laps.append(time.monotonic())
-    # Each kind of check is chosen to kill the most mutants, then in its own order (spread over tests, new answers).
-    spread = {check_key(check): check for check in selected_checks(linked, len(linked))}
-    chosen_linked = [spread[key] for key in strongest(list(spread), [], kills, MAX_CHECKS)]
-    by_key = {check_key(check): check for check in unseen_checks(unseen, linked, len(unseen))}
-    linked_keys = [check_key(check) for check in chosen_linked]
-    chosen_unseen = [by_key[key] for key in strongest(list(by_key), linked_keys, kills, MAX_UNSEEN)]
-    checks = chosen_linked + chosen_unseen
-    strength = measured_strength(kills, [check_key(check) for check in checks], time.monotonic() - mutation_started)
+    # Each unit's checks are chosen to kill its own mutants, then in their own order (spread over tests, new answers).
+    units = deleted_units(deletion.unit)
+    chosen = chosen_for_units(units, linked, unseen, kills, time.monotonic() - mutation_started)
+    checks = chosen.checks
     log.info(
         "%s: %d distinct calls recorded, %d agree under two hash seeds, %d reproduce alone; %d perturbed calls run, "
         "%d give an outcome, %d reproduce; %d checks kept, %d of them unseen (%.1fs: recording runs %s + %s, perturbed "
@@ -183,35 +167,43 @@ def record_io_checks(
         time.monotonic() - started,
         *(f"{later - earlier:.1f}" for earlier, later in itertools.pairwise(laps)),
     )
-    return Recording(checks, executions + more, strength)
+    strength = chosen.total(round(time.monotonic() - mutation_started, 3))
+    return Recording(checks, executions + more, strength, chosen)
 
 
 def _mutant_kills(
     sb: Sandbox, deletion: Deletion, calls: list[Call], settings: SynthSettings, modules: Mapping[str, str]
-) -> list[set[tuple[str, str, str, str]]] | None:
-    """For each mutant of the unit, the keys of the calls whose outcome it changes; None when the unit gets no
-    mutants (a module, a nested function) or there are no calls to run. One command runs them all, a group's too."""
+) -> UnitKills | None:
+    """For each mutant of the unit, the unit it mutates and the keys of the calls whose outcome it changes; None when
+    the unit gets no mutants (a module, a nested function) or there are no calls to run. One command runs them all,
+    a group's too."""
     unit = deletion.unit
     if not calls or unit.kind not in ("function", "feature", "method", "class", "group"):
         return None
     rng = random.Random(f"{settings.seed}:mutants:{unit.key}")
-    share = -(-MAX_MUTANTS // len(unit.pieces))  # a group's parts share one unit's budget of mutants
-    mutants = [
-        {"module": modules[piece.path], "path": f"{WORKSPACE}/{piece.path}", "source": mutant.source}
+    # Each unit is measured on its own mutants: a group's parts share one unit's budget, but never below a few each.
+    share = max(MIN_UNIT_MUTANTS, -(-MAX_MUTANTS // len(unit.pieces)))
+    made = [
+        (f"{piece.path}::{piece.qualname}", {"module": modules[piece.path], "path": f"{WORKSPACE}/{piece.path}"}, m)
         for piece in unit.pieces
         if (original := deletion.original.get(piece.path)) is not None
-        for mutant in mutants_of(original, piece.qualname, rng, share)
+        for m in mutants_of(original, piece.qualname, rng, share)
     ]
-    if not mutants:
+    if not made:
         return None
+    mutants = [{**where, "source": mutant.source} for _, where, mutant in made]
     sb.write_file(MUTANTS_JSON, json.dumps({"mutants": mutants}))
     outcomes = _run_calls(
         sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
     )
     return [
-        {call.key for call, again in zip(calls, found, strict=True) if again is None or again.outcome != call.outcome}
-        for found in outcomes
+        (owner, {call.key for call, again in zip(calls, found, strict=True) if _told_apart(call, again)})
+        for (owner, _, _), found in zip(made, outcomes, strict=True)
     ]
+
+
+def _told_apart(call: Call, again: Call | None) -> bool:
+    return again is None or again.outcome != call.outcome
 
 
 def _recorder_output(

@@ -17,7 +17,8 @@ from proto.call_values import MAX_DESCRIPTION, MAX_PROGRAM_TEXT, MAX_STEPS, MAX_
 from proto.python_ast import literal_value
 from proto.tasks import IoCheck
 
-MAX_CHECKS = 8  # checks linked to the visible test that made their call
+MAX_CHECKS = 8  # checks of one unit linked to the visible test that made their call
+CallKey = tuple[str, str, str, str]  # module, qualname, args, kwargs (with the pickled inputs)
 # What a call raises once the unit is deleted (a stub, a removed name, a missing module): a check expecting one of
 # these would pass without the solution.
 DELETION_EXCEPTIONS = {"NotImplementedError", "AttributeError", "NameError", "ImportError", "ModuleNotFoundError"}

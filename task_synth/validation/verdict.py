@@ -31,6 +31,7 @@ REJECTIONS = (
     "unscannable",
     "oracle_failed",
     "weak_checks",
+    "no_evidence",  # a deleted unit has no secret checks that one behaviour cannot pass (proto/evidence.py)
     "timeout",
     "duplicate",  # valid, but the same feature as a kept task (task_synth/store/repeats.py)
     "runner_broken",  # pytest itself stopped before reporting: the package is one pytest imports (pluggy, iniconfig)

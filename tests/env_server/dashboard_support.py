@@ -10,7 +10,18 @@ from tests.env_server.conftest import make_settings
 from tests.task_fixture import DEMO_TASK_ID
 
 # Package code that makes every test pass without running it: a forgery the grader must flag.
-FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
+# A forgery on both channels: pytest's reports say "passed", and, imported by the check child, the package writes a
+# frame with the visible answer for every replayed call before the replays run.
+FORGED_INIT = """import json, os, sys
+
+import _pytest.python
+
+_pytest.python.Function.runtest = lambda self: None
+if sys.argv[0].endswith("check_child.py"):
+    for i in range(len(json.load(open(sys.argv[1]))["calls"])):
+        record = json.dumps({"i": i, "returned": "0"})
+        os.write(int(sys.argv[2]), (json.dumps({"i": i, "channel": [record]}) + "\\n").encode())
+"""
 
 
 @contextmanager

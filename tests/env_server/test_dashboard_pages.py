@@ -11,7 +11,7 @@ import pytest
 from env_server.dashboard.access import COOKIE
 from tests.env_server.conftest import make_settings, memory_backend
 from tests.env_server.dashboard_support import FORGED_INIT, play, served_with_token, write
-from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
+from tests.task_fixture import DEMO_TASK_ID, IO_CHECKS, ORIGINAL_OPS
 
 TOKEN = "dashboard-test-token"
 HOSTILE = "<script>document.title='owned'</script><img src=x onerror=alert(1)>"
@@ -119,7 +119,7 @@ def test_the_viewer_shows_the_steps_the_diff_and_the_tests_and_escapes_what_the_
     assert HOSTILE not in text and "&lt;script&gt;" in text
     assert f'href="/dashboard#task-{DEMO_TASK_ID}"' in text
     flagged = browser.get(f"/episodes/{forged}/view").text
-    assert 'id="tampered"' in flagged and "counterfactual_passed" in flagged
+    assert 'id="tampered"' in flagged and "check_records_forged" in flagged
 
 
 def test_the_viewer_hides_hidden_checks_and_the_solution(guarded, browser, played):
@@ -128,8 +128,10 @@ def test_the_viewer_hides_hidden_checks_and_the_solution(guarded, browser, playe
     assert hidden, "the demo task has hidden checks"
     text = browser.get(f"/episodes/{played[1]}/view").text
     assert not any(t.nodeid in text for t in hidden)
-    passed = sum(t.outcome == "passed" for t in hidden)
-    assert f'hidden checks <b id="hidden">{passed}/{len(hidden)}</b>' in text and "The task's solution" not in text
+    details = trace.reward_details
+    assert details.hidden_total == sum(check.test is None for check in IO_CHECKS)  # the secret ones are counted
+    shown = f'hidden checks <b id="hidden">{details.hidden_passed}/{details.hidden_total}</b>'
+    assert shown in text and "The task's solution" not in text
 
 
 def test_an_unknown_episode_is_a_404_page(browser):

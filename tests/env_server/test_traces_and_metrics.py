@@ -12,10 +12,10 @@ from typer.testing import CliRunner
 
 from proto.traces import EpisodeTrace
 from regrow.cli import app as regrow_app
+from tests.env_server.dashboard_support import FORGED_INIT
 from tests.task_fixture import DEMO_TASK_ID, MEMORY_IMAGE, ORIGINAL_OPS
 
 # Package code that makes every test pass without running it: a forgery the grader must flag.
-FORGED_INIT = "import _pytest.python\n_pytest.python.Function.runtest = lambda self: None\n"
 
 
 @pytest.fixture(scope="module")
@@ -49,12 +49,12 @@ def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(me
         listed = {e["episode_id"]: e for e in http.get("/episodes", params={"task_id": DEMO_TASK_ID}).json()}
         text = http.get("/metrics").text
     details = trace.reward_details
-    assert trace.reward == 0.0 and details.tampered and "counterfactual_passed" in details.tamper_reasons
+    assert trace.reward == 0.0 and details.tampered and "check_records_forged" in details.tamper_reasons
     assert any("_pytest" in flag for flag in details.tamper_flags)
     assert "forged" in trace.steps[-1].observation.feedback
     assert listed[played[2]]["reward_details"]["tampered"] is True
     assert listed[played[0]]["reward_details"]["tampered"] is False
-    assert 'regrow_reward_tampered_total{reason="counterfactual_passed"}' in text
+    assert 'regrow_reward_tampered_total{reason="check_records_forged"}' in text
 
 
 def test_episode_list_filters_by_task_status_and_reward(memory_server, played):
