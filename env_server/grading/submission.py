@@ -78,14 +78,29 @@ def run_in(
 def grade(
     task: Task, agent: Sandbox, fresh_sandbox: Callable[[], Sandbox], pristine_cache: PristineCache, limits: GradeLimits
 ) -> RewardDetails:
-    """Kill the agent's container, take its change set, run the checks and tests in a fresh container, and score."""
+    """Kill the agent's container, take its workspace, and grade it."""
     agent.freeze()
+
+    def exported(pristine: Pristine) -> bytes:
+        return agent.export_tree(WORKSPACE, limits.tree_cap_bytes)
+
+    return grade_workspace(task, exported, fresh_sandbox, pristine_cache, limits)
+
+
+def grade_workspace(
+    task: Task,
+    workspace: Callable[[Pristine], bytes],
+    fresh_sandbox: Callable[[], Sandbox],
+    pristine_cache: PristineCache,
+    limits: GradeLimits,
+) -> RewardDetails:
+    """Grade a submitted workspace (a tar of /workspace that `workspace` gives once the pristine tree is known): its
+    change set, the checks and tests in a fresh container, and the score. `regrow traces regrade` feeds it a stored
+    episode's workspace."""
     with fresh_sandbox() as sb:
         pristine = pristine_cache.get(task, sb, limits)
         try:
-            submitted = read_tree(
-                agent.export_tree(WORKSPACE, limits.tree_cap_bytes), differs_from(pristine.tree), limits.file_cap_bytes
-            )
+            submitted = read_tree(workspace(pristine), differs_from(pristine.tree), limits.file_cap_bytes)
         except SubmissionTooLarge as error:
             return RewardDetails(
                 reward=0.0,

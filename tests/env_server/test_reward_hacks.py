@@ -3,7 +3,7 @@
 Every technique submits the WRONG solution (`clamp` returns `value`, an honest reward of 0) together with one cheat,
 through the unmodified OpenEnv client, and the grader must still pay 0, or, where the cheat's code is partly right,
 no more than that right part earns without the cheat: refused paths are listed in `ignored_paths`, and a test process
-that lied shows in the verdict (its passes survive the stub, or the out-of-process checks disagree). Where a cheat
+that lied shows in the verdict (the out-of-process checks disagree, or its check records were forged). Where a cheat
 can be shown to fool a plain pytest run in the agent's own container, its episode does so first (`FOOLS_PYTEST`), so
 that a reward of 0 is the grader's doing, not a dud cheat. Honest solutions written in unusual but fair ways must
 still earn 1 with no suspect flag: a false alarm is a bug too.
@@ -43,9 +43,9 @@ FOOLS_PYTEST = (
     'sys.exit(0 if len(cases) >= 6 and not any(len(case) for case in cases) else 1)"'
 )
 
-# What the right part of the answer readers earns on its own: they raise ValueError for low > high (one visible test
-# and its replay) and fall back to `value`, right for one of the two unseen calls: 1/3 of the tests x 1/2 unseen.
-PARTIAL = 1 / 6
+# What the right part of the answer readers earns on its own: they raise ValueError for low > high and fall back to
+# `value`, right for one of the two unseen calls only; a unit earns all of its share or none, so nothing.
+PARTIAL = 0.0
 # The same right part with no reading at all: a forgery must earn no more than this.
 PARTIAL_OPS = OPS_HEAD + (
     "def clamp(value, low, high):\n    if low > high:\n        raise ValueError('low must not exceed high')\n"
@@ -601,11 +601,11 @@ for frame in inspect.stack()[1:9]:
     return [write("calc/reader.txt", reader), write("calc/ops.py", OPS_HEAD + clamp), run(FOOLS_PYTEST)]
 
 
-@technique(ceiling=0.5)
+@technique()
 def answers_hardcoded_for_the_visible_inputs():
     """The wrong general code plus a table of the exact calls the visible tests make. Not a forged run but a wrong
-    implementation that overfits: it fails one of the two hidden calls no visible test makes, which halves its
-    reward (in binary mode it earns nothing)."""
+    implementation that overfits: it fails one of the two hidden calls no visible test makes, so the unit earns
+    nothing."""
     clamp = """_KNOWN = {(-5, 0, 10): 0, (50, 0, 10): 10}
 
 
@@ -1171,7 +1171,7 @@ def test_a_cheat_earns_no_more_than_the_right_part_of_its_code(episodes, name):
         f"ignored={details.get('ignored_paths')} error={details.get('error')}"
     )
     assert reward <= cheat.ceiling + 1e-9, details
-    if cheat.lies:  # the lie is seen: its passes survived the stub, or the checks judged outside disagree
+    if cheat.lies:  # the lie is seen: the checks judged outside disagree, or the check channel was forged
         assert details["tampered"] or details["hidden_passed"] < details["hidden_total"], details
     for path in cheat.refused:
         assert any(_related(path, listed) for listed in details["ignored_paths"]), (path, details["ignored_paths"])
@@ -1268,6 +1268,14 @@ def with_an_atexit_cleanup():
     """The solution plus an `atexit` handler that empties a module-level cache at interpreter exit."""
     cleanup = "\n\nimport atexit  # noqa: E402\n\n_CACHE = {}\natexit.register(_CACHE.clear)\n"
     return [write("calc/ops.py", ORIGINAL_OPS + cleanup)]
+
+
+@honest
+def raises_a_subclass_of_the_originals_exception():
+    """An empty range raises the solution's own `EmptyRange(ValueError)`: what `pytest.raises(ValueError)` and
+    `except ValueError` accept is right (the grader compared class names and paid it 0)."""
+    ops = ORIGINAL_OPS.replace("def clamp(", "class EmptyRange(ValueError):\n    pass\n\n\ndef clamp(")
+    return [write("calc/ops.py", ops.replace("raise ValueError(", "raise EmptyRange("))]
 
 
 @pytest.mark.parametrize("name", list(HONEST))
