@@ -9,7 +9,7 @@ Read top to bottom, `grade` is the whole path: change set (change_set.py), path 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,7 +81,7 @@ def grade(
     """Kill the agent's container, take its workspace, and grade it."""
     agent.freeze()
 
-    def exported(pristine: Pristine) -> bytes:
+    def exported(pristine: Pristine) -> Iterable[bytes]:
         return agent.export_tree(WORKSPACE, limits.tree_cap_bytes)
 
     return grade_workspace(task, exported, fresh_sandbox, pristine_cache, limits)
@@ -89,12 +89,12 @@ def grade(
 
 def grade_workspace(
     task: Task,
-    workspace: Callable[[Pristine], bytes],
+    workspace: Callable[[Pristine], Iterable[bytes]],
     fresh_sandbox: Callable[[], Sandbox],
     pristine_cache: PristineCache,
     limits: GradeLimits,
 ) -> RewardDetails:
-    """Grade a submitted workspace (a tar of /workspace that `workspace` gives once the pristine tree is known): its
+    """Grade a submitted workspace (a tar stream of /workspace that `workspace` gives once the pristine tree is known): its
     change set, the checks and tests in a fresh container, and the score. `regrow traces regrade` feeds it a stored
     episode's workspace."""
     with fresh_sandbox() as sb:
