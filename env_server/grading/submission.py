@@ -94,9 +94,9 @@ def grade_workspace(
     pristine_cache: PristineCache,
     limits: GradeLimits,
 ) -> RewardDetails:
-    """Grade a submitted workspace (a tar stream of /workspace that `workspace` gives once the pristine tree is known): its
-    change set, the checks and tests in a fresh container, and the score. `regrow traces regrade` feeds it a stored
-    episode's workspace."""
+    """Grade a submitted workspace, the tar stream of /workspace that `workspace` gives once the pristine tree is
+    known: its change set, the checks and tests in a fresh container, and the score. `regrow traces regrade` feeds
+    it a stored episode's workspace."""
     with fresh_sandbox() as sb:
         pristine = pristine_cache.get(task, sb, limits)
         try:
