@@ -73,6 +73,28 @@ IDIOMS: dict[str, str] = {
     "deepcopy": "import copy\n\n\ndef snapshot(x):\n    return copy.deepcopy(x)\n",
     "temp_file_helper": "import os\nimport tempfile\n\n\ndef scratch():\n"
     "    fd, path = tempfile.mkstemp()\n    os.close(fd)\n    os.remove(path)\n",
+    # Idioms that earlier scans flagged as suspect (issue 42's held-out review found each in real libraries).
+    "relative_import_module": "import importlib\n\n\ndef backend(name):\n"
+    "    return importlib.import_module(f'.{name}', __package__)\n",
+    "lazy_submodule": "import importlib\n\n\ndef __getattr__(name):\n    if name in ('fast', 'slow'):\n"
+    "        return importlib.import_module('.' + name, __name__)\n    raise AttributeError(name)\n",
+    "own_module_from_sys_modules": "import sys\n\n_this = sys.modules[__name__]\n",
+    "module_subclass": "import sys\nimport types\n\n\nclass _Module(types.ModuleType):\n    pass\n\n\n"
+    "sys.modules[__name__].__class__ = _Module\n",
+    "pickle_round_trip": "import pickle\n\n\ndef copied(x):\n    return pickle.loads(pickle.dumps(x))\n",
+    "namedtuple_style_exec": "def make_record(name):\n    namespace = {}\n"
+    "    source = f'class {name}(tuple):\\n    __slots__ = ()\\n'\n    exec(source, namespace)\n"
+    "    return namespace[name]\n",
+}
+
+# The same constructs aimed at another module, at data from elsewhere, or at a template that names the test machinery.
+STILL_SUSPECT: dict[str, str] = {
+    "absolute_computed_import": "import importlib\n\n\ndef load(name):\n    return importlib.import_module(name)\n",
+    "other_module_from_sys_modules": "import sys\n\n_other = sys.modules['_pytest.python']\n",
+    "pickle_of_a_file": "import pickle\n\n\ndef load(path):\n    return pickle.loads(open(path, 'rb').read())\n",
+    "exec_into_globals": "def run(text):\n    exec(text, globals())\n",
+    "template_naming_pytest": "def patch(name):\n    namespace = {}\n"
+    "    source = f'import _pytest\\n{name} = 1\\n'\n    exec(source, namespace)\n",
 }
 
 
@@ -92,3 +114,8 @@ def test_an_honest_idiom_raises_no_forgery_flag(idiom):
 
 def test_the_same_argv_read_outside_a_main_block_is_flagged():
     assert forgery_flags(ORIGINAL_OPS + "\nimport sys\n\nFIRST = sys.argv[1:]\n") != []
+
+
+@pytest.mark.parametrize("construct", sorted(STILL_SUSPECT))
+def test_the_same_constructs_aimed_elsewhere_are_still_suspect(construct):
+    assert forgery_flags(ORIGINAL_OPS + "\n\n" + STILL_SUSPECT[construct]) != []

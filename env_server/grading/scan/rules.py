@@ -49,6 +49,7 @@ _RULE_NAMES = {
 # code too. No flag costs the reward: the out-of-process checks decide it; the forgery class is what people are shown
 # as suspect. exec and eval of text the scan reads are scanned as code; of text it cannot read
 # (computed, or from a file), they are dynamic_code: whatever that text does, the scan cannot vouch for it.
+# An exec of an f-string template into a namespace of its own (namedtuple's way) is templated_code: shown, not suspect.
 FORGERY_RULES = frozenset(
     {
         "pytest_internals",

@@ -63,6 +63,7 @@ class Scanner:
         self.lines, self.own, self.path, self.depth = lines, set(path.split("/")[:-1]), path, depth
         self.uses: list[Use] = []
         self.inner: set[int] = set()  # ids of a name chain's inner links, so `a.b.c` counts once
+        self.templates: dict[str, ast.JoinedStr] = {}  # names bound to an f-string, the source of templated code
         self.called: set[int] = set()  # ids of the names that calls call
         # trusted code may be a fragment cut from its imports: `sys` there means the module sys
         self.aliases: dict[str, str] = {root: root for root in ROOTS} if trusted else dict(aliases or {})
@@ -74,6 +75,8 @@ class Scanner:
             if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
                 name = node.targets[0].id
                 self.texts[name] = None if name in self.texts else fold(node.value)
+                if isinstance(node.value, ast.JoinedStr):
+                    self.templates[name] = node.value
             if isinstance(node, ast.Import):
                 self.aliases.update((a.asname, a.name) if a.asname else (a.name.split(".")[0],) * 2 for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -158,7 +161,11 @@ class Scanner:
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if node.attr in ATTR_RULES:
             self.add(node, ATTR_RULES[node.attr], f"reads .{node.attr}")
-        if node.attr in ("__class__", "__bases__") and isinstance(node.ctx, ast.Store):
+        if (
+            node.attr in ("__class__", "__bases__")
+            and isinstance(node.ctx, ast.Store)
+            and not self.is_own_module(node.value)
+        ):
             self.add(node, "class_swap", f"assigns .{node.attr}")
         if node.attr == "__dict__" and self.foreign(base := self.resolve(node.value)):
             self.add(node, "monkeypatch", f"uses {base}.__dict__")
@@ -173,7 +180,29 @@ class Scanner:
             self.add(node, "obfuscated_name", f"builds {text[:40]!r} from pieces")
         return text is None
 
-    visit_Subscript = visit_JoinedStr = visit_BinOp
+    visit_JoinedStr = visit_BinOp
+
+    def visit_Subscript(self, node: ast.Subscript) -> bool:
+        """`sys.modules[__name__]` is the module itself, which libraries reach for (a lazy attribute, a module
+        subclass): not surgery on another module."""
+        if self.is_own_module(node):
+            self.inner.add(id(node.value))
+        return self.visit_BinOp(node)
+
+    def is_own_module(self, node: ast.AST) -> bool:
+        return (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Name)
+            and node.slice.id == "__name__"
+            and self.resolve(node.value) == "sys.modules"
+        )
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> bool:
+        """A subclass of types.ModuleType is how a package gives itself properties; subclassing it is no surgery."""
+        for base in node.bases:
+            if self.resolve(base) == "types.ModuleType":
+                self.inner.add(id(base))
+        return True
 
     def visit_Constant(self, node: ast.Constant) -> None:
         named = ATTR_RULES.keys() & node.value.split(".") if isinstance(node.value, str) else set()
@@ -202,6 +231,13 @@ class Scanner:
     def visit_Call(self, node: ast.Call) -> bool:
         callee, args, method = self.callee(node), node.args, getattr(node.func, "attr", "")
         self.called.add(id(node.func))
+        if (
+            callee == "pickle.loads"
+            and args
+            and isinstance(args[0], ast.Call)
+            and self.callee(args[0]) == "pickle.dumps"
+        ):
+            self.inner.add(id(node.func))  # a round trip (a deep copy) loads only what it just dumped
         bare, attr = callee.removeprefix("builtins."), fold(args[1]) if len(args) > 1 else None
         module = self.resolve(args[0]) if args and bare in ("getattr", "setattr", "delattr", "vars") else None
         if method in ("__setattr__", "__delattr__") and isinstance(node.func, ast.Attribute):
@@ -235,12 +271,15 @@ class Scanner:
         for found, rule, detail in (
             (
                 bare in ("exec", "eval", "compile") and code is None,
-                "dynamic_code",
+                "templated_code" if self.templated(bare, node) else "dynamic_code",
                 f"calls {bare} on text the scan cannot read",
             ),
             (bare == "__import__" or callee == "importlib.__import__", "dynamic_import", "calls __import__"),
             (
-                callee in ("importlib.import_module", "pkgutil.resolve_name") and args and fold(args[0]) is None,
+                callee in ("importlib.import_module", "pkgutil.resolve_name")
+                and args
+                and fold(args[0]) is None
+                and not relative_import(node),
                 "dynamic_import",
                 f"{callee} of a computed name",
             ),
@@ -275,6 +314,17 @@ class Scanner:
         if bare == "setattr" and attr and len(args) > 2 and isinstance(args[2], ast.Lambda):
             self.visit_FunctionDef(args[2], attr)  # setattr(Anything, '__eq__', lambda *a: True)
         return self.visit_BinOp(node)
+
+    def templated(self, bare: str, node: ast.Call) -> bool:
+        """exec of an f-string template into a namespace of its own, as namedtuple built its classes: code made from
+        a readable template, shown apart from text the scan cannot read at all."""
+        if bare != "exec" or len(node.args) < 2 or not isinstance(node.args[1], ast.Name):
+            return False
+        first = node.args[0]
+        template = self.templates.get(first.id) if isinstance(first, ast.Name) else first
+        return isinstance(template, ast.JoinedStr) and not any(
+            isinstance(part, ast.Constant) and MACHINERY.search(str(part.value)) for part in template.values
+        )
 
     def code_text(self, bare: str, args: list[ast.expr]) -> str | None:
         """The text exec, eval or compile is given, when the scan can read it; None otherwise or for other calls."""
@@ -345,6 +395,18 @@ class Scanner:
         raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
         if isinstance(raised, ast.Name) and raised.id in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
             self.add(node, "process_exit", f"raises {raised.id}")
+
+
+def relative_import(node: ast.Call) -> bool:
+    """import_module of a name inside the caller's own package: `(f".{name}", __package__)`, or a name in
+    `__name__`'s package, as plugin registries and lazy submodules do."""
+    package = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
+    if isinstance(package, ast.Name) and package.id in ("__package__", "__name__"):
+        return True
+    first = node.args[0]
+    pieces = first.values if isinstance(first, ast.JoinedStr) else [first.left] if isinstance(first, ast.BinOp) else []
+    head = pieces[0] if pieces else None
+    return isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith(".")
 
 
 def source_lines(source: bytes | str) -> list[str]:
