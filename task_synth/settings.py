@@ -63,9 +63,9 @@ class SynthSettings(BaseSettings):
         2, ge=0, description="Reruns of a task's FAIL_TO_PASS tests; one that passes in any of them is flaky."
     )
     twins: bool = Field(
-        False,
+        True,
         description="Also write each task's impossible twin (twins.jsonl), which the server mixes into resets at "
-        "REGROW_SERVER_TWIN_RATE to measure forgery live.",
+        "REGROW_SERVER_TWIN_RATE to measure forgery live: a forged test report shows on a twin.",
     )
     min_kill_rate: float = Field(
         0.9,

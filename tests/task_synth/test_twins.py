@@ -6,15 +6,19 @@ import ast
 import json
 import random
 import shutil
+import sys
+import types
 from pathlib import Path
+from unittest import mock
 
 import pytest
 
+from env_server.grading.twin_tests import IMPOSSIBLE, impossible_tests
 from env_server.task_store import TaskStore
 from proto.task_files import IO_CHECKS, TWIN_OF, TWINS, hidden_dir
 from proto.tasks import IoCheck
 from task_synth.store.twins import contradicted, twin_id, twin_of
-from tests.task_fixture import DEMO_TASK_ID, F2P, demo_record
+from tests.task_fixture import DEMO_TASK_ID, F2P, ORIGINAL_OPS, P2P, TESTS, demo_record
 from tests.task_fixture import IO_CHECKS as DEMO_CHECKS
 
 
@@ -44,13 +48,44 @@ def test_a_twin_contradicts_every_check_and_looks_like_a_task():
         assert (before.args, before.test) == (after.args, after.test) and before != after
 
 
-def test_no_twin_where_an_honest_solution_could_earn_on_it():
-    """Without unseen checks a visible test that makes no recorded call would be credited; with one, the unseen
-    pass rate (0 on a twin) zeroes every credit."""
+def test_every_task_with_a_fail_to_pass_test_gets_a_twin():
+    """A twin catches a forged report through its impossible tests, whatever checks the task has."""
     one_test = [check for check in DEMO_CHECKS if check.test == F2P[0]]
-    assert twin_of(demo_record("img"), one_test, random.Random(0)) is None
-    unseen_only = [check for check in DEMO_CHECKS if check.test is None]
-    assert twin_of(demo_record("img"), unseen_only, random.Random(0)) is not None
+    assert twin_of(demo_record("img"), one_test, random.Random(0)) is not None
+    assert twin_of(demo_record("img"), [], random.Random(0)) is not None
+    no_tests = demo_record("img").model_copy(update={"FAIL_TO_PASS": []})
+    assert twin_of(no_tests, DEMO_CHECKS, random.Random(0)) is None
+
+
+def test_a_twins_fail_to_pass_tests_are_impossible_and_its_other_tests_are_untouched():
+    """The twin's tests run against the original solution: each FAIL_TO_PASS test fails, each other test passes."""
+    _, checks = twin_of(demo_record("img"), DEMO_CHECKS, random.Random(0)) or (None, [])
+    files = impossible_tests({"tests/test_ops.py": TESTS.encode()}, F2P, checks)
+    source = files["tests/test_ops.py"].decode()
+    assert "== 10" not in source.split("def test_clamp_above")[1].split("def ")[0]  # the visible answer is gone
+    original = types.ModuleType("calc.ops")
+    exec(ORIGINAL_OPS, original.__dict__)
+    calc = types.ModuleType("calc")
+    calc.ops = original  # type: ignore[attr-defined]
+    with_modules = {**sys.modules, "calc": calc, "calc.ops": original}
+    scope: dict = {}
+    with mock.patch.dict(sys.modules, with_modules):
+        exec(compile(source, "tests/test_ops.py", "exec"), scope)
+        for nodeid in [*F2P, *P2P]:
+            name = nodeid.split("::")[1]
+            if nodeid in F2P:
+                with pytest.raises(Exception):  # noqa: B017  # failing is all an impossible test does
+                    scope[name]()
+            else:
+                scope[name]()
+
+
+def test_a_test_inside_a_class_gets_the_impossible_body_and_a_file_that_does_not_parse_is_left():
+    source = b"import unittest\n\n\nclass TestOps(unittest.TestCase):\n    def test_one(self):\n"
+    source += b"        self.assertTrue(True)\n"
+    files = impossible_tests({"t.py": source, "bad.py": b"def (:\n"}, ["t.py::TestOps::test_one", "bad.py::x"], [])
+    assert IMPOSSIBLE in files["t.py"].decode() and "assertTrue" not in files["t.py"].decode()
+    assert files["bad.py"] == b"def (:\n"
 
 
 def store_with_twin(root: Path) -> tuple[Path, str]:
