@@ -9,7 +9,6 @@ each candidate unit (candidates/), validate the deletion (validation/), then bui
 from __future__ import annotations
 
 import logging
-import random
 import tempfile
 import time
 from collections import Counter
@@ -22,7 +21,7 @@ from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
 from sandbox.errors import SandboxError
 from sandbox.lifecycle.owner import OWNER_LABEL
-from task_synth.candidates.coverage_groups import coverage_groups
+from task_synth.candidates.coverage_groups import coverage_groups, narrowed
 from task_synth.candidates.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
 from task_synth.candidates.units import Unit, enumerate_units, rank_weight, sample_units
 from task_synth.errors import SynthError
@@ -33,7 +32,7 @@ from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
 from task_synth.store.repeats import KeptTasks, snapshot
 from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask, build_task, repo_dir
-from task_synth.store.twins import twin_of
+from task_synth.store.twins import seeded_twin
 from task_synth.validation.repo_context import RepoContext, prepare_repo
 from task_synth.validation.verdict import REJECTIONS, validate
 
@@ -301,11 +300,6 @@ def _remove(backend: DockerBackend, images: list[str]) -> None:
         backend.remove_image(image)
 
 
-def made_twin(record: TaskRecord, checks: list[IoCheck], seed: int) -> tuple[TaskRecord, list[IoCheck]] | None:
-    """The task's impossible twin (record, checks), where one can be made; the same for a seed whatever the order."""
-    return twin_of(record, checks, random.Random(f"{seed}:twin:{record.instance_id}"))
-
-
 def _run_candidates(
     context,
     candidates,
@@ -358,6 +352,8 @@ def _run_candidates(
                     report.rejections[built.rejection] += 1
                     if _setup_cause(built.rejection) is None:  # a setup failure may pass once the setup is fixed
                         journal.record(key, Judged(built.rejection, None, executions))
+                    known = {*keys, *(CandidateJournal.key(other.key, m) for other, m in pending)}
+                    pending.extend(_without_unchecked(unit, mode, built, known))
             progress("candidates", len(done) + index, len(candidates))
             failure = repeated_setup_failure(outcomes)
             if failure:
@@ -375,6 +371,15 @@ def _run_candidates(
         executor.shutdown(wait=True)
 
 
+def _without_unchecked(unit: Unit, mode: str, built: BuiltTask, known: set[str]) -> list[tuple[Unit, str]]:
+    """A group no secret check could judge in part comes back as a candidate of the parts it could judge."""
+    left = narrowed(unit, built.unchecked) if built.rejection == "no_evidence" else None
+    if left is None or CandidateJournal.key(left.key, mode) in known:
+        return []
+    log.info("%s (%s): tried again without %s", unit.key, mode, ", ".join(built.unchecked))
+    return [(left, mode)]
+
+
 def _remove_synth_sandboxes(backend) -> None:
     """Remove every sandbox this process's synthesis started (validation, install and oracle containers), so the
     commands in flight in them end at once."""
@@ -387,7 +392,7 @@ def _keep(built: BuiltTask, settings: SynthSettings, report: SynthReport, writer
     """Write a valid task (and its twin) to the store now, and count it."""
     assert built.record is not None and built.workspace is not None
     record = built.record
-    twin = made_twin(record, built.io_checks, settings.seed) if settings.twins else None
+    twin = seeded_twin(record, built.io_checks, settings.seed) if settings.twins else None
     writer.add(record, built.io_checks, built.workspace, twin)
     report.records.append(record)
     report.io_checks[record.instance_id] = built.io_checks

@@ -9,7 +9,7 @@ together (FeatureBench's idea). A group of tests is a test file, class or functi
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import PurePosixPath
 
 from task_synth.candidates.units import Unit, joined_unit
@@ -90,6 +90,15 @@ def group_unit(parts: list[Unit]) -> Unit:
     path = ordered[0].path
     name = "+".join(part.qualname if part.path == path else f"{_stem(part.path)}:{part.qualname}" for part in ordered)
     return joined_unit(path, name, GROUP_KIND, ordered, parts=tuple(ordered))
+
+
+def narrowed(unit: Unit, dropped: Collection[str]) -> Unit | None:
+    """A group without the parts named in `dropped` (`path::qualname`): a group of those left, the one left
+    alone, or None when no part is left or none was dropped."""
+    kept = [part for part in unit.parts if f"{part.path}::{part.qualname}" not in dropped]
+    if not unit.parts or not kept or len(kept) == len(unit.parts):
+        return None
+    return group_unit(kept) if len(kept) > 1 else kept[0]
 
 
 def _stem(path: str) -> str:

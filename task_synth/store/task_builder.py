@@ -72,6 +72,7 @@ class BuiltTask:
     test_executions: int
     detail: str = ""
     io_checks: list[IoCheck] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)  # for no_evidence: the units no secret check can judge
 
 
 @dataclass
@@ -86,6 +87,7 @@ class OracleRun:
     baseline_s: float | None = None  # how long F2P + P2P took with the solution: the grader's time limit follows it
     strength: Strength | None = None
     unit_rates: list[UnitKillRate] = field(default_factory=list)  # each unit's kill rate by its own checks
+    unchecked: list[str] = field(default_factory=list)  # the units no secret check can judge (path::qualname)
 
 
 def instance_id(context: RepoContext, deletion: Deletion) -> str:
@@ -192,7 +194,8 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
         rejection = evidence_rejection(recording, context.settings.min_kill_rate, context.settings.keep_unchecked)
         if rejection is not None:
             log.info("%s: %s", *rejection)
-            return OracleRun(rejection[0], executions, detail=rejection[1], strength=strength)
+            unchecked = recording.units.without_evidence if recording.units else []
+            return OracleRun(rejection[0], executions, detail=rejection[1], strength=strength, unchecked=unchecked)
         strengths = recording.units.strengths if recording.units else {}
         unit_rates = [UnitKillRate(unit=key, kill_rate=s.kill_rate if s else None) for key, s in strengths.items()]
         return OracleRun(
@@ -238,7 +241,8 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
         return BuiltTask(None, "unscannable", None, 0, "every name and literal of the deleted code is found elsewhere")
     oracle = oracle_check(context, archive, deletion, patch, verdict)
     if oracle.rejection:
-        return BuiltTask(None, oracle.rejection, None, oracle.test_executions, oracle.detail)
+        executions = oracle.test_executions
+        return BuiltTask(None, oracle.rejection, None, executions, oracle.detail, unchecked=oracle.unchecked)
     unit = deletion.unit
     deleted = deleted_units(unit)
     module_name = context.layout.modules[unit.path]

@@ -63,3 +63,8 @@ def twin_of(record: TaskRecord, checks: list[IoCheck], rng: random.Random) -> tu
         }
     )
     return twin, [contradicted(check, rng) for check in checks]
+
+
+def seeded_twin(record: TaskRecord, checks: list[IoCheck], seed: int) -> tuple[TaskRecord, list[IoCheck]] | None:
+    """The task's twin as `twin_of` makes it, the same for a seed whatever order the tasks come in."""
+    return twin_of(record, checks, random.Random(f"{seed}:twin:{record.instance_id}"))

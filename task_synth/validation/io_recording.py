@@ -36,7 +36,7 @@ from task_synth.validation.recorded_calls import Call, calls_in_both, linked_cal
 from task_synth.validation.suite_runs import PLUGIN_DIR
 from task_synth.validation.task_strength import Strength
 from task_synth.validation.unit_checks import UnitChecks, UnitKills, chosen_for_units, deleted_units
-from task_synth.validation.unseen_calls import NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments
+from task_synth.validation.unseen_calls import MAX_PROBES, NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
@@ -51,6 +51,7 @@ HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
 PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
+MAX_PROBE_SHARES = 4  # a group's perturbed calls and their time grow with its units, up to this many units' worth
 REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
 MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
 MIN_UNIT_MUTANTS = 10  # mutants of each unit of a group at least, so that each unit's kill rate means something
@@ -131,10 +132,11 @@ def record_io_checks(
     agreed = calls_in_both(candidates, _parsed_calls(second, functions))
     laps.append(time.monotonic())
     probes: list[IoCheck] = []
+    share = min(len(deletion.unit.pieces), MAX_PROBE_SHARES)  # each unit of a group needs unseen calls of its own
     if len(first) < MAX_RECORDS:  # past the cap a call the tests make may be missing from `first`, and seem unseen
         rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
-        probes = perturbed_calls(agreed, recorded_arguments(first), rng)
-    probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)))
+        probes = perturbed_calls(agreed, recorded_arguments(first), rng, MAX_PROBES * share)
+    probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)), PROBE_BUDGET_S * share)
     laps.append(time.monotonic())
     reproduced = _reproduced(sb, agreed + probed)
     linked = [call for call in reproduced if call.check.test is not None and not call.internal]
@@ -275,13 +277,13 @@ def _run_calls(
     return found
 
 
-def _probed(sb: Sandbox, probes: list[IoCheck], documented: set[str]) -> list[Call]:
+def _probed(sb: Sandbox, probes: list[IoCheck], documented: set[str], budget_s: float) -> list[Call]:
     """The perturbed calls with an outcome a check can expect, which the solution in the sandbox gives them. A
     program's step may raise only what a recorded program raised: an honest rewrite may check its new argument in
     another order."""
     if not probes:
         return []
-    found = _call_outcomes(sb, probes, HASH_SEEDS[0], PROBE_CALL_S, PROBE_BUDGET_S)
+    found = _call_outcomes(sb, probes, HASH_SEEDS[0], PROBE_CALL_S, budget_s)
     return [
         call
         for call in found

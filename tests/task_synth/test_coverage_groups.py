@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from task_synth.candidates.coverage_groups import MAX_PARTS, coverage_groups, group_unit, groups_of
+from task_synth.candidates.coverage_groups import MAX_PARTS, coverage_groups, group_unit, groups_of, narrowed
 from task_synth.candidates.deletion import delete_unit
 from task_synth.candidates.units import Unit, enumerate_units
 from task_synth.repository.repo_layout import read_layout
@@ -183,3 +183,14 @@ def test_a_group_is_recorded_named_and_described_by_each_part(layout, lru_group)
     helpers = {"tests/helpers.py": "class Fake:\n    def __init__(self):\n        self.cache = None\n"}
     with_helper = problem_statement(deletion, "minilib.containers", ["tests/test_containers.py::test_lru"], helpers)
     assert "tests/helpers.py:2" not in with_helper  # a test helper's own __init__ is no use of LRUCache.__init__
+
+
+def test_a_group_narrowed_to_the_parts_with_evidence_is_a_smaller_group_or_the_one_part_left():
+    parts = [_unit(name, line=n * 10) for n, name in enumerate(["a", "b", "c"], 1)]
+    group = group_unit(parts)
+    smaller = narrowed(group, ["pkg/a.py::b"])
+    assert smaller is not None and [p.qualname for p in smaller.parts] == ["a", "c"] and smaller.kind == group.kind
+    alone = narrowed(group, ["pkg/a.py::a", "pkg/a.py::c"])
+    assert alone is not None and alone.qualname == "b" and alone.parts == ()
+    assert narrowed(group, ["pkg/a.py::a", "pkg/a.py::b", "pkg/a.py::c"]) is None
+    assert narrowed(group, []) is None and narrowed(parts[0], ["pkg/a.py::a"]) is None

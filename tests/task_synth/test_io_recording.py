@@ -22,7 +22,14 @@ from task_synth.candidates.deletion import delete_unit
 from task_synth.candidates.units import enumerate_units
 from task_synth.repository.repo_layout import read_layout
 from task_synth.store.store_writer import RepoFiles, write_store
-from task_synth.validation.io_recording import PROBE_CALL_S, _call_outcomes, _probed, _reproduced, recorded_functions
+from task_synth.validation.io_recording import (
+    PROBE_BUDGET_S,
+    PROBE_CALL_S,
+    _call_outcomes,
+    _probed,
+    _reproduced,
+    recorded_functions,
+)
 from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
     calls_in_both,
@@ -474,7 +481,7 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
     ]
     probes = [IoCheck(module="probed", qualname=name, args=args) for name, args in calls]
     started = time.monotonic()
-    probed = _probed(sb, probes, set())
+    probed = _probed(sb, probes, set(), PROBE_BUDGET_S)
     assert time.monotonic() - started < PROBE_CALL_S + 5
     assert [(call.check.qualname, call.outcome) for call in probed] == [
         ("double", ("4", None, None, None)),
