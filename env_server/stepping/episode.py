@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from env_server.grading import PristineCache, failing_summary, grade
+from env_server.grading.change_set import ChangeSet
 from env_server.settings import ServerSettings
 from env_server.stepping.errors import EpisodeOver
 from env_server.stepping.recorder import StepRecorder
@@ -216,6 +217,7 @@ class Stepper:
 
     def _finish(self, episode: Episode, status: str, result: ToolResult) -> CodingObservation:
         """Grade the workspace, end the episode, and build the final observation."""
+        graded: list[ChangeSet] = []  # what the grading graded, for the trace store (`regrow traces regrade`)
         try:
             details = grade(
                 episode.task,
@@ -223,6 +225,7 @@ class Stepper:
                 lambda: self.fresh_sandbox(episode.task),
                 self.pristine,
                 self.settings.grade_limits(),
+                on_changes=graded.append,
             )
         except (SandboxError, OSError, ValueError, tarfile.TarError) as error:
             self.recorder.sandbox_failed("grade")
@@ -243,7 +246,7 @@ class Stepper:
                 error=str(error),
             )
         episode.details = details
-        self.recorder.graded(episode, details)
+        self.recorder.graded(episode, details, graded[0] if graded else None)
         self._end(episode, status)
         summary = failing_summary(details)
         result.feedback = _joined(result.feedback, summary)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from env_server.grading.change_set import ChangeSet
 from env_server.observability.event_log import log_event
 from env_server.observability.live_stats import LiveStats
 from env_server.observability.metrics import ServerMetrics
@@ -43,8 +44,11 @@ class StepRecorder:
             done=step.observation.done,
         )
 
-    def graded(self, episode: Episode, details: RewardDetails) -> None:
-        """The reward, the tripwires it tripped and, for an impossible twin, whether it was forged."""
+    def graded(self, episode: Episode, details: RewardDetails, changes: ChangeSet | None = None) -> None:
+        """The reward, the tripwires it tripped, for an impossible twin whether it was forged, and the change set
+        graded (kept so that `regrow traces regrade` can grade it again)."""
+        if changes is not None:
+            self.traces.add_submission(episode.id, changes)
         self.metrics.reward.observe(details.reward)
         for reason in details.tamper_reasons:
             self.metrics.tampered.labels(reason).inc()

@@ -22,9 +22,9 @@ RETRY_INTERVAL_S = 1.0
 # Records committed per transaction when the backlog drains; steps wait at most one batch for the lock.
 DRAIN_BATCH = 200
 
-RecordKind = Literal["episode", "step", "episode_end"]
-RECORD_KINDS: tuple[RecordKind, ...] = ("episode", "step", "episode_end")
-SqlValue = str | int | float | None
+RecordKind = Literal["episode", "step", "episode_end", "submission"]
+RECORD_KINDS: tuple[RecordKind, ...] = ("episode", "step", "episode_end", "submission")
+SqlValue = str | bytes | int | float | None
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class TraceWrite:
     @property
     def size(self) -> int:
         """Bytes it holds, roughly: its text twice, as SQL parameters and in the trace `apply` keeps for reads."""
-        return 2 * (len(self.sql) + sum(len(value) if isinstance(value, str) else 8 for value in self.params))
+        return 2 * (len(self.sql) + sum(len(value) if isinstance(value, str | bytes) else 8 for value in self.params))
 
 
 # Commits a batch in one transaction, or raises sqlite3.Error (locked, full) to have it retried later; returns the

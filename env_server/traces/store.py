@@ -10,8 +10,10 @@ from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
+from env_server.grading.change_set import ChangeSet
 from env_server.observability.metrics import ServerMetrics
 from env_server.traces.backlog import MIB, RecordKind, SqlValue, TraceBacklog, TraceWrite
+from env_server.traces.submissions import decode_change_set, encode_change_set
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
 from proto.traces import EpisodeTrace, StepTrace
@@ -44,6 +46,10 @@ CREATE TABLE IF NOT EXISTS steps (
     PRIMARY KEY (episode_id, idx)
 );
 CREATE INDEX IF NOT EXISTS episodes_by_task ON episodes(task_id, started_at);
+CREATE TABLE IF NOT EXISTS submissions (
+    episode_id TEXT PRIMARY KEY REFERENCES episodes(episode_id),
+    change_set BLOB NOT NULL
+);
 """
 # Made once the tampered column exists; they let the dashboard's summaries read indexes, not the wide rows.
 _SUMMARY_INDEXES = """
@@ -145,6 +151,24 @@ class TraceStore:
             ),
             lambda trace: trace and trace.model_copy(update={**ended, "reward_details": details}),
         )
+
+    def add_submission(self, episode_id: str, changes: ChangeSet) -> None:
+        """The change set an episode's grading graded, kept so that `regrow traces regrade` grades the same bytes."""
+        self._write(
+            "submission",
+            episode_id,
+            "INSERT OR REPLACE INTO submissions VALUES (?, ?)",
+            (episode_id, encode_change_set(changes)),
+            lambda trace: trace,
+        )
+
+    def get_submission(self, episode_id: str) -> ChangeSet | None:
+        """The graded change set of an episode; None for one not graded, or graded before change sets were kept."""
+        with self._lock:
+            row = self._db.execute("SELECT change_set FROM submissions WHERE episode_id = ?", (episode_id,)).fetchone()
+            waiting = [w.params[1] for w in self._backlog.pending(episode_id) if w.record == "submission"]
+        blob = waiting[-1] if waiting else row[0] if row else None
+        return decode_change_set(blob) if isinstance(blob, bytes) else None
 
     def list_episodes(
         self,
