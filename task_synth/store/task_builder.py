@@ -185,9 +185,9 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
             log.info("oracle: %s", detail)
             return OracleRun("oracle_failed", run.executions, detail=detail)
         with clock.stage("task: I/O recording"):
-            recording = record_io_checks(
-                sb, deletion, context.layout, verdict.fail_to_pass, context.settings, tests_s=baseline_s
-            )
+            # Tests a trivial stand-in passes still show the unit's real calls: seeds for unseen calls of their own.
+            shown = list(dict.fromkeys(verdict.fail_to_pass + verdict.trivially_passed))
+            recording = record_io_checks(sb, deletion, context.layout, shown, context.settings, tests_s=baseline_s)
             plugins = pytest_plugin_modules(sb)
         executions = run.executions + recording.test_executions
         strength = recording.strength

@@ -101,7 +101,8 @@ def record_io_checks(
     settings: SynthSettings,
     tests_s: float | None = None,
 ) -> Recording:
-    """Checks of the deleted functions from its F2P tests, in a sandbox whose workspace has the solution applied.
+    """Checks of the deleted functions from its F2P tests (and any other visible test that shows its calls: a test
+    a trivial stand-in passes), in a sandbox whose workspace has the solution applied.
 
     `tests_s` is how long the F2P and P2P tests took with the solution: a recording run gets a few times that.
     """
