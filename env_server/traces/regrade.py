@@ -16,13 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from env_server.grading.applied_diff import NotReplayable, change_set_from_diff
 from env_server.grading.change_set import ChangeSet, Entry, Tree, read_tree
 from env_server.grading.pristine import PristineCache
 from env_server.grading.submission import grade_workspace
 from env_server.settings import GradeLimits
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.traces.store import TraceStore
-from env_server.traces.submissions import NotReplayable, change_set_from_diff
 from proto.observations import RewardDetails
 from proto.traces import EpisodeTrace
 from sandbox import Sandbox, SandboxError

@@ -12,17 +12,13 @@ from datetime import UTC, datetime
 
 import pytest
 
+from env_server.grading.applied_diff import NotReplayable, change_set_from_diff
 from env_server.grading.change_set import ChangeSet, Entry, Tree, compare, read_tree
 from env_server.grading.diff import MAX_DIFF_LINES, submission_diff
 from env_server.grading.path_policy import PathPolicy
 from env_server.traces.regrade import Regraded, RegradeReport, RegradeTotals, Skipped, workspace_tar
 from env_server.traces.store import TraceStore
-from env_server.traces.submissions import (
-    NotReplayable,
-    change_set_from_diff,
-    decode_change_set,
-    encode_change_set,
-)
+from env_server.traces.submissions import decode_change_set, encode_change_set
 from proto.traces import EpisodeTrace
 
 OPS = (
