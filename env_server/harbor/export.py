@@ -5,7 +5,11 @@ DIR/<instance id>/instruction.md        the problem statement
                   environment/          FROM the task's repository image (local: no registry), its install and
                                         workspace added as they are in a reset
                   solution/solve.sh     applies the task's solution patch (Harbor's oracle agent runs it)
-                  tests/test.sh         inside/grade.py: regrow's path policy, the pristine tests, the reward
+                  tests/test.sh         inside/grade.py: regrow's path policy, the checks replayed and judged,
+                                        the pristine tests, the reward
+                  tests/checks.json     the task's checks with the original's outcomes: never in environment/
+                  tests/grader/         regrow's judging modules, shipped unchanged (wire models: stand-ins)
+                  tests/programs/       regrow's check and test children, run apart from the verifier
 DIR/README.md                           which of regrow's grading guarantees hold under Harbor, and which do not
 """
 
@@ -16,17 +20,43 @@ import logging
 import shutil
 from pathlib import Path
 
+from env_server.grading.run import PROGRAMS
+from env_server.grading.submission import CHECK_CALL_S
+from env_server.settings import GradeLimits
 from env_server.task_store import Task
 from proto.task_files import RECORDS, hidden_dir, read_records
 from proto.tasks import TaskRecord
 
 log = logging.getLogger(__name__)
 INSIDE = Path(__file__).with_name("inside")
-PATH_POLICY = Path(__file__).parents[1] / "grading" / "path_policy.py"
+ROOT = Path(__file__).parents[2]
+# regrow's judging as the server runs it, shipped unchanged into tests/grader/ with the packages they import from
+SHIPPED_UNCHANGED = (
+    "env_server/grading/checks.py",
+    "env_server/grading/verdict.py",
+    "env_server/grading/pytest_command.py",
+    "env_server/grading/path_policy.py",
+    "env_server/grading/inside/launcher.py",
+    "proto/evidence.py",
+    "proto/python_ast.py",
+)
+# proto's wire models are pydantic's, which a task image lacks: stand-ins take their place
+GRADER = {
+    **{path: ROOT / path for path in SHIPPED_UNCHANGED},
+    "proto/tasks.py": INSIDE / "wire_standins.py",
+    "proto/observations.py": INSIDE / "wire_standins.py",
+}
+PACKAGES = ("proto", "env_server", "env_server/grading", "env_server/grading/inside")
+# The programs the verifier starts as the submission's uid: regrow's check and test children, and the plugin probe.
+CHILD_PROGRAMS = {
+    **{name: path for name, path in PROGRAMS.items() if name != "launcher.py"},
+    "pytest_plugin_modules.py": ROOT / "env_server/grading/inside/pytest_plugin_modules.py",
+}
 AGENT_TIMEOUT_S = 1800.0
-# The verifier builds its container, then runs FAIL_TO_PASS and PASS_TO_PASS once: the tests' own limit and slack.
+# Each of the verifier's two runs (the checks, then FAIL_TO_PASS and PASS_TO_PASS) gets the tests' own limit; the
+# verifier's covers both, its container's start and slack.
 TEST_TIMEOUT_S = 600
-VERIFIER_TIMEOUT_S = 900.0
+VERIFIER_TIMEOUT_S = 2 * TEST_TIMEOUT_S + 300.0
 
 
 class HarborExportError(ValueError):
@@ -114,12 +144,30 @@ def write_task(task: Task, folder: Path) -> None:
     _write_script(
         folder / "solution" / "solve.sh", "set -euo pipefail\ncd /workspace\ngit apply /solution/solution.patch\n"
     )
-    tests = folder / "tests"
-    _write_script(tests / "test.sh", "exec python /tests/grade.py\n")
+    write_verifier(task, folder / "tests", workspace)
+
+
+def write_verifier(task: Task, tests: Path, workspace: bytes) -> None:
+    """The tests folder, which only the verifier's container sees: the verifier and what it ships of regrow, the
+    checks with their expected outcomes, the original workspace, the pristine tests and the task's spec."""
+    record = task.record
+    # -I -S: the verifier imports nothing but the standard library and what ships beside it
+    _write_script(tests / "test.sh", "exec python -I -S /tests/grade.py\n")
     shutil.copyfile(INSIDE / "grade.py", tests / "grade.py")
-    shutil.copyfile(PATH_POLICY, tests / "path_policy.py")
-    (tests / "plugin").mkdir(exist_ok=True)
-    shutil.copyfile(INSIDE / "outcomes_plugin.py", tests / "plugin" / "outcomes_plugin.py")
+    for path, source in GRADER.items():
+        (tests / "grader" / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, tests / "grader" / path)
+    for package in PACKAGES:
+        (tests / "grader" / package / "__init__.py").write_text(
+            '"""Shipped by the Harbor export: what the verifier imports."""\n'
+        )
+    (tests / "programs").mkdir()
+    for name, source in CHILD_PROGRAMS.items():
+        shutil.copyfile(source, tests / "programs" / name)
+    checks = task.io_checks()
+    if not checks:
+        log.warning("task %s has no checks: its verifier gives 0 with basis undefined", task.id)
+    (tests / "checks.json").write_text(json.dumps([check.model_dump() for check in checks], indent=1) + "\n")
     (tests / "workspace.tar.gz").write_bytes(workspace)
     for path, content in task.pristine_tests().items():
         (tests / "pristine" / path).parent.mkdir(parents=True, exist_ok=True)
@@ -129,9 +177,12 @@ def write_task(task: Task, folder: Path) -> None:
         "PASS_TO_PASS": record.PASS_TO_PASS,
         "test_command": record.test_command,
         "hash_seed": record.hash_seed,
+        "pytest_plugins": record.pytest_plugins,
         "test_files": record.test_files,
         "deleted_paths": sorted({unit.path for unit in record.deleted}),
         "deleted_units": [{"path": u.path, "qualname": u.qualname, "kind": u.kind} for u in record.deleted],
+        "reward_mode": GradeLimits().mode,
+        "call_timeout_s": CHECK_CALL_S,
         "timeout_s": TEST_TIMEOUT_S,
     }
     (tests / "task.json").write_text(json.dumps(spec, indent=2) + "\n")
