@@ -89,6 +89,7 @@ def bench_synth(
     as_json: bool = AS_JSON,
 ) -> None:
     """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
+    from regrow.benchmarks import corpus
     from regrow.benchmarks.synthesis import run_synth_bench, run_throughput_bench
     from sandbox import SandboxError
     from task_synth.cli import stop_on_sigterm
@@ -104,7 +105,7 @@ def bench_synth(
     progress, update, _ = progress_bars(console)
     try:
         with tempfile.TemporaryDirectory(prefix="regrow-bench-sdist-") as scratch:
-            source = source or repo_source(repo, settings.cache_dir, Path(scratch))
+            source = source or corpus.repo_source(repo, settings.cache_dir, Path(scratch))
             with progress:
                 result = run_throughput_bench(source, settings, on_progress=update)
                 if compare_naive:
@@ -120,6 +121,7 @@ def bench_pytest_fork(
     as_json: bool = AS_JSON,
 ) -> None:
     """Seconds per test run in a validation sandbox: through its pytest fork server against a fresh pytest."""
+    from regrow.benchmarks import corpus
     from regrow.benchmarks.synthesis import run_fork_bench
     from sandbox import SandboxError
     from task_synth.errors import SynthError
@@ -127,22 +129,10 @@ def bench_pytest_fork(
     settings = synth_settings(max_tasks=1)
     try:
         with tempfile.TemporaryDirectory(prefix="regrow-bench-sdist-") as scratch:
-            result = run_fork_bench(repo_source(repo, settings.cache_dir, Path(scratch)), settings, runs)
+            result = run_fork_bench(corpus.repo_source(repo, settings.cache_dir, Path(scratch)), settings, runs)
     except (SynthError, SandboxError, RuntimeError) as error:
         fail(str(error))
     report(result, as_json)
-
-
-def repo_source(repo: str, cache_dir: Path, scratch: Path) -> str:
-    """What synthesis reads for `--repo`: an sdist unpacked into `scratch`, a pinned requirement's sdist downloaded
-    and unpacked there, or the path or URL as given."""
-    from regrow.benchmarks.corpus import download_sdist, extract_sdist
-
-    if repo.endswith((".tar.gz", ".zip")) and Path(repo).is_file():
-        return str(extract_sdist(Path(repo), scratch))
-    if "==" in repo and not Path(repo).exists():
-        return str(extract_sdist(download_sdist(repo, cache_dir), scratch))
-    return repo
 
 
 def bench_grade(
@@ -159,6 +149,19 @@ def bench_grade(
         report(run_grade_bench(tasks, repetitions, max_tasks), as_json)
     except SandboxError as error:
         fail(str(error))
+
+
+def bench_mutants(
+    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
+    max_tasks: int = typer.Option(5, min=1, help="Tasks measured, in id order."),
+    per_unit: int = typer.Option(5, min=1, help="Mutants of each deleted unit."),
+    seed: int = typer.Option(0, help="Seed of the mutants drawn."),
+    as_json: bool = AS_JSON,
+) -> None:
+    """What one-token mutants of each task's own solution earn: a strong grader pays none of them 1.0."""
+    from regrow.benchmarks.mutant_rewards import run_mutant_bench
+
+    report(run_mutant_bench(tasks, max_tasks, per_unit, seed), as_json)
 
 
 def bench_server(
@@ -378,6 +381,7 @@ def register(bench_app: typer.Typer) -> None:
         "server": bench_server,
         "load": bench_load,
         "grade": bench_grade,
+        "mutants": bench_mutants,
         "train": bench_train,
         "sampling": bench_sampling,
         "gpu": bench_gpu,

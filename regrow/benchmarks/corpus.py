@@ -237,3 +237,13 @@ def run_corpus_bench(
         "max_tasks": settings.max_tasks,
         "candidate_budget": settings.candidate_budget,
     }
+
+
+def repo_source(repo: str, cache_dir: Path, scratch: Path) -> str:
+    """What synthesis reads for `--repo`: an sdist unpacked into `scratch`, a pinned requirement's sdist downloaded
+    and unpacked there, or the path or URL as given."""
+    if repo.endswith((".tar.gz", ".zip")) and Path(repo).is_file():
+        return str(extract_sdist(Path(repo), scratch))
+    if "==" in repo and not Path(repo).exists():
+        return str(extract_sdist(download_sdist(repo, cache_dir), scratch))
+    return repo

@@ -48,7 +48,7 @@ def _tiny_sdist(path):
 
 
 def test_bench_synth_reads_an_sdist_a_pinned_requirement_from_the_cache_or_a_path(tmp_path):
-    from regrow.bench_cli import repo_source
+    from regrow.benchmarks.corpus import repo_source
 
     sdist = _tiny_sdist(tmp_path / "tiny-1.0.tar.gz")
     unpacked = repo_source(str(sdist), tmp_path / "cache", tmp_path / "a")
