@@ -76,9 +76,9 @@ class SynthSettings(BaseSettings):
     )
     keep_unchecked: bool = Field(
         False,
-        description="Also keep tasks with a deleted unit that no secret check can judge, in the `eval` split: the "
-        "grader gives them no score (basis `undefined`), so they serve evaluation by the visible tests only, never "
-        "training.",
+        description="Also keep tasks with a deleted unit that no secret check can judge, and make the run an "
+        "evaluation store: every task goes to the `eval` split (or --split). The grader gives such tasks no score "
+        "(basis `undefined`), so they serve evaluation by the visible tests only, never training.",
     )
     max_baseline_failure_fraction: float = Field(
         0.2,

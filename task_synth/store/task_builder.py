@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from proto import task_files
-from proto.evidence import units_without_evidence
 from proto.tasks import IoCheck, TaskRecord, TaskStats, UnitKillRate
 from sandbox.layout import WORKSPACE
 from sandbox.lifecycle.base_image import regrow_version
@@ -54,7 +53,7 @@ WORKSPACE_INVARIANTS = (
 )
 
 
-UNCHECKED_SPLIT = "eval"  # where --keep-unchecked puts a task the grader cannot score: never a training split
+UNCHECKED_SPLIT = "eval"  # a --keep-unchecked run makes an evaluation store: its tasks are never a training split
 # One time for every member (the workspace commit's date), so that the same deletion gives the same files and times.
 ARCHIVE_MTIME = 946684800
 
@@ -264,8 +263,8 @@ def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> Bu
         test_command=context.settings.test_command,
         solution_patch=patch,
         test_files=list(context.layout.test_files),
-        split=UNCHECKED_SPLIT
-        if units_without_evidence(oracle.io_checks, deleted)
+        split=(context.settings.split or UNCHECKED_SPLIT)
+        if context.settings.keep_unchecked
         else split_of(
             context.checkout.repo_name,
             unit.path,
