@@ -18,6 +18,7 @@ import pytest
 from env_server.lifecycle.provisioning import seed
 from env_server.task_store import TaskStore
 from proto.call_values import described_text, state_text
+from proto.evidence import checks_by_unit, has_secret_evidence
 from proto.task_files import read_records
 from proto.tasks import IoCheck, TaskRecord
 from task_synth.candidates.coverage_groups import group_unit
@@ -218,9 +219,13 @@ def test_function_tasks_get_io_checks_that_the_original_function_passes(synthesi
     assert function_tasks, "the fixture run has no function, feature or module task to record checks of"
     for record in function_tasks:
         checks = _io_checks(store, record)
-        linked = [check for check in checks if check.test is not None]
-        assert 1 <= len(linked) <= MAX_CHECKS and len(checks) - len(linked) <= MAX_UNSEEN, record.instance_id
-        assert {check.test for check in linked} <= set(record.FAIL_TO_PASS), record.instance_id
+        # Each unit has its own budget of checks, and secret evidence of its own.
+        for own in checks_by_unit(checks, record.deleted).values():
+            linked = [check for check in own if check.test is not None]
+            assert len(linked) <= MAX_CHECKS and len(own) - len(linked) <= MAX_UNSEEN, record.instance_id
+            assert has_secret_evidence(own), record.instance_id
+        # A linked call's test is a visible test of the unit: a FAIL_TO_PASS one, or one a trivial stand-in passes.
+        assert all(check.test.split("::")[0] in record.test_files for check in checks if check.test), record.instance_id
         deleted = record.deleted[0]
         for check in checks:
             assert check.module == read_layout(MINILIB).modules[deleted.path], check
