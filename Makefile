@@ -93,7 +93,7 @@ wheelhouse-gpu:
 # builds and pip installs; the other engine tests, which mostly wait on containers; and the pure logic, which keeps the
 # cores busy meanwhile, then two long engine files that even the lanes out. Each lane's log is printed whole at its end.
 STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
-AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py
+AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py
 NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 test:
