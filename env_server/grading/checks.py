@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from proto.evidence import is_secret
 from proto.python_ast import literal_value
 from proto.tasks import IoCheck
 
@@ -33,7 +34,7 @@ class CheckResult:
 
     @property
     def unseen(self) -> bool:
-        return self.check.test is None
+        return is_secret(self.check)
 
 
 def check_inputs(checks: list[IoCheck]) -> list[dict[str, object]]:

@@ -1,5 +1,6 @@
 """Fixtures of the env server tests: the hand-made task store and a live runtime on the real engine."""
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,17 @@ def make_settings(store: Path, tmp_path: Path, **overrides):
     )
     values.update(overrides)
     return ServerSettings(**values)
+
+
+@contextlib.contextmanager
+def live_runtime(backend, store: Path, tmp_path: Path, **overrides):
+    """A started EpisodeRuntime over `store`, closed with its trace store on the way out."""
+    live = make_runtime(backend, make_settings(store, tmp_path, **overrides))
+    try:
+        yield live
+    finally:
+        live.close()
+        live.traces.close()
 
 
 def make_runtime(docker_backend, settings):

@@ -16,7 +16,7 @@ from proto.call_values import replay_program
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
 from task_synth.store.twins import twin_of
-from tests.env_server.conftest import make_runtime, make_settings
+from tests.env_server.conftest import live_runtime
 from tests.env_server.test_reward_hacks import LIE
 
 pytestmark = pytest.mark.docker
@@ -81,10 +81,8 @@ def class_store(docker_backend, base_image, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def class_runtime(docker_backend, class_store, tmp_path_factory):
-    live = make_runtime(docker_backend, make_settings(class_store, tmp_path_factory.mktemp("rt")))
-    yield live
-    live.close()
-    live.traces.close()
+    with live_runtime(docker_backend, class_store, tmp_path_factory.mktemp("rt")) as live:
+        yield live
 
 
 def _play(runtime, files: dict[str, str]) -> dict:

@@ -23,7 +23,7 @@ from proto.evidence import module_of_path
 from proto.tasks import IoCheck
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
-from tests.env_server.conftest import make_runtime, make_settings
+from tests.env_server.conftest import live_runtime
 from tests.env_server.dashboard_support import FORGED_INIT
 from tests.env_server.test_reward_hacks import LIE
 
@@ -47,10 +47,8 @@ def kinds_store(docker_backend, base_image, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def red_team_runtime(docker_backend, kinds_store, tmp_path_factory):
-    live = make_runtime(docker_backend, make_settings(kinds_store, tmp_path_factory.mktemp("rt")))
-    yield live
-    live.close()
-    live.traces.close()
+    with live_runtime(docker_backend, kinds_store, tmp_path_factory.mktemp("rt")) as live:
+        yield live
 
 
 def task_of_kind(runtime, kind: str) -> Task:

@@ -17,7 +17,7 @@ from proto.actions import ToolCall
 from proto.task_files import IO_CHECKS, TWIN_OF, TWINS, hidden_dir
 from proto.tasks import IoCheck
 from task_synth.store.twins import twin_of
-from tests.env_server.conftest import make_runtime, make_settings
+from tests.env_server.conftest import live_runtime
 from tests.env_server.test_reward_hacks import LIE, OPS_HEAD, UNIT_IS_STUB
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
@@ -43,10 +43,8 @@ def twin_store(demo_task_store, tmp_path_factory) -> tuple[Path, list[IoCheck]]:
 
 @pytest.fixture(scope="module")
 def twin_runtime(docker_backend, twin_store, tmp_path_factory):
-    live = make_runtime(docker_backend, make_settings(twin_store[0], tmp_path_factory.mktemp("rt"), twin_rate=1.0))
-    yield live
-    live.close()
-    live.traces.close()
+    with live_runtime(docker_backend, twin_store[0], tmp_path_factory.mktemp("rt"), twin_rate=1.0) as live:
+        yield live
 
 
 def play_sampled(runtime, files: dict[str, str]) -> tuple[str, dict]:
