@@ -13,14 +13,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from env_server.grading.change_set import ChangeSet, SubmissionTooLarge, compare, differs_from, read_tree
+from env_server.grading.change_set import ChangeSet, SubmissionTooLarge, Tree, compare, differs_from, read_tree
 from env_server.grading.checks import check_inputs, judge_all
 from env_server.grading.diff import submission_diff
 from env_server.grading.path_policy import PathPolicy
 from env_server.grading.pristine import Pristine, PristineCache
 from env_server.grading.pytest_command import GRADING_ENV, pytest_arguments
 from env_server.grading.run import GradingFolder, launch, write_grading_tree
-from env_server.grading.scan.flags import scan_change_set
+from env_server.grading.scan.flags import TamperFlag, scan_change_set
+from env_server.grading.scan.originals import original_files
 from env_server.grading.twin_tests import impossible_tests
 from env_server.grading.verdict import RunReport, score
 from env_server.settings import GradeLimits
@@ -134,10 +135,7 @@ def grade_workspace(
     details = score(task.record, tests, judge_all(checks, check_records), limits.mode)
     if task.twin_of is not None:
         details = twin_verdict(task.record, tests, details)
-    found = scan_change_set(
-        {path: (pristine.tree.data.get(path), data) for path, data in changes.written.items() if path.endswith(".py")},
-        excused_source(task.record.solution_patch),
-    )
+    found = tamper_flags(changes, pristine.tree, task.record.solution_patch)
     refused = [RefusedPath(path=path, reason=reason) for path, reason in sorted(changes.refused.items())]
     return details.model_copy(
         update={
@@ -160,8 +158,16 @@ def twin_verdict(record: TaskRecord, tests: RunReport, details: RewardDetails) -
     return details.model_copy(update={"reward": 0.0, "tampered": True, "tamper_reasons": reasons})
 
 
+def tamper_flags(changes: ChangeSet, pristine: Tree, solution_patch: str) -> list[TamperFlag]:
+    """The scan of the written .py files, excusing what the task's original files themselves do, each read whole."""
+    originals = original_files(solution_patch, pristine.data)
+    written = {path: (pristine.data.get(path), data) for path, data in changes.written.items() if path.endswith(".py")}
+    return scan_change_set(written, excused_source(originals.unapplied), originals.texts)
+
+
 def excused_source(solution_patch: str) -> str:
-    """The added lines of the task's solution: what the original code itself used is no sign of tampering."""
+    """The added lines of a solution patch, the excuse where its original files cannot be rebuilt: what the original
+    code itself used is no sign of tampering."""
     return "\n".join(
         line[1:] for line in solution_patch.splitlines() if line.startswith("+") and not line.startswith("+++")
     )

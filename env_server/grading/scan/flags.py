@@ -85,14 +85,25 @@ def _new_uses(found: tuple[Use, ...], pristine: tuple[Use, ...], excused: Counte
     return new
 
 
-def scan_change_set(changed: Mapping[str, tuple[bytes | None, bytes]], excused_source: str = "") -> list[TamperFlag]:
-    """Flags in changed .py files each construct used more often than in its pristine file and in the excused source."""
-    excused = Counter((use.rule, use.detail) for use in _trusted_uses(excused_source, ""))
+def scan_change_set(
+    changed: Mapping[str, tuple[bytes | None, bytes]],
+    excused_source: str = "",
+    originals: Mapping[str, str] | None = None,
+) -> list[TamperFlag]:
+    """Flags in changed .py files each construct used more often than in its pristine file, in its original file (read
+    whole, as the solution patch rebuilds it) and in the excused source (fragments that excuse in every file)."""
+    shared = _counts(_trusted_uses(excused_source, ""))
     flags = []
     for path, (pristine, submitted) in changed.items():
         if not path.endswith(".py") or pristine == submitted:
             continue
         found = _uses(submitted, path)
         before = _trusted_uses(pristine, path) if found and pristine is not None else ()
+        original = (originals or {}).get(path) if found else None
+        excused = shared + _counts(_trusted_uses(original, path)) if original is not None else shared
         flags += [TamperFlag(path, use.line, use.rule, use.detail) for use in _new_uses(found, before, excused)]
     return sorted(flags, key=lambda flag: (flag.path, flag.line, flag.rule, flag.detail))
+
+
+def _counts(uses: tuple[Use, ...]) -> Counter:
+    return Counter((use.rule, use.detail) for use in uses)
