@@ -11,11 +11,13 @@ interpreter, as `regrow_call_values.py`.
 
 import ast
 import base64
+import builtins
 import contextlib
 import enum
 import functools
 import importlib
 import inspect
+import marshal
 import math
 import operator
 import pickle
@@ -28,6 +30,7 @@ else:  # shipped alone into a sandbox, where no `proto` of ours may be imported:
     _literal_eval = ast.literal_eval  # type: ignore[assignment]  # same call, no lock
 
 MAX_TEXT = 300  # characters of a call's literal arguments
+MAX_RECIPE_TEXT = 6000  # characters of a call's argument recipes (a function's code takes a few hundred)
 MAX_DESCRIPTION = 4000  # characters of a described value
 MAX_DEPTH = 6
 SHIPPED_NAME = "regrow_call_values"
@@ -228,28 +231,88 @@ def drawn(generator, take):
     return text if len(text) <= MAX_DESCRIPTION else None
 
 
-def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None):
+def built(recipe):
+    """The value an argument recipe stands for, made anew: `('lit', value)`, `('range', start, stop, step)`,
+    `('iter', recipe)`, `('list' | 'tuple', recipes)`, `('dict', ((key, value) recipes))`, `('module', name)`,
+    `('ref', module, qualname)` (an object found by its name), or `('code', module, qualname, marshalled code,
+    default recipes, keyword default recipes, closure recipes, ((global name, recipe), ...))`: a function by value,
+    as the lambdas and helpers a test passes are."""
+    kind = recipe[0]
+    if kind == "lit":
+        return recipe[1]
+    if kind == "range":
+        return range(*recipe[1:])
+    if kind == "iter":
+        return iter(built(recipe[1]))
+    if kind in ("list", "tuple"):
+        return (list if kind == "list" else tuple)(built(item) for item in recipe[1])
+    if kind == "dict":
+        return {built(key): built(value) for key, value in recipe[1]}
+    if kind == "module":
+        return importlib.import_module(recipe[1])
+    if kind == "ref":
+        found = importlib.import_module(recipe[1])
+        for part in recipe[2].split("."):
+            found = getattr(found, part)
+        return found
+    if kind == "code":
+        return _function(*recipe[1:])
+    raise ValueError(f"no argument recipe of kind {kind!r}")
+
+
+def _function(module, qualname, code, defaults, keyword_defaults, closure, names):
+    namespace = {"__name__": module, "__builtins__": builtins}
+    namespace.update((name, built(item)) for name, item in names)
+    function = types.FunctionType(
+        marshal.loads(base64.b64decode(code)),
+        namespace,
+        qualname.rpartition(".")[2],
+        None if defaults is None else tuple(built(item) for item in defaults),
+        tuple(types.CellType(built(item)) for item in closure) or None,
+    )
+    function.__qualname__ = qualname
+    if keyword_defaults is not None:
+        function.__kwdefaults__ = {name: built(item) for name, item in keyword_defaults}
+    return function
+
+
+def _arguments(args_text, kwargs_text, recipes):
+    """A call's (args, kwargs) from its texts, built from recipes where it has them; and their literal part, which
+    the call must leave as it was (an iterator a recipe builds is there to be used up)."""
+    args, kwargs = _literal_eval(args_text), _literal_eval(kwargs_text)
+    if not recipes:
+        return args, kwargs, (args, kwargs)
+    literal = (
+        tuple(recipe[1] for recipe in args if recipe[0] == "lit"),
+        {name: recipe[1] for name, recipe in kwargs.items() if recipe[0] == "lit"},
+    )
+    return tuple(built(recipe) for recipe in args), {name: built(recipe) for name, recipe in kwargs.items()}, literal
+
+
+def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, recipes=False):
     """Run one recorded call anew, within `limit` seconds, and say what it gave as data: `returned` (described; with
     `kind`, its type's name, where no description stands for it), `raised` (an Exception's class name, with `bases`
     the names of the classes above it), `timeout`,
     `state` (a receiver's attributes after), `args_after` (pickled arguments after) and `changed_args` (literal
-    arguments the call changed). A generator's items are drawn, `take` at most. Synthesis records with it and a
-    grading container checks with it, so the two replay a call alike."""
+    arguments the call changed). A generator's items are drawn, `take` at most. With `recipes`, the texts hold a
+    recipe per argument (see `built`). Synthesis records with it and a grading container checks with it, so the two
+    replay a call alike."""
     found = {}
-    receiver = arguments = args = kwargs = before = None
+    receiver = arguments = args = kwargs = before = literal = None
     try:
         with _within(limit):
             receiver, arguments = pickle.loads(base64.b64decode(inputs)) if inputs else (None, None)
-            args, kwargs = (
-                arguments if arguments is not None else (_literal_eval(args_text), _literal_eval(kwargs_text))
-            )
+            if arguments is not None:
+                args, kwargs = arguments
+            else:
+                args, kwargs, literal = _arguments(args_text, kwargs_text, recipes)
             if receiver is not None:
                 function = getattr(receiver, qualname.rpartition(".")[2])
             else:
                 function = importlib.import_module(module)
                 for part in qualname.split("."):
                     function = getattr(function, part)
-            before = (literal_text(args), literal_text(kwargs))
+            before = tuple(map(literal_text, literal)) if literal is not None else None
             result = function(*args, **kwargs)
             if take is not None and _iterable(result):  # a list serves a test that draws from it as well
                 found["returned"] = drawn(iter(result), take)
@@ -269,7 +332,7 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None):
         found["state"] = state_text(receiver)
     if arguments is not None:
         found["args_after"] = described_text((args, kwargs))
-    elif before is not None and (literal_text(args), literal_text(kwargs)) != before:
+    elif before is not None and tuple(map(literal_text, literal)) != before:
         found["changed_args"] = True
     return found
 

@@ -65,6 +65,12 @@ class IoCheck(BaseModel):
         "`('generated', items, end)`, `end` being 'ended', ('raised', class name) or None where the test stopped "
         "drawing first.",
     )
+    recipes: bool = Field(
+        default=False,
+        description="Whether `args` and `kwargs` hold a recipe per argument rather than the values: arguments no "
+        "literal spells (a range, an iterator, a function by its name or by value), which every replay builds anew "
+        "(proto.call_values.built).",
+    )
     steps: str | None = Field(
         default=None,
         description="For a deleted class: the program one test ran on its instances, as a tuple literal of steps "

@@ -49,6 +49,7 @@ def check_inputs(checks: list[IoCheck]) -> list[dict[str, object]]:
             "steps": c.steps,
             "reads": c.reads,
             "take": c.take,
+            "recipes": c.recipes,
         }
         for c in checks
     ]

@@ -33,7 +33,8 @@ def impossible_tests(files: dict[str, bytes], fail_to_pass: Iterable[str], check
 
 
 def _literal_call(check: IoCheck) -> bool:
-    return check.inputs is None and check.steps is None and check.take is None and check.result is not None
+    plain = check.inputs is None and check.steps is None and check.take is None and not check.recipes
+    return plain and check.result is not None
 
 
 def _replaced(path: str, source: bytes, tests: set[tuple[str, ...]], calls: dict[str, IoCheck]) -> bytes:

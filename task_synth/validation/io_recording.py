@@ -44,6 +44,15 @@ RECORDER_SOURCE = Path(__file__).with_name("inside") / "io_recorder_plugin.py"
 PROGRAMS = "regrow_program_recorder"
 PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
+RECIPES = "regrow_argument_recipes"
+RECIPES_SOURCE = Path(__file__).with_name("inside") / "argument_recipes.py"
+# The recorder and the modules it imports, by their names beside it in the sandbox.
+RECORDER_FILES = {
+    f"{RECORDER}.py": RECORDER_SOURCE,
+    f"{SHIPPED_NAME}.py": VALUES_SOURCE,
+    f"{PROGRAMS}.py": PROGRAMS_SOURCE,
+    f"{RECIPES}.py": RECIPES_SOURCE,
+}
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
 MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"mutants": [{"module": name, "path": its file, "source": text}]}
@@ -113,9 +122,8 @@ def record_io_checks(
     if not functions or not fail_to_pass:
         return Recording([], 0)
     started = time.monotonic()
-    sb.write_file(f"{PLUGIN_DIR}/{RECORDER}.py", RECORDER_SOURCE.read_text())
-    sb.write_file(f"{PLUGIN_DIR}/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
-    sb.write_file(f"{PLUGIN_DIR}/{PROGRAMS}.py", PROGRAMS_SOURCE.read_text())
+    for name, source in RECORDER_FILES.items():
+        sb.write_file(f"{PLUGIN_DIR}/{name}", source.read_text())
     library_files = sorted(f"/workspace/{path}" for path in layout.modules)
     reads = tests_read(sb, fail_to_pass) if deletion.unit.kind == "class" else []
     config = {"functions": functions, "library_files": library_files, "reads": reads}
@@ -245,7 +253,7 @@ def _run_calls(
     """The checks' outcomes as `_call_outcomes` has them: one list, or with `mutants` one list per mutant that
     MUTANTS_JSON holds, all run by one command (a forked child each) instead of one command per mutant."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take] for c in checks]
+    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take, c.recipes] for c in checks]
     sb.write_file(calls, json.dumps(rows))
     limits = [str(call_s), str(budget_s)]
     arguments = [*(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from proto.call_values import MAX_DESCRIPTION, MAX_PROGRAM_TEXT, MAX_STEPS, MAX_TEXT
+from proto.call_values import MAX_DESCRIPTION, MAX_PROGRAM_TEXT, MAX_RECIPE_TEXT, MAX_STEPS, MAX_TEXT
 from proto.python_ast import literal_value
 from proto.tasks import IoCheck
 
@@ -59,7 +59,7 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
             return _parsed_program(check, raw.get("internal") is True)
         if check.qualname not in functions.get(check.module, ()) or (check.result is None) == (check.raises is None):
             return None
-        if any(len(text) > MAX_TEXT for text in (check.args, check.kwargs)):
+        if any(len(text) > (MAX_RECIPE_TEXT if check.recipes else MAX_TEXT) for text in (check.args, check.kwargs)):
             return None
         if any(len(text or "") > MAX_DESCRIPTION for text in (check.result, check.state, check.args_after)):
             return None
@@ -72,6 +72,8 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         return None
     if type(args) is not tuple or type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
         return None
+    if check.recipes and not all(map(is_recipe, [*args, *kwargs.values()])):
+        return None
     if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
         return None
     if check.take is not None and not _is_drawn(literal_value(check.result or "None"), check.take):
@@ -83,13 +85,22 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
     return Call(check, check_key(check), outcome, internal=raw.get("internal") is True)
 
 
+RECIPE_KINDS = ("lit", "range", "iter", "list", "tuple", "dict", "module", "ref", "code")
+
+
+def is_recipe(value: object) -> bool:
+    """Whether `value` has a recipe's shape (proto.call_values.built): a tuple led by a kind of recipe."""
+    return type(value) is tuple and len(value) >= 2 and value[0] in RECIPE_KINDS
+
+
 def check_key(check: IoCheck) -> tuple[str, str, str, str]:
     """What tells calls apart, free of hash order: the function, the arguments, the pickled inputs and a program's
     steps."""
     args, kwargs = canonical(literal_value(check.args)), canonical(literal_value(check.kwargs))
     steps = canonical(literal_value(check.steps)) if check.steps is not None else ""
     take = "" if check.take is None else f"|{check.take}"  # a test that drew 2 items and one that drew all differ
-    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}|{steps}{take}")
+    recipes = "|recipes" if check.recipes else ""
+    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}|{steps}{take}{recipes}")
 
 
 def unique_calls(calls: list[Call]) -> list[Call]:

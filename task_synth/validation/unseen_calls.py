@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Callable
 from typing import Any
 
-from proto.call_values import MAX_PROGRAM_TEXT, literal_text
+from proto.call_values import MAX_PROGRAM_TEXT, MAX_RECIPE_TEXT, literal_text
 from proto.python_ast import literal_value
 from proto.tasks import IoCheck
 from task_synth.validation.recorded_calls import Call, canonical, check_key, selected_checks
@@ -30,7 +31,9 @@ def recorded_arguments(raw: list[Any]) -> Arguments:
             if item.get("steps") is not None:
                 found.setdefault(key, []).append(("steps", canonical(literal_value(item["steps"]))))
             else:
-                found.setdefault(key, []).append((literal_value(item["args"]), literal_value(item["kwargs"])))
+                args: Any = literal_value(item["args"])  # a tuple and a dict where the recorder wrote them
+                kwargs: Any = literal_value(item["kwargs"])
+                found.setdefault(key, []).append(plain_marks(args, kwargs) if item.get("recipes") else (args, kwargs))
         except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError, AttributeError):
             continue
     return found
@@ -76,6 +79,51 @@ def perturbed_values(value: Any, depth: int = 2) -> list[object]:
     return list({canonical(item): item for item in found if canonical(item) != own}.values())
 
 
+def plain_marks(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """Recipe arguments with each literal recipe as its value, so that a call compares equal to the visible call
+    whose literal arguments it spells, whichever way each was written."""
+
+    def mark(recipe: Any) -> object:
+        return recipe[1] if recipe[0] == "lit" else recipe
+
+    return tuple(map(mark, args)), {name: mark(recipe) for name, recipe in kwargs.items()}
+
+
+def perturbed_recipes(recipe: Any, functions: list[object]) -> list[object]:
+    """Recipes a small step from `recipe`: a literal's perturbed values, a range's ends moved, an iterator over a
+    changed sequence, a list or tuple shortened or reversed, and a function swapped for another of `functions` (the
+    ones the recorded calls pass), which pairs it with a call that no test makes."""
+    kind = recipe[0]
+    if kind == "lit":
+        return [("lit", value) for value in perturbed_values(recipe[1])]
+    if kind == "range":
+        _, start, stop, step = recipe
+        moved = [("range", start, new, step) for new in perturbed_values(stop)]
+        return moved + [("range", new, stop, step) for new in perturbed_values(start)[:2]]
+    if kind == "iter":
+        return [("iter", changed) for changed in perturbed_recipes(recipe[1], functions)]
+    if kind in ("list", "tuple"):
+        items = recipe[1]
+        shorter = {repr(changed): changed for changed in (items[1:], items[:-1], items[::-1]) if changed != items}
+        return [(kind, changed) for changed in shorter.values()]
+    if kind in ("code", "ref"):
+        return [other for other in functions if other != recipe]
+    return []
+
+
+def _function_recipes(calls: list[Call]) -> list[object]:
+    """The functions the recorded calls pass as recipes, each once, in the order first seen."""
+    found: dict[str, object] = {}
+    for call in calls:
+        if call.check.recipes and call.check.steps is None:
+            args: Any = literal_value(call.check.args)
+            kwargs: Any = literal_value(call.check.kwargs)
+            for recipe in (*args, *kwargs.values()):
+                if recipe[0] in ("code", "ref"):
+                    found.setdefault(repr(recipe), recipe)
+    return list(found.values())
+
+
 def perturbed_calls(
     calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES
 ) -> list[IoCheck]:
@@ -86,6 +134,7 @@ def perturbed_calls(
     spread over the recorded ones.
     """
     variants = []
+    functions = _function_recipes(calls)
     for call in calls:
         check = call.check
         if check.steps is not None:
@@ -98,8 +147,9 @@ def perturbed_calls(
         else:
             args: Any = literal_value(check.args)  # a tuple and a dict: the recorder wrote them
             kwargs: Any = literal_value(check.kwargs)
-            mine = [(changed, kwargs) for changed in _changed_args(args)]
-            mine += [(args, changed) for changed in _changed_kwargs(kwargs)]
+            vary = (lambda recipe: perturbed_recipes(recipe, functions)) if check.recipes else perturbed_values
+            mine = [(changed, kwargs) for changed in _changed_args(args, vary=vary)]
+            mine += [(args, changed) for changed in _changed_kwargs(kwargs, vary=vary)]
             rng.shuffle(mine)
         if check.args_after is None:  # pickled arguments are not perturbed
             variants.append([(check, arguments) for arguments in mine])
@@ -109,24 +159,21 @@ def perturbed_calls(
         if len(chosen) >= limit or probe is None or check_key(probe) in chosen:
             continue
         mark = ("steps", canonical(arguments[1])) if arguments[0] == "steps" else arguments
+        mark = plain_marks(*arguments) if check.recipes else mark
         if mark not in recorded.get((check.module, check.qualname), ()):
             chosen[check_key(probe)] = probe
     return list(chosen.values())
 
 
-def _changed_args(args: tuple, fixed: frozenset[object] = frozenset()) -> list[tuple]:
-    return [
-        args[:at] + (new,) + args[at + 1 :]
-        for at, arg in enumerate(args)
-        if at not in fixed
-        for new in perturbed_values(arg)
-    ]
+Vary = Callable[[Any], list[object]]
 
 
-def _changed_kwargs(kwargs: dict, fixed: frozenset[object] = frozenset()) -> list[dict]:
-    return [
-        {**kwargs, name: new} for name, value in kwargs.items() if name not in fixed for new in perturbed_values(value)
-    ]
+def _changed_args(args: tuple, fixed: frozenset[object] = frozenset(), vary: Vary = perturbed_values) -> list[tuple]:
+    return [args[:at] + (new,) + args[at + 1 :] for at, arg in enumerate(args) if at not in fixed for new in vary(arg)]
+
+
+def _changed_kwargs(kwargs: dict, fixed: frozenset[object] = frozenset(), vary: Vary = perturbed_values) -> list[dict]:
+    return [{**kwargs, name: new} for name, value in kwargs.items() if name not in fixed for new in vary(value)]
 
 
 def _alternating(first: list, second: list) -> list:
@@ -175,7 +222,12 @@ def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:
         if len(steps) > MAX_PROGRAM_TEXT:
             return None
         return IoCheck(module=check.module, qualname=check.qualname, args="()", steps=steps, reads=check.reads)
-    args_text, kwargs_text = literal_text(arguments[0]), literal_text(arguments[1])
+    if check.recipes:
+        args_text, kwargs_text = repr(arguments[0]), repr(arguments[1])
+        if len(args_text) + len(kwargs_text) > MAX_RECIPE_TEXT:
+            return None
+    else:
+        args_text, kwargs_text = literal_text(arguments[0]), literal_text(arguments[1])
     if args_text is None or kwargs_text is None:
         return None
     return IoCheck(
@@ -185,6 +237,7 @@ def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:
         kwargs=kwargs_text,
         inputs=check.inputs,
         take=check.take,
+        recipes=check.recipes,
     )
 
 

@@ -9,9 +9,8 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from proto.call_values import SHIPPED_NAME
 from sandbox.limits import Limits
-from task_synth.validation.io_recording import PROGRAMS, PROGRAMS_SOURCE, RECORDER, RECORDER_SOURCE, VALUES_SOURCE
+from task_synth.validation.io_recording import RECORDER, RECORDER_FILES
 
 
 def recorded_raw_calls(
@@ -23,9 +22,8 @@ def recorded_raw_calls(
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(text)
     (tmp_path / "plugins").mkdir()
-    (tmp_path / "plugins" / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
-    (tmp_path / "plugins" / f"{SHIPPED_NAME}.py").write_text(VALUES_SOURCE.read_text())
-    (tmp_path / "plugins" / f"{PROGRAMS}.py").write_text(PROGRAMS_SOURCE.read_text())
+    for name, source in RECORDER_FILES.items():
+        (tmp_path / "plugins" / name).write_text(source.read_text())
     library = [str(tmp_path / path) for path in files if not path.startswith("tests/")]
     config = {"functions": functions, "library_files": library, "reads": list(reads)}
     (tmp_path / "config.json").write_text(json.dumps(config))
@@ -50,9 +48,8 @@ class LocalSandbox:
 
     def __init__(self, root: Path):
         self.root = root
-        self.write_file(f"/plugins/{RECORDER}.py", RECORDER_SOURCE.read_text())
-        self.write_file(f"/plugins/{SHIPPED_NAME}.py", VALUES_SOURCE.read_text())
-        self.write_file(f"/plugins/{PROGRAMS}.py", PROGRAMS_SOURCE.read_text())
+        for name, source in RECORDER_FILES.items():
+            self.write_file(f"/plugins/{name}", source.read_text())
 
     def _here(self, path: str) -> str:
         return str(self.root / "sandbox" / path.lstrip("/")) if path.startswith("/") else path

@@ -117,3 +117,43 @@ def test_a_generators_call_whose_draws_do_not_add_up_is_dropped():
         ("('generated', (3,), 'stopped')", 4),
     ]:
         assert parsed_call({**base, "result": result, "take": take}, FUNCTIONS) is None, result
+
+
+METHOD_FILES = {
+    "gen/__init__.py": "",
+    "gen/bag.py": """
+class Bag:
+    def __init__(self, items):
+        self.items = list(items)
+        self.drawn = 0
+
+    def larger(self, than):
+        for item in self.items:
+            self.drawn += 1
+            if item > than:
+                yield item
+""",
+    "tests/test_bag.py": """
+from gen.bag import Bag
+
+
+def test_larger():
+    bag = Bag([3, 1, 4, 1, 5])
+    assert list(bag.larger(2)) == [3, 4, 5]
+    assert bag.drawn == 5
+""",
+}
+
+
+def test_a_generator_methods_calls_keep_the_receiver_and_its_state_after_the_draws_and_replay_alike(tmp_path):
+    functions = {"gen.bag": ["Bag.larger"]}
+    raw = recorded_raw_calls(tmp_path, METHOD_FILES, functions)
+    calls = [call for item in raw if (call := parsed_call(item, functions))]
+    assert [(c.check.args, c.check.result, c.check.take) for c in calls] == [
+        ("(2,)", "('generated', (3, 4, 5, ), 'ended')", 4)
+    ]
+    assert calls[0].check.inputs and calls[0].check.state == "{'drawn': 5, 'items': [3, 1, 4, 1, 5]}"
+    assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 1
+    probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0), limit=4)
+    found = _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
+    assert {call.check.result for call in found if call} >= {"('generated', (4, 5, ), 'ended')"}

@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from proto.call_values import SHIPPED_NAME
-from task_synth.validation.io_recording import PROGRAMS, PROGRAMS_SOURCE, RECORDER, RECORDER_SOURCE, VALUES_SOURCE
+from task_synth.validation.io_recording import RECORDER, RECORDER_FILES
 from task_synth.validation.suite_runs import (
     CONTEXT_PLUGIN_SOURCE,
     COVERAGE_DATA,
@@ -35,9 +34,8 @@ def _project(root: Path) -> Path:
     plugins.mkdir()
     (plugins / "regrow_test_context.py").write_text(CONTEXT_PLUGIN_SOURCE.read_text())
     (plugins / f"{REPORT_PLUGIN_NAME}.py").write_text(REPORT_PLUGIN_SOURCE.read_text())
-    (plugins / f"{RECORDER}.py").write_text(RECORDER_SOURCE.read_text())
-    (plugins / f"{SHIPPED_NAME}.py").write_text(VALUES_SOURCE.read_text())
-    (plugins / f"{PROGRAMS}.py").write_text(PROGRAMS_SOURCE.read_text())
+    for name, source in RECORDER_FILES.items():
+        (plugins / name).write_text(source.read_text())
     (root / "coverage.rc").write_text(coverage_rc(["pkg", "other"]).replace(COVERAGE_DATA, str(root / "coverage.data")))
     return root
 

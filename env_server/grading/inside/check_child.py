@@ -33,8 +33,8 @@ def outcome(call, limit):
     """What one call, or one program of a deleted class, gives, as data (see regrow_call_values)."""
     if call.get("steps") is not None:
         return replay_program(call["module"], call["qualname"], call["steps"], call.get("reads", []), limit)
-    inputs, take = call.get("inputs"), call.get("take")
-    return replay(call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take)
+    inputs, take, recipes = call.get("inputs"), call.get("take"), call.get("recipes") is True
+    return replay(call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take, recipes)
 
 
 def read_channel(read_end, deadline):

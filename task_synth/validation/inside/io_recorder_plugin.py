@@ -31,10 +31,12 @@ import sys
 import time
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
+    from regrow_argument_recipes import recipe_texts, unchanged_literals
     from regrow_call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
     from regrow_program_recorder import ProgramRecorder
 except ImportError:
     from proto.call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
+    from task_synth.validation.inside.argument_recipes import recipe_texts, unchanged_literals
     from task_synth.validation.inside.program_recorder import ProgramRecorder
 
 MAX_RECORDS = 500
@@ -53,24 +55,46 @@ _current_test = [None]
 _FILE_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader)
 
 
-def _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal, take=None):
+def _record(
+    module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal, take=None, recipes=False
+):
     test = _current_test[0]
     record = (module, name, args_text, kwargs_text, result_text, raises, test, inputs, state, after, take, internal)
     if record in _seen or len(_records) >= MAX_RECORDS:
         return
     _seen.add(record)
     fields = ("module", "qualname", "args", "kwargs", "result", "raises", "test", "inputs", "state", "args_after")
-    _records.append({**dict(zip(fields, record)), "take": take, "internal": internal})
+    _records.append({**dict(zip(fields, record)), "take": take, "internal": internal, "recipes": recipes})
+
+
+def _argument_texts(args, kwargs):
+    """(args text, kwargs text, whether they are recipes): literal texts where the arguments are literals, else
+    recipes; None where neither spells them."""
+    texts = literal_text(args), literal_text(kwargs)
+    if None not in texts:
+        return (*texts, False)
+    recipes = recipe_texts(args, kwargs, _library_files)
+    return None if recipes is None else (*recipes, True)
+
+
+def _unchanged(args, kwargs, args_text, kwargs_text, recipes=False):
+    if recipes:
+        return unchanged_literals(args, kwargs, args_text, kwargs_text)
+    return literal_text(args) == args_text and literal_text(kwargs) == kwargs_text
 
 
 def _recording_generator(function, module, name):
-    """A generator function's calls with literal arguments: the items the test drew, each described as it came,
-    and whether it drew to the end (then the replay draws one more, to see the end too)."""
+    """A generator function's calls with literal arguments (or recipes of them): the items the test drew, each
+    described as it came, and whether it drew to the end (then the replay draws one more, to see the end too). A
+    generator method's receiver is pickled as it was before the call and described as the draws left it."""
+    method = "." in name
 
     @functools.wraps(function)
     def recorded(*args, **kwargs):
-        texts = literal_text(args), literal_text(kwargs)
-        if None in texts or len(_records) >= MAX_RECORDS:
+        receiver, plain = (args[0], args[1:]) if method and args else (None, args)
+        texts = _argument_texts(plain, kwargs) if len(_records) < MAX_RECORDS else None
+        inputs = inputs_text(receiver, None) if method and texts is not None else None
+        if texts is None or (method and inputs is None):
             return (yield from function(*args, **kwargs))
         internal = sys._getframe(1).f_code.co_filename in _library_files
         generator, items, end, sent = function(*args, **kwargs), [], None, None
@@ -87,9 +111,11 @@ def _recording_generator(function, module, name):
                 items.append(described_text(item))
                 sent = yield item
         finally:  # also when the test stopped drawing: the items it drew are the outcome
-            if None not in items and _unchanged(args, kwargs, *texts):
+            state = state_text(receiver) if method else None
+            if None not in items and _unchanged(plain, kwargs, *texts) and (state is not None or not method):
                 take = len(items) + (end is not None)
-                _record(module, name, *texts, drawn_text(items, end), None, None, None, None, internal, take)
+                outcome = drawn_text(items, end)
+                _record(module, name, *texts[:2], outcome, None, inputs, state, None, internal, take, texts[2])
 
     recorded.__regrow_recorded__ = True
     return recorded
@@ -116,9 +142,9 @@ def _recording(function, module, name):
             return function(*args, **kwargs)
         internal = sys._getframe(1).f_code.co_filename in _library_files
         receiver, plain = (args[0], args[1:]) if method and args else (None, args)
-        texts = literal_text(plain), literal_text(kwargs)
-        literal = None not in texts
-        # A method's receiver, and arguments that are no literals, go into the check as one pickle.
+        texts = _argument_texts(plain, kwargs)
+        literal = texts is not None
+        # A method's receiver, and arguments that neither literals nor recipes spell, go into the check as one pickle.
         pickled = method or not literal
         if pickled and _unrecorded[module, name] >= MAX_UNRECORDED:
             return function(*args, **kwargs)
@@ -126,7 +152,7 @@ def _recording(function, module, name):
         if pickled and inputs is None:
             _unrecorded[module, name] += 1
             return function(*args, **kwargs)
-        texts = texts if literal else ("()", "{}")
+        texts = texts if literal else ("()", "{}", False)
         try:
             result = function(*args, **kwargs)
         except Exception as error:
@@ -155,13 +181,9 @@ def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal,
     state = state_text(receiver) if receiver is not None else None
     if (not literal and after is None) or (receiver is not None and state is None):
         return False
-    args_text, kwargs_text = texts
-    _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal)
+    args_text, kwargs_text, recipes = texts
+    _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal, None, recipes)
     return True
-
-
-def _unchanged(args, kwargs, args_text, kwargs_text):
-    return literal_text(args) == args_text and literal_text(kwargs) == kwargs_text
 
 
 def _wrap(module):
@@ -182,8 +204,6 @@ def _wrap(module):
         if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
             continue
         if inspect.isgeneratorfunction(function):
-            if owner_name:  # a generator method: not recorded
-                continue
             wrapper = _recording_generator(function, module.__name__, name)
         else:
             wrapper = _recording(function, module.__name__, name)
@@ -287,7 +307,9 @@ def pytest_unconfigure(config):
         json.dump(_records + programs[: MAX_RECORDS - len(_records)], handle)
 
 
-def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=(), take=None):
+def call_outcome(
+    module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=(), take=None, recipes=False
+):
     """(result, raises, state, arguments after) of one call, or one program of a class, replayed; None unless it
     returned a describable value or raised an Exception, left literal arguments as they were, and its receiver and
     pickled arguments are describable after."""
@@ -295,7 +317,7 @@ def call_outcome(module, qualname, args_text, kwargs_text, limit, inputs=None, s
         found = replay_program(module, qualname, steps, reads, limit)
         returned, state = found.get("returned"), found.get("state")
         return None if returned is None or state is None else (returned, None, state, None)
-    found = replay(module, qualname, args_text, kwargs_text, inputs, limit, take)
+    found = replay(module, qualname, args_text, kwargs_text, inputs, limit, take, recipes)
     if (found.get("returned"), found.get("raised")) == (None, None) or found.get("changed_args"):
         return None
     if ("state" in found and found["state"] is None) or ("args_after" in found and found["args_after"] is None):
@@ -314,9 +336,9 @@ def import_modules(calls):
 
 
 def print_call_outcomes(calls, limit, budget, tag=()):
-    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take] lists) in turn, each under `limit`
-    seconds once their modules are imported, while `budget` seconds last; print a JSON line [*tag, index, result,
-    raises, state, args after] per call with an outcome, as soon as it has one."""
+    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take, recipes] lists) in turn, each under
+    `limit` seconds once their modules are imported, while `budget` seconds last; print a JSON line [*tag, index,
+    result, raises, state, args after] per call with an outcome, as soon as it has one."""
     stdout = sys.stdout
     sys.stdout = io.StringIO()  # what importing prints is not an outcome either
     try:
@@ -329,7 +351,7 @@ def print_call_outcomes(calls, limit, budget, tag=()):
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
         try:
-            found = call_outcome(*call[:4], limit, *call[4:8])
+            found = call_outcome(*call[:4], limit, *call[4:9])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:
