@@ -22,7 +22,8 @@ except ImportError:
 
 MAX_DEPTH = 4  # a function's globals' own globals, and so on
 MAX_ROOM = 200  # values in one call's recipes
-_ITERATORS: tuple[type, ...] = tuple({type(iter(empty)) for empty in ([], (), range(0), "", "\u00e9", b"")})
+_EMPTY: tuple[object, ...] = ([], (), range(0), "", "\u00e9", b"")  # each iterator type: str has two
+_ITERATORS: tuple[type, ...] = tuple({type(iter(empty)) for empty in _EMPTY})  # type: ignore[call-overload]
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 
