@@ -17,6 +17,7 @@ import pytest
 from env_server.grading.checks import agrees, check_inputs, judge, judge_all
 from env_server.grading.run import PROGRAMS
 from proto.tasks import IoCheck
+from task_synth.validation.inside.argument_recipes import recipe_texts
 from tests.task_fixture import ORIGINAL_OPS, WRONG_OPS
 
 CHECKS = [
@@ -192,6 +193,24 @@ def test_a_call_that_never_returns_fails_its_check_and_the_rest_still_run(tmp_pa
     _, report, _ = launch_here(tmp_path, looping, "checks", {"calls": calls, "call_timeout_s": 1})
     judged = judge_all(CHECKS[:1] * 2, [json.loads(line) for line in report["lines"]])
     assert [v.got for v in judged.results] == ["ran out of time", "returned 0"] and judged.forged == []
+
+
+APPLY_OPS = "def apply(function, values):\n    return [function(value) for value in values]\n"
+
+
+@needs_namespace
+def test_a_check_whose_arguments_are_recipes_is_built_and_run_in_the_check_child(tmp_path):
+    """A function by value and a range travel as recipes: the check child builds them anew and calls the unit."""
+    scale = 3
+    args, kwargs = recipe_texts((lambda value: value * scale, range(2, 5)), {}, set())
+    check = IoCheck(module="calc.ops", qualname="apply", args=args, kwargs=kwargs, result="[6, 9, 12]", recipes=True)
+    config = {"calls": check_inputs([check]), "call_timeout_s": 5}
+    _, right, _ = launch_here(tmp_path / "right", APPLY_OPS, "checks", config)
+    _, wrong, _ = launch_here(tmp_path / "wrong", APPLY_OPS.replace("function(value)", "value"), "checks", config)
+    assert [v.outcome for v in judge_all([check], [json.loads(line) for line in right["lines"]]).results] == ["passed"]
+    assert [v.got for v in judge_all([check], [json.loads(line) for line in wrong["lines"]]).results] == [
+        "returned [2, 3, 4]"
+    ]
 
 
 @needs_namespace
