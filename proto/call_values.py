@@ -210,9 +210,15 @@ def _iterable(value):
     return True
 
 
-def drawn(generator, take):
+def bases_of(error):
+    """The names of the classes above an exception's: a subclass of the class a caller expects serves it too."""
+    return [klass.__name__ for klass in type(error).__mro__[1:]]
+
+
+def drawn(generator, take, raised=None):
     """Up to `take` items of `generator`, each described as it comes, and how it ended: 'ended', ('raised', class
-    name), or None when `take` items came first; None for all of it when an item has no description."""
+    name), or None when `take` items came first; None for all of it when an item has no description. The class
+    that ended it goes into `raised` (a dict) with its bases."""
     items, end = [], None
     while len(items) < take:
         try:
@@ -222,6 +228,8 @@ def drawn(generator, take):
             break
         except Exception as error:
             end = ("raised", type(error).__name__)
+            if raised is not None:
+                raised[end[1]] = bases_of(error)
             break
         text = described_text(item)
         if text is None:
@@ -297,7 +305,7 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
     arguments the call changed). A generator's items are drawn, `take` at most. With `recipes`, the texts hold a
     recipe per argument (see `built`). Synthesis records with it and a grading container checks with it, so the two
     replay a call alike."""
-    found = {}
+    found, raised = {}, {}
     receiver = arguments = args = kwargs = before = literal = None
     try:
         with _within(limit):
@@ -315,7 +323,7 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
             before = tuple(map(literal_text, literal)) if literal is not None else None
             result = function(*args, **kwargs)
             if take is not None and _iterable(result):  # a list serves a test that draws from it as well
-                found["returned"] = drawn(iter(result), take)
+                found["returned"] = drawn(iter(result), take, raised)
             else:
                 found["returned"] = described_text(result)
             if found["returned"] is None:
@@ -325,9 +333,12 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
     except Exception as error:
         if take:  # drawing from a generator, an eager raise looks like one at the first item
             found["returned"] = drawn_text([], ("raised", type(error).__name__))
+            raised[type(error).__name__] = bases_of(error)
         else:
             found["raised"] = type(error).__name__
-            found["bases"] = [klass.__name__ for klass in type(error).__mro__[1:]]  # a subclass serves callers too
+            found["bases"] = bases_of(error)  # a subclass serves callers too
+    if raised:
+        found["bases_of"] = raised
     if receiver is not None:
         found["state"] = state_text(receiver)
     if arguments is not None:
@@ -389,10 +400,10 @@ def outcomes_text(outcomes):
     return "(" + "".join(f"{outcome}, " for outcome in outcomes) + ")"
 
 
-def program_step(klass, step, objects, view):
+def program_step(klass, step, objects, view, raised=None):
     """Run one step of a program on `klass` and the `objects` earlier steps gave; (its result, its outcome as
     literal text: `('returned', description)`, `('returned',)` where no description stands for the value, or
-    `('raised', class name)`)."""
+    `('raised', class name)`). A raised class goes into `raised` (a dict) with its bases."""
     try:
         if step[0] == "get":
             _, target, name = step
@@ -408,6 +419,8 @@ def program_step(klass, step, objects, view):
             if step[0] == "new":  # what a constructor gives is the instance; its outcome is that it returned
                 return result, "('returned', None)"
     except Exception as error:
+        if raised is not None:
+            raised[type(error).__name__] = bases_of(error)
         return None, raised_text(error)
     return result, returned_text(result, view)
 
@@ -422,8 +435,9 @@ def program_text(klass, objects, view):
 def replay_program(module, qualname, steps_text, reads, limit):
     """Run a recorded program of a deleted class anew, within `limit` seconds, and say what it gave as data:
     `returned` (each step's outcome, as a tuple literal), `state` (its instances as the attributes in `reads` show
-    them at the end), `raised` (the class could not be imported) or `timeout`."""
-    found = {}
+    them at the end), `raised` (the class could not be imported) or `timeout`; `bases_of` names the bases of each
+    class a step raised."""
+    found, raised = {}, {}
     objects, outcomes = [], []
     try:
         with _within(limit):
@@ -432,7 +446,7 @@ def replay_program(module, qualname, steps_text, reads, limit):
                 klass = getattr(klass, part)
             view = (klass, tuple(reads))
             for step in _literal_eval(steps_text)[:MAX_STEPS]:
-                result, outcome = program_step(klass, step, objects, view)
+                result, outcome = program_step(klass, step, objects, view, raised)
                 objects.append(result)
                 outcomes.append(outcome)
             state = program_text(klass, objects, view)
@@ -444,4 +458,6 @@ def replay_program(module, qualname, steps_text, reads, limit):
         text = outcomes_text(outcomes)
         found["returned"] = text if len(text) <= MAX_PROGRAM_TEXT else None
         found["state"] = state
+        if raised:
+            found["bases_of"] = raised
     return found

@@ -96,6 +96,8 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
         return CheckResult(check, "passed" if _raised_as(check.raises, record) else "failed", got)
     readable, value = _literal(record.get("returned"))
     _, expected = _literal(check.result)
+    if check.take is not None and readable:
+        value = _drawn_as(expected, value, _bases_of(record))
     got = f"returned {record.get('returned')!s:.200}" if readable else f"returned a {record.get('kind', '?')!s:.60}"
     if not readable or not agrees(expected, value):
         return CheckResult(check, "failed", got)
@@ -116,6 +118,32 @@ def _raised_as(expected: str | None, record: dict[str, Any]) -> bool:
     return raised == expected or (isinstance(bases, list) and expected in bases)
 
 
+def _bases_of(record: dict[str, Any]) -> dict[str, list[str]]:
+    """The bases of each class the replay saw raised, by its name; {} where the record holds none that read."""
+    found = record.get("bases_of")
+    if type(found) is not dict:
+        return {}
+    return {name: bases for name, bases in found.items() if type(name) is str and type(bases) is list}
+
+
+def _raised_agrees(expected: Any, got: Any, bases_of: dict[str, list[str]]) -> bool:
+    """Whether `('raised', got class)` agrees with `('raised', expected class)`: the same class, or one below it."""
+    if type(expected) is not tuple or type(got) is not tuple or len(expected) != 2 or len(got) != 2:
+        return False
+    if expected[0] != "raised" or got[0] != "raised":
+        return False
+    return expected[1] == got[1] or expected[1] in bases_of.get(got[1], ())
+
+
+def _drawn_as(expected: Any, got: Any, bases_of: dict[str, list[str]]) -> Any:
+    """A generator's draws with their end read as the caller sees it: a subclass of the class that ended the
+    original's stands for it."""
+    shaped = all(type(value) is tuple and len(value) == 3 for value in (expected, got))
+    if shaped and _raised_agrees(expected[2], got[2], bases_of):
+        return (*got[:2], expected[2])
+    return got
+
+
 def _judge_program(check: IoCheck, record: dict[str, Any]) -> CheckResult:
     """A class's program agrees when every step's outcome does (a step whose value no description stands for only
     has to return) and its instances end with the original's attributes, as far as the visible tests read them."""
@@ -126,8 +154,9 @@ def _judge_program(check: IoCheck, record: dict[str, Any]) -> CheckResult:
     if not readable or type(got) is not tuple or type(expected) is not tuple or len(got) != len(expected):
         return CheckResult(check, "failed", "gave no outcome for each step")
     steps = _literal(check.steps)[1]
+    bases_of = _bases_of(record)
     for index, (want, have) in enumerate(zip(expected, got, strict=True)):
-        if not _step_agrees(want, have):
+        if not _step_agrees(want, have) and not _raised_agrees(want, have, bases_of):
             name = steps[index][2] if steps[index][0] != "new" else check.qualname
             return CheckResult(check, "failed", f"step {index + 1} ({name}) {_shown(have)}")
     _, state = _literal(check.state)

@@ -16,6 +16,7 @@ import pytest
 
 from env_server.grading.checks import agrees, check_inputs, judge, judge_all
 from env_server.grading.run import PROGRAMS
+from proto.call_values import drawn, program_step
 from proto.tasks import IoCheck
 from task_synth.validation.inside.argument_recipes import recipe_texts
 from tests.task_fixture import ORIGINAL_OPS, WRONG_OPS
@@ -111,6 +112,48 @@ def test_an_exception_that_subclasses_the_originals_agrees_as_callers_see_it():
     assert judge(raised, {"i": 1, "raised": "ValueError", "bases": ["Exception"]}).outcome == "passed"
     assert judge(raised, {"i": 1, "raised": "KeyError", "bases": ["LookupError", "Exception"]}).outcome == "failed"
     assert judge(raised, {"i": 1, "raised": "RangeError", "bases": "ValueError"}).outcome == "failed"
+
+
+class RangeError(ValueError):
+    pass
+
+
+def _generator_ending_in(error):
+    yield 1
+    raise error
+
+
+class Shelf:
+    def take(self, name):
+        raise RangeError(name)
+
+
+def test_a_generator_or_a_class_step_that_raises_a_subclass_of_the_originals_class_agrees_and_no_other_does():
+    """The replay sends the bases of every class that ended a generator or a program's step; the judge accepts a
+    class below the original's, as `pytest.raises` would, and nothing else."""
+    generator = IoCheck(
+        module="m", qualname="g", args="()", result="('generated', (1, ), ('raised', 'ValueError'))", take=2
+    )
+    raised: dict = {}
+    drawn_text = drawn(_generator_ending_in(RangeError()), 2, raised)
+    record = {"i": 0, "returned": drawn_text, "bases_of": raised}
+    assert raised["RangeError"][0] == "ValueError" and judge(generator, record).outcome == "passed"
+    assert judge(generator, {**record, "bases_of": {}}).outcome == "failed"
+    other = drawn(_generator_ending_in(KeyError()), 2, raised)
+    assert judge(generator, {"i": 0, "returned": other, "bases_of": raised}).outcome == "failed"
+    program = IoCheck(
+        module="m", qualname="Shelf", args="()", steps="(('new', (), {}, ()), ('call', 0, 'take', ('a',), {}, ()))",
+        result="(('returned', None), ('raised', 'ValueError'))", state="()",
+    )  # fmt: skip
+    steps = [("new", (), {}, ()), ("call", 0, "take", ("a",), {}, ())]
+    objects, outcomes, raised = [], [], {}
+    for step in steps:
+        result, outcome = program_step(Shelf, step, objects, (Shelf, ()), raised)
+        objects.append(result)
+        outcomes.append(outcome)
+    record = {"i": 0, "returned": "(" + "".join(f"{o}, " for o in outcomes) + ")", "state": "()", "bases_of": raised}
+    assert judge(program, record).outcome == "passed"
+    assert judge(program, {**record, "bases_of": {"RangeError": ["LookupError"]}}).outcome == "failed"
 
 
 # --- the programs that run inside a grading container, run here ------------------------------------------------------
