@@ -55,6 +55,7 @@ def perturbed_values(value: Any, depth: int = 2) -> list[object]:
         found = [value * 2, value / 2, -value]
     elif kind is str:
         found = [value[1:], value[:-1], value.upper(), value.lower(), value[:1] + value, value + "a"]
+        found += _empty_fields(value)
     elif kind is bytes:
         found = [value[1:], value[:-1], value + b"a"]
     elif kind in (list, tuple):
@@ -122,6 +123,13 @@ def _function_recipes(calls: list[Call]) -> list[object]:
                 if recipe[0] in ("code", "ref"):
                     found.setdefault(repr(recipe), recipe)
     return list(found.values())
+
+
+def _empty_fields(text: str) -> list[str]:
+    """`text` with an empty field between two of its separators (`a=1;b=2` -> `a=1; ;b=2`, `a=1;;b=2`), for each of
+    its first two punctuation marks: the blank field a parser must skip or refuse, which no test need show."""
+    marks = list(dict.fromkeys(char for char in text if not char.isalnum() and not char.isspace()))[:2]
+    return [text.replace(mark, mark + gap + mark, 1) for mark in marks for gap in (" ", "")]
 
 
 def perturbed_calls(

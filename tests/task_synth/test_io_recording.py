@@ -236,6 +236,7 @@ def test_checks_are_capped_and_taken_in_turn_from_each_function():
         (1.5, [3.0, 0.75, -1.5]),
         ("Ab", ["b", "A", "AB", "ab", "AAb", "Aba"]),
         ("", ["a"]),
+        ("a=1;b", ["=1;b", "a=1;", "A=1;B", "aa=1;b", "a=1;ba", "a= =1;b", "a==1;b", "a=1; ;b", "a=1;;b"]),
         (b"xy", [b"y", b"x", b"xya"]),
         ({3, 1, 2}, [{2, 3}, {1, 3}, {1, 2}]),
         (None, []),
