@@ -191,11 +191,13 @@ class DockerBackend:
         images.remove_image(self.client, tag)
 
     def image_files(self, image: str) -> Iterator[tuple[str, bytes]]:
-        """Every file of `image`, read from a container that is created but never started, tracked and removed like
-        a sandbox."""
+        """Every file of `image`, read from the export of a container that is created but never started; the
+        container is removed as soon as the export has begun, so a run killed while it reads leaves none behind."""
         container = self.create_stopped(image)
         try:
-            yield from images.container_files(self.api, container, image)
+            chunks = images.export_begun(self.api, container, image)
+            self.remove(container)  # the export holds the files from here on; a long read needs no container
+            yield from images.tar_files(chunks)
         finally:
             self.remove(container)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import tarfile
 from collections.abc import Iterator, Mapping
@@ -52,21 +53,27 @@ def remove_image(client: docker.DockerClient, tag: str) -> None:
         log.warning("could not remove image %s: %s", tag, error)
 
 
-def container_files(api: docker.APIClient, container: str, image: str) -> Iterator[tuple[str, bytes]]:
-    """Every regular file of a (created, never started) container of `image` as (path without a leading slash,
-    bytes); directories end in /."""
+def export_begun(api: docker.APIClient, container: str, image: str) -> Iterator[bytes]:
+    """The `docker export` of `container` as byte chunks, its first already read: from then on the engine holds the
+    container's files for the export, so the container itself may be removed while the chunks are read."""
     try:
         chunks = iter(api.export(container, chunk_size=1 << 20))
-        stream = io.BufferedReader(_ChunkReader(chunks), 1 << 20)
-        with tarfile.open(fileobj=stream, mode="r|") as archive:
-            for member in archive:
-                if member.isfile():
-                    handle = archive.extractfile(member)
-                    yield member.name.lstrip("./"), handle.read() if handle else b""
-                elif member.isdir():
-                    yield member.name.lstrip("./") + "/", b""
+        first = next(chunks, b"")
     except docker.errors.ImageNotFound as error:
         raise ImageNotFound(f"image {image!r} not found locally: build it first") from error
+    return itertools.chain([first], chunks)
+
+
+def tar_files(chunks: Iterator[bytes]) -> Iterator[tuple[str, bytes]]:
+    """Every regular file of a tar stream as (path without a leading slash, bytes); directories end in /."""
+    stream = io.BufferedReader(_ChunkReader(chunks), 1 << 20)
+    with tarfile.open(fileobj=stream, mode="r|") as archive:
+        for member in archive:
+            if member.isfile():
+                handle = archive.extractfile(member)
+                yield member.name.lstrip("./"), handle.read() if handle else b""
+            elif member.isdir():
+                yield member.name.lstrip("./") + "/", b""
 
 
 class _ChunkReader(io.RawIOBase):
