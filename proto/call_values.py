@@ -3,8 +3,9 @@ and the grader compares.
 
 A literal is its own description (`repr` reads back with `ast.literal_eval`); a bytearray is ('bytearray', bytes),
 an enum member ('enum', class, name), a class ('class', qualified name), a function ('function', qualified name),
-a bound method ('method', class, name) and any other object ('object', class, {attribute: description}),
-recursively; generators, modules and cycles have none. Exact types only: no `__eq__` or `__repr__` of the code
+a bound method ('method', class, name), a deque ('deque', items, maxlen), an iterator over a sequence ('iterator',
+what it has left to give) and any other object ('object', class, {attribute: description}), recursively;
+generators, modules and cycles have none. Exact types only: no `__eq__` or `__repr__` of the code
 under test takes part. Stdlib only: this file is copied next to the programs that run in a repository's
 interpreter, as `regrow_call_values.py`.
 """
@@ -12,6 +13,7 @@ interpreter, as `regrow_call_values.py`.
 import ast
 import base64
 import builtins
+import collections
 import contextlib
 import enum
 import functools
@@ -79,13 +81,18 @@ class _Undescribable(Exception):
     """A value with a part no description stands for: a function, a generator, a cycle, too deep."""
 
 
+# Iterators over a sequence, which say where they are without being drawn from (`__reduce__`); str has two kinds.
+_EMPTY_SEQUENCES: tuple = ([], (), range(0), "", "\u00e9", b"")
+SEQUENCE_ITERATORS = tuple({type(iter(empty)) for empty in _EMPTY_SEQUENCES})
 _OPAQUE = (types.ModuleType, types.GeneratorType, types.CoroutineType, types.CodeType, types.FrameType)
 _NAMED = (types.FunctionType, types.BuiltinFunctionType)
 
 
-def _describe(value, depth, seen, view, room):
+def _describe(value, depth, seen, view, room, iterators=False):
     """`value` as data. `room` ([count]) is how many more values the description may hold: each takes a character of
-    its text or more (save a set's items that describe alike), so a big object is refused before it is walked whole."""
+    its text or more (save a set's items that describe alike), so a big object is refused before it is walked whole.
+    With `iterators` (a receiver's state), an iterator over a sequence is what it has left to give; a returned one
+    has no description, so that a rewrite may return a generator where the original returned `iter(list)`."""
     room[0] -= 1
     if room[0] < 0:
         raise _Undescribable
@@ -105,17 +112,19 @@ def _describe(value, depth, seen, view, room):
         return ("instance", kind.__qualname__, _public(value, depth, seen, view, room))
     if kind is bytearray:
         return ("bytearray", bytes(value))
+    if kind is collections.deque:
+        return ("deque", [_describe(item, depth + 1, seen, view, room, iterators) for item in value], value.maxlen)
+    if iterators and kind in SEQUENCE_ITERATORS:  # in a receiver's state: what it has left to draw
+        return ("iterator", _describe(_left_to_draw(value), depth + 1, seen, view, room, iterators))
     if kind in (list, tuple):
-        return kind(_describe(item, depth + 1, seen, view, room) for item in value)
+        return kind(_describe(item, depth + 1, seen, view, room, iterators) for item in value)
     if kind is dict:
-        return {
-            _describe(key, depth + 1, seen, view, room): _describe(item, depth + 1, seen, view, room)
-            for key, item in value.items()
-        }
+        inner = functools.partial(_describe, depth=depth + 1, seen=seen, view=view, room=room, iterators=iterators)
+        return {inner(key): inner(item) for key, item in value.items()}
     if kind is set:
-        return {_describe(item, depth + 1, seen, view, room) for item in value}
+        return {_describe(item, depth + 1, seen, view, room, iterators) for item in value}
     if kind is frozenset:  # no literal spells one
-        return ("frozenset", {_describe(item, depth + 1, seen, view, room) for item in value})
+        return ("frozenset", {_describe(item, depth + 1, seen, view, room, iterators) for item in value})
     if isinstance(value, enum.Enum):
         return ("enum", kind.__qualname__, value.name)
     if isinstance(value, type):
@@ -127,11 +136,23 @@ def _describe(value, depth, seen, view, room):
             raise _Undescribable
         attributes = {name: getattr(value, name) for name in slots if hasattr(value, name)}
     described = {
-        name: _describe(item, depth + 1, seen, view, room)
+        name: _describe(item, depth + 1, seen, view, room, iterators)
         for name, item in sorted(attributes.items())
         if type(name) is str and not name.startswith("__")
     }
     return ("object", kind.__qualname__, described)
+
+
+def _left_to_draw(iterator):
+    """The items an iterator over a sequence has yet to give, read from its `__reduce__` without drawing: a range's
+    as a range."""
+    reduced = iterator.__reduce__()  # (iter, (sequence,), position), or (iter, ((),)) once used up
+    sequence, position = reduced[1][0], reduced[2] if len(reduced) > 2 else 0
+    if type(sequence) is range:
+        return ("range", sequence.start + position * sequence.step, sequence.stop, sequence.step)
+    if len(sequence) - position > MAX_DESCRIPTION:
+        raise _Undescribable
+    return tuple(sequence[position:])
 
 
 def _public(value, depth, seen, view, room):
@@ -168,7 +189,7 @@ def state_text(receiver):
     """The receiver's attributes (`__dict__` or slots), described, as dict literal text; None when they are not
     describable."""
     try:
-        description = _describe(receiver, 0, frozenset(), None, [MAX_DESCRIPTION])
+        description = _describe(receiver, 0, frozenset(), None, [MAX_DESCRIPTION], iterators=True)
     except (_Undescribable, TypeError, ValueError, RecursionError, MemoryError):
         return None
     if type(description) is not tuple or description[0] != "object":

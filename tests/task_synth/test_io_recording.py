@@ -799,3 +799,48 @@ def test_a_receiver_that_grows_past_the_pickle_limit_is_not_pickled_at_every_cal
         by_test[call.check.test] = by_test.get(call.check.test, 0) + 1
     assert by_test["tests/test_bag.py::test_a_small_bag"] == 1
     assert 30 <= by_test["tests/test_bag.py::test_a_bag_grown_call_by_call"] < 100
+
+
+PEEKABLE_FILES = {
+    "look/__init__.py": "",
+    "look/ahead.py": """
+from collections import deque
+
+
+class Peekable:
+    def __init__(self, iterable):
+        self._it = iter(iterable)
+        self._cache = deque()
+
+    def peek(self, default=None):
+        if not self._cache:
+            try:
+                self._cache.append(next(self._it))
+            except StopIteration:
+                return default
+        return self._cache[0]
+""",
+    "tests/test_ahead.py": """
+from look.ahead import Peekable
+
+
+def test_peek():
+    items = Peekable([1, 2])
+    assert items.peek() == 1
+    assert Peekable(range(3, 6)).peek() == 3
+    assert Peekable("").peek("none") == "none"
+""",
+}
+
+
+def test_a_receiver_holding_an_iterator_and_a_deque_is_described_by_what_is_left_to_draw(tmp_path):
+    """An object that iterates over its input (more-itertools' peekable) had no describable state: no check."""
+    functions = {"look.ahead": ["Peekable.peek"]}
+    raw = recorded_raw_calls(tmp_path, PEEKABLE_FILES, functions)
+    calls = [call for item in raw if (call := parsed_call(item, functions))]
+    assert sorted(call.check.state for call in calls) == [
+        "{'_cache': ('deque', [1], None), '_it': ('iterator', (2,))}",
+        "{'_cache': ('deque', [3], None), '_it': ('iterator', ('range', 4, 6, 1))}",
+        "{'_cache': ('deque', [], None), '_it': ('iterator', ())}",
+    ]
+    assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 3

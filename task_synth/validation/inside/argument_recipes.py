@@ -16,14 +16,12 @@ import sysconfig
 import types
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_call_values import MAX_RECIPE_TEXT, literal_text
+    from regrow_call_values import MAX_RECIPE_TEXT, SEQUENCE_ITERATORS, literal_text
 except ImportError:
-    from proto.call_values import MAX_RECIPE_TEXT, literal_text
+    from proto.call_values import MAX_RECIPE_TEXT, SEQUENCE_ITERATORS, literal_text
 
 MAX_DEPTH = 4  # a function's globals' own globals, and so on
 MAX_ROOM = 200  # values in one call's recipes
-_EMPTY: tuple[object, ...] = ([], (), range(0), "", "\u00e9", b"")  # each iterator type: str has two
-_ITERATORS: tuple[type, ...] = tuple({type(iter(empty)) for empty in _EMPTY})  # type: ignore[call-overload]
 _STDLIB = sysconfig.get_paths()["stdlib"]
 
 
@@ -62,7 +60,7 @@ def _recipe(value, depth, room, library_files):
     kind = type(value)
     if kind is range:
         return ("range", value.start, value.stop, value.step)
-    if kind in _ITERATORS:
+    if kind in SEQUENCE_ITERATORS:
         reduced = value.__reduce__()  # (iter, (sequence,), position): read without drawing from it
         if len(reduced) < 3 or reduced[2] != 0:
             raise Unbuildable
