@@ -13,6 +13,7 @@ import collections
 import gzip
 import io
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -122,15 +123,17 @@ def lookup_tables(task: Task) -> dict[str, str]:
     return files
 
 
-FORGERIES = {
-    "report_forged_units_stubbed": lambda task: {INIT: (MINILIB / INIT).read_text() + LIE + "\nlie()\n"},
-    "check_channel_forged": lambda task: {INIT: (MINILIB / INIT).read_text() + FORGED_INIT},
-    "visible_answer_tables": lookup_tables,
-    "tables_and_forged_report": lambda task: {
-        **lookup_tables(task),
-        INIT: (MINILIB / INIT).read_text() + LIE + "\nlie()\n",
-    },
-}
+def forgeries(init: str, init_text: str) -> dict[str, Callable[[Task], dict[str, str]]]:
+    """Each forgery as the files it writes, the package's `init` (its text `init_text`) carrying what it forges."""
+    return {
+        "report_forged_units_stubbed": lambda task: {init: init_text + LIE + "\nlie()\n"},
+        "check_channel_forged": lambda task: {init: init_text + FORGED_INIT},
+        "visible_answer_tables": lookup_tables,
+        "tables_and_forged_report": lambda task: {**lookup_tables(task), init: init_text + LIE + "\nlie()\n"},
+    }
+
+
+FORGERIES = forgeries(INIT, (MINILIB / INIT).read_text())
 
 
 @pytest.mark.parametrize("kind", KINDS)
