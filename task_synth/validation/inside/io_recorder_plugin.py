@@ -161,6 +161,12 @@ def _recording(function, module, name):
             _unrecorded[module, name] += int(pickled and not kept)
             raise
         result_text = described_text(result)
+        if result_text is None and _lazy(result):  # a map, a zip, an itertools object: recorded as it is drawn
+
+            def finish(drawn, take):
+                _outcome(module, name, texts, (drawn, None), inputs, receiver, (plain, kwargs), literal, internal, take)
+
+            return _recording_draws(result, finish)
         kept = result_text is not None and _outcome(
             module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal
         )
@@ -171,7 +177,37 @@ def _recording(function, module, name):
     return recorded
 
 
-def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal, internal) -> bool:
+def _lazy(result):
+    """Whether a call returned a lazy iterator of the interpreter's own (map, zip, a list's iterator, itertools'):
+    what it gives is only known as it is drawn."""
+    try:
+        return iter(result) is result and type(result).__module__ in ("builtins", "itertools")
+    except Exception:  # an object whose __iter__ raises is no iterator
+        return False
+
+
+def _recording_draws(iterator, finish):
+    """The returned iterator handed to the test as a generator that keeps the items it drew, each described as it
+    came, and how it ended; `finish(outcome text, take)` records the call as a generator's once the test stops."""
+    items, end = [], None
+    try:
+        while True:
+            try:
+                item = next(iterator)
+            except StopIteration:
+                end = "ended"
+                return
+            except Exception as error:
+                end = ("raised", type(error).__name__)
+                raise
+            items.append(described_text(item))
+            yield item
+    finally:  # also when the test stopped drawing: the items it drew are the outcome
+        if None not in items and (items or end is not None):
+            finish(drawn_text(items, end), len(items) + (end is not None))
+
+
+def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal, internal, take=None) -> bool:
     """Record one finished call, and say whether it could be: literal arguments must be left as they were; pickled
     ones are described after."""
     (args, kwargs), (result_text, raises) = arguments, outcome
@@ -182,7 +218,7 @@ def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal,
     if (not literal and after is None) or (receiver is not None and state is None):
         return False
     args_text, kwargs_text, recipes = texts
-    _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal, None, recipes)
+    _record(module, name, args_text, kwargs_text, result_text, raises, inputs, state, after, internal, take, recipes)
     return True
 
 
