@@ -36,7 +36,13 @@ from task_synth.validation.recorded_calls import Call, calls_in_both, linked_cal
 from task_synth.validation.suite_runs import PLUGIN_DIR
 from task_synth.validation.task_strength import Strength
 from task_synth.validation.unit_checks import UnitChecks, UnitKills, chosen_for_units, deleted_units
-from task_synth.validation.unseen_calls import MAX_PROBES, NOISE_EXCEPTIONS, perturbed_calls, recorded_arguments
+from task_synth.validation.unseen_calls import (
+    MAX_PROBES,
+    NOISE_EXCEPTIONS,
+    perturbed_calls,
+    receiver_pools,
+    recorded_arguments,
+)
 
 log = logging.getLogger(__name__)
 RECORDER = "regrow_io_recorder"
@@ -44,6 +50,8 @@ RECORDER_SOURCE = Path(__file__).with_name("inside") / "io_recorder_plugin.py"
 PROGRAMS = "regrow_program_recorder"
 PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
+POOL = "regrow_receiver_pool"
+POOL_SOURCE = Path(__file__).with_name("inside") / "receiver_pool.py"
 RECIPES = "regrow_argument_recipes"
 RECIPES_SOURCE = Path(__file__).with_name("inside") / "argument_recipes.py"
 # The recorder and the modules it imports, by their names beside it in the sandbox.
@@ -52,6 +60,7 @@ RECORDER_FILES = {
     f"{SHIPPED_NAME}.py": VALUES_SOURCE,
     f"{PROGRAMS}.py": PROGRAMS_SOURCE,
     f"{RECIPES}.py": RECIPES_SOURCE,
+    f"{POOL}.py": POOL_SOURCE,
 }
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
@@ -144,7 +153,8 @@ def record_io_checks(
     rng = random.Random(f"{settings.seed}:{deletion.mode}:{deletion.unit.key}")
     # Past the recorder's cap a visible call may be missing from both runs, and a probe may repeat it: that check's
     # answer is in the workspace, but a unit earns only when every secret check agrees, so it pays a table nothing.
-    probes = perturbed_calls(agreed, recorded_arguments([*first, *second]), rng, MAX_PROBES * share)
+    recorded, receivers = recorded_arguments([*first, *second]), receiver_pools(first)
+    probes = perturbed_calls(agreed, recorded, rng, MAX_PROBES * share, receivers)
     probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)), PROBE_BUDGET_S * share)
     laps.append(time.monotonic())
     reproduced = _reproduced(sb, agreed + probed)

@@ -18,8 +18,11 @@ MAX_UNSEEN = 8  # checks of calls no visible test makes
 MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
 # What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
 NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
-# The arguments of recorded calls (args, kwargs), or a program's steps ("steps", their text), by (module, qualname).
-Arguments = dict[tuple[str, str], list[tuple[object, object]]]
+# The arguments of recorded calls (args, kwargs), or a program's steps ("steps", their text), by (module, qualname);
+# a method's call also as ("receiver", args text, kwargs text, its receiver's pickle).
+Arguments = dict[tuple[str, str], list[tuple[object, ...]]]
+# Pickles of the states of a class's instances (task_synth/validation/inside/receiver_pool.py), by (module, class).
+Receivers = dict[tuple[str, str], list[str]]
 
 
 def recorded_arguments(raw: list[Any]) -> Arguments:
@@ -34,6 +37,8 @@ def recorded_arguments(raw: list[Any]) -> Arguments:
                 args: Any = literal_value(item["args"])  # a tuple and a dict where the recorder wrote them
                 kwargs: Any = literal_value(item["kwargs"])
                 found.setdefault(key, []).append(plain_marks(args, kwargs) if item.get("recipes") else (args, kwargs))
+                if item.get("inputs") and "." in key[1]:
+                    found[key].append(("receiver", item["args"], item["kwargs"], item["inputs"]))
         except (KeyError, TypeError, ValueError, SyntaxError, MemoryError, RecursionError, AttributeError):
             continue
     return found
@@ -78,6 +83,16 @@ def perturbed_values(value: Any, depth: int = 2) -> list[object]:
         return []
     own = canonical(value)
     return list({canonical(item): item for item in found if canonical(item) != own}.values())
+
+
+def receiver_pools(raw: list[Any]) -> Receivers:
+    """The states the recorder kept of each class whose methods were deleted, each once."""
+    found: Receivers = {}
+    for item in raw:
+        if isinstance(item, dict) and isinstance(item.get("receivers"), list):
+            key = (str(item.get("module")), str(item.get("qualname")))
+            found.setdefault(key, []).extend(text for text in item["receivers"] if isinstance(text, str))
+    return {key: list(dict.fromkeys(texts)) for key, texts in found.items()}
 
 
 def plain_marks(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
@@ -133,7 +148,11 @@ def _empty_fields(text: str) -> list[str]:
 
 
 def perturbed_calls(
-    calls: list[Call], recorded: Arguments, rng: random.Random, limit: int = MAX_PROBES
+    calls: list[Call],
+    recorded: Arguments,
+    rng: random.Random,
+    limit: int = MAX_PROBES,
+    receivers: Receivers | None = None,
 ) -> list[IoCheck]:
     """Up to `limit` calls that change one argument of one of `calls` (of one step of a program) and equal none of
     the `recorded` calls.
@@ -158,6 +177,9 @@ def perturbed_calls(
             vary = (lambda recipe: perturbed_recipes(recipe, functions)) if check.recipes else perturbed_values
             mine = [(changed, kwargs) for changed in _changed_args(args, vary=vary)]
             mine += [(args, changed) for changed in _changed_kwargs(kwargs, vary=vary)]
+            if check.inputs is not None and "." in check.qualname:  # the method on another state of its class
+                pool = (receivers or {}).get((check.module, check.qualname.rpartition(".")[0]), [])
+                mine += [("receiver", state) for state in pool if state != check.inputs]
             rng.shuffle(mine)
         if check.args_after is None:  # pickled arguments are not perturbed
             variants.append([(check, arguments) for arguments in mine])
@@ -166,8 +188,11 @@ def perturbed_calls(
         probe = _probe(check, arguments)
         if len(chosen) >= limit or probe is None or check_key(probe) in chosen:
             continue
-        mark = ("steps", canonical(arguments[1])) if arguments[0] == "steps" else arguments
-        mark = plain_marks(*arguments) if check.recipes else mark
+        mark: tuple[object, ...] = ("steps", canonical(arguments[1])) if arguments[0] == "steps" else arguments
+        if arguments[0] == "receiver":
+            mark = ("receiver", check.args, check.kwargs, arguments[1])
+        elif check.recipes:
+            mark = plain_marks(*arguments)
         if mark not in recorded.get((check.module, check.qualname), ()):
             chosen[check_key(probe)] = probe
     return list(chosen.values())
@@ -225,6 +250,9 @@ def _repeated(steps: tuple, index: int, again: tuple) -> tuple:
 
 def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:
     """The check's call with other arguments (or a program with other steps); None when they spell no literal."""
+    if arguments[0] == "receiver":
+        fields = {"args": check.args, "kwargs": check.kwargs, "take": check.take, "recipes": check.recipes}
+        return IoCheck(module=check.module, qualname=check.qualname, inputs=arguments[1], **fields)
     if arguments[0] == "steps":
         steps = repr(arguments[1])  # read from a literal, so it reads back
         if len(steps) > MAX_PROGRAM_TEXT:

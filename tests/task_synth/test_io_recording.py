@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from proto.call_values import literal_text
+from proto.evidence import has_secret_evidence
 from proto.tasks import IoCheck, TaskRecord, TaskStats
 from task_synth.candidates.deletion import delete_unit
 from task_synth.candidates.units import enumerate_units
@@ -43,6 +44,7 @@ from task_synth.validation.unseen_calls import (
     MAX_UNSEEN,
     perturbed_calls,
     perturbed_values,
+    receiver_pools,
     recorded_arguments,
     unseen_checks,
 )
@@ -598,7 +600,7 @@ def test_a_methods_calls_keep_the_receiver_before_and_its_state_after_and_replay
     receiver that does not pickle gives no check; replayed in a fresh interpreter, the outcome and state agree."""
     functions = {"shop.cart": ["Cart.add", "Locked.add"]}
     raw_calls = recorded_raw_calls(tmp_path, METHODS, functions)
-    calls = [parsed_call(raw, functions) for raw in raw_calls]
+    calls = [parsed_call(raw, functions) for raw in raw_calls if "receivers" not in raw]  # not the receiver pools
     assert [(c.check.qualname, c.check.args, c.outcome) for c in calls if c] == [
         ("Cart.add", "('apple', 2)", ("2", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 2}), None)),
         ("Cart.add", "('apple',)", ("3", None, canonical({"prices": {"apple": 3}, "items": ["apple"] * 3}), None)),
@@ -844,3 +846,50 @@ def test_a_receiver_holding_an_iterator_and_a_deque_is_described_by_what_is_left
         "{'_cache': ('deque', [], None), '_it': ('iterator', ())}",
     ]
     assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 3
+
+
+QUEUE_FILES = {
+    "q/__init__.py": "",
+    "q/events.py": """
+class Queue:
+    def __init__(self):
+        self.waiting = []
+
+    def receive(self, data):
+        self.waiting.extend(data.split(","))
+
+    def next_event(self):
+        return self.waiting.pop(0) if self.waiting else "NEED_DATA"
+""",
+    "tests/test_events.py": """
+from q.events import Queue
+
+
+def test_events():
+    queue = Queue()
+    queue.receive("a,b")
+    queue.receive("c")
+    assert queue.next_event() == "a"
+    queue.receive("d,e")
+    assert [queue.next_event() for _ in range(5)] == ["b", "c", "d", "e", "NEED_DATA"]
+""",
+}
+
+
+def test_a_method_with_no_argument_is_called_on_states_its_tests_reach_through_the_other_methods(tmp_path):
+    """`next_event()` has nothing to vary: its unseen calls run it on the states the other methods' calls stood on,
+    which no visible call of it saw (h11's Connection had no secret check before)."""
+    functions = {"q.events": ["Queue.next_event"]}
+    raw = recorded_raw_calls(tmp_path, QUEUE_FILES, functions)
+    pools = receiver_pools(raw)
+    assert len(pools[("q.events", "Queue")]) == 3  # before each `receive`
+    calls = [call for item in raw if (call := parsed_call(item, functions))]
+    probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0), receivers=pools)
+    assert probes and all(probe.args == "()" and probe.inputs in pools[("q.events", "Queue")] for probe in probes)
+    found = [call for call in _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if call]
+    # The empty queue is a state a visible call saw (the last one): that call is no unseen one.
+    assert sorted((call.check.result, call.check.state) for call in found) == [
+        ("'a'", "{'waiting': ['b']}"),
+        ("'b'", "{'waiting': ['c']}"),
+    ]
+    assert has_secret_evidence(unseen_checks(found, linked_calls(calls, ["tests/test_events.py::test_events"])))

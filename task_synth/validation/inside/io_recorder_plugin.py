@@ -34,10 +34,12 @@ try:  # in a sandbox the values module is copied beside this one; in regrow it i
     from regrow_argument_recipes import recipe_texts, unchanged_literals
     from regrow_call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
     from regrow_program_recorder import ProgramRecorder
+    from regrow_receiver_pool import ReceiverPool
 except ImportError:
     from proto.call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
     from task_synth.validation.inside.argument_recipes import recipe_texts, unchanged_literals
     from task_synth.validation.inside.program_recorder import ProgramRecorder
+    from task_synth.validation.inside.receiver_pool import ReceiverPool
 
 MAX_RECORDS = 500
 MAX_INPUTS = 32 * 1024  # bytes of a call's pickled receiver and arguments
@@ -49,6 +51,7 @@ _functions: dict = {}
 _library_files: set = set()
 _reads: list = []  # attributes the visible tests read, which show a deleted class's instances
 _programs: dict = {}  # (module, class name) -> its ProgramRecorder
+_pools: dict = {}  # (module, class name) -> the ReceiverPool of a class whose methods were deleted
 _records: list = []
 _seen: set = set()
 _current_test = [None]
@@ -245,10 +248,22 @@ def _wrap(module):
             wrapper = _recording(function, module.__name__, name)
         if owner_name:  # a method is looked up on its class at each call: no other reference to point at it
             setattr(owner, attribute, wrapper)
+            _pool_of(module.__name__, owner_name, owner)
         else:
             module.__dict__[name] = wrapper
             swapped[id(function)] = (function, wrapper)
     return swapped
+
+
+def _pool_of(module, owner_name, owner):
+    """Start keeping the states of a class whose methods were deleted, once."""
+    if (module, owner_name) in _pools or not inspect.isclass(owner):
+        return
+    deleted = {name.rpartition(".")[2] for name in _functions.get(module, ()) if name.rpartition(".")[0] == owner_name}
+    in_test = lambda: _current_test[0] is not None  # noqa: E731
+    pool = ReceiverPool(module, owner, lambda receiver: inputs_text(receiver, None), in_test)
+    pool.wrap(deleted)
+    _pools[module, owner_name] = pool
 
 
 def _replace_references(swapped):
@@ -339,8 +354,9 @@ def pytest_runtest_logfinish(nodeid, location):
 
 def pytest_unconfigure(config):
     programs = [record for program in _programs.values() for record in program.records]
+    pools = [pool.record() for pool in _pools.values()]
     with open(os.environ["REGROW_IO_OUT"], "w") as handle:
-        json.dump(_records + programs[: MAX_RECORDS - len(_records)], handle)
+        json.dump(_records + programs[: MAX_RECORDS - len(_records)] + pools, handle)
 
 
 def call_outcome(
