@@ -100,28 +100,37 @@ def _recording_generator(function, module, name):
         if texts is None or (method and inputs is None):
             return (yield from function(*args, **kwargs))
         internal = sys._getframe(1).f_code.co_filename in _library_files
-        generator, items, end, sent = function(*args, **kwargs), [], None, None
-        try:
-            while True:
-                try:
-                    item = generator.send(sent)
-                except StopIteration as stop:
-                    end = "ended"
-                    return stop.value
-                except Exception as error:
-                    end = ("raised", type(error).__name__)
-                    raise
-                items.append(described_text(item))
-                sent = yield item
-        finally:  # also when the test stopped drawing: the items it drew are the outcome
+
+        def finish(outcome, take):
             state = state_text(receiver) if method else None
-            if None not in items and _unchanged(plain, kwargs, *texts) and (state is not None or not method):
-                take = len(items) + (end is not None)
-                outcome = drawn_text(items, end)
+            if _unchanged(plain, kwargs, *texts) and (state is not None or not method):
                 _record(module, name, *texts[:2], outcome, None, inputs, state, None, internal, take, texts[2])
+
+        return (yield from _drawing(function(*args, **kwargs), finish))
 
     recorded.__regrow_recorded__ = True
     return recorded
+
+
+def _drawing(iterator, finish):
+    """Hand on `iterator`'s items to the test (and what it sends, to a generator), keeping each described as it came
+    and how it ended; `finish(outcome text, take)` once the test stops drawing, unless an item had no description."""
+    items, end, sent = [], None, None
+    try:
+        while True:
+            try:
+                item = iterator.send(sent) if sent is not None else next(iterator)
+            except StopIteration as stop:
+                end = "ended"
+                return stop.value
+            except Exception as error:
+                end = ("raised", type(error).__name__)
+                raise
+            items.append(described_text(item))
+            sent = yield item
+    finally:  # also when the test stopped drawing: the items it drew are the outcome
+        if None not in items:
+            finish(drawn_text(items, end), len(items) + (end is not None))
 
 
 def inputs_text(receiver, arguments):
@@ -167,9 +176,12 @@ def _recording(function, module, name):
         if result_text is None and _lazy(result):  # a map, a zip, an itertools object: recorded as it is drawn
 
             def finish(drawn, take):
-                _outcome(module, name, texts, (drawn, None), inputs, receiver, (plain, kwargs), literal, internal, take)
+                if take:  # a test that drew nothing shows nothing of it
+                    _outcome(
+                        module, name, texts, (drawn, None), inputs, receiver, (plain, kwargs), literal, internal, take
+                    )
 
-            return _recording_draws(result, finish)
+            return _drawing(result, finish)
         kept = result_text is not None and _outcome(
             module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal
         )
@@ -187,27 +199,6 @@ def _lazy(result):
         return iter(result) is result and type(result).__module__ in ("builtins", "itertools")
     except Exception:  # an object whose __iter__ raises is no iterator
         return False
-
-
-def _recording_draws(iterator, finish):
-    """The returned iterator handed to the test as a generator that keeps the items it drew, each described as it
-    came, and how it ended; `finish(outcome text, take)` records the call as a generator's once the test stops."""
-    items, end = [], None
-    try:
-        while True:
-            try:
-                item = next(iterator)
-            except StopIteration:
-                end = "ended"
-                return
-            except Exception as error:
-                end = ("raised", type(error).__name__)
-                raise
-            items.append(described_text(item))
-            yield item
-    finally:  # also when the test stopped drawing: the items it drew are the outcome
-        if None not in items and (items or end is not None):
-            finish(drawn_text(items, end), len(items) + (end is not None))
 
 
 def _outcome(module, name, texts, outcome, inputs, receiver, arguments, literal, internal, take=None) -> bool:
