@@ -1,6 +1,6 @@
 """A diff as grading/diff.py writes it, applied back to the task's tree: the change set it shows, where the diff is
-whole. `regrow traces regrade` rebuilds an old episode's submission from its recorded diff with it, and the scan
-rebuilds the deleted units' original files from the task's solution patch.
+whole. `regrow traces regrade` rebuilds an old episode's submission from its recorded diff with it. (The scan
+rebuilds the original files from the task's git-format solution patch in grading/scan/originals.py.)
 """
 
 from __future__ import annotations
