@@ -893,3 +893,23 @@ def test_a_method_with_no_argument_is_called_on_states_its_tests_reach_through_t
         ("'b'", "{'waiting': ['c']}"),
     ]
     assert has_secret_evidence(unseen_checks(found, linked_calls(calls, ["tests/test_events.py::test_events"])))
+
+
+def test_a_call_that_draws_random_numbers_is_no_check_even_where_it_is_seeded(tmp_path):
+    """more-itertools' sample: a test that seeds `random` gets the same sample twice, so its calls agreed under two
+    hash seeds, and a replay matched by chance (a shuffle of five items); graded in a fresh process, the task's own
+    code earned 0. A call that moves `random`'s state has no outcome a replay stands by: not even a seeded shuffle,
+    which reproduces, but which an honest rewrite drawing in another order fails."""
+    files = {
+        "lot/__init__.py": "",
+        "lot/draw.py": "import random\n\n\ndef shuffled(items, seed):\n    random.seed(seed)\n"
+        "    items = list(items)\n    random.shuffle(items)\n    return items\n\n\n"
+        "def first(items):\n    return items[0]\n",
+        "tests/test_draw.py": "from lot.draw import first, shuffled\n\n\ndef test_draw():\n"
+        "    assert sorted(shuffled('abcde', 7)) == list('abcde')\n    assert first(['a', 'b']) == 'a'\n",
+    }
+    functions = {"lot.draw": ["shuffled", "first"]}
+    raw = recorded_raw_calls(tmp_path, files, functions)
+    calls = [call for item in raw if (call := parsed_call(item, functions))]
+    assert sorted(call.check.qualname for call in calls) == ["first", "shuffled"]
+    assert [call.check.qualname for call in _reproduced(LocalSandbox(tmp_path), calls)] == ["first"]

@@ -11,9 +11,9 @@ with what the call left of them described after. Results and receivers are descr
 (regrow_program_recorder). Stdlib only: it runs in the repository's interpreter.
 
 Run as a script (`python -m regrow_io_recorder CALLS_JSON LIMIT BUDGET`) it runs calls outside any test, in one process
-and each under a time limit, and prints their outcomes: the perturbed calls that become unseen checks and the replay
-that every check must pass. With `--mutants SPEC_JSON` first, it runs the same calls against each mutant of the unit,
-a forked child each.
+and each under a time limit, and prints their outcomes (none for a call that drew from `random`, whose outcome is
+chance): the perturbed calls that become unseen checks and the replay that every check must pass. With
+`--mutants SPEC_JSON` first, it runs the same calls against each mutant of the unit, a forked child each.
 """
 
 import base64
@@ -27,6 +27,7 @@ import io
 import json
 import os
 import pickle
+import random
 import sys
 import time
 
@@ -393,12 +394,15 @@ def print_call_outcomes(calls, limit, budget, tag=()):
         if time.monotonic() > deadline:
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
+        drawn_from = random.getstate()
         try:
             found = call_outcome(*call[:4], limit, *call[4:9])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:
             sys.stdout = stdout
+        if random.getstate() != drawn_from:  # it drew random numbers: its outcome is chance, and another's draws differ
+            found = None
         if found is not None:
             print(json.dumps([*tag, index, *found]), flush=True)
 
