@@ -91,9 +91,10 @@ wheelhouse-gpu:
 
 # Three lanes of pytest processes (each fails on its own leaks): the compose and swarm stacks, which mostly wait on image
 # builds and pip installs; the other engine tests, which mostly wait on containers; and the pure logic, which keeps the
-# cores busy meanwhile, then two long engine files that even the lanes out. Each lane's log is printed whole at its end.
+# cores busy meanwhile, then the long engine files that even the lanes out. Each lane's log is printed whole at its end.
 STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
-AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py
+AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py \
+	tests/env_server/test_harbor_export.py
 NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 test:
