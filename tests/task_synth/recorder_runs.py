@@ -78,3 +78,15 @@ class LocalSandbox:
         return SimpleNamespace(
             stdout=run.stdout[:kept], stderr=run.stderr[:kept], exit_code=run.returncode, timed_out=False
         )
+
+
+def importable_module(root: Path, monkeypatch, dotted: str, source: str) -> None:
+    """`dotted` (`package.module`) holding `source` under `root`, importable in this process for as long as the test
+    runs, whatever an earlier test imported under that name."""
+    package, _, module = dotted.partition(".")
+    (root / package).mkdir(parents=True, exist_ok=True)
+    (root / package / "__init__.py").write_text("")
+    (root / package / f"{module}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(root))
+    for name in (package, dotted):
+        monkeypatch.delitem(sys.modules, name, raising=False)

@@ -6,7 +6,6 @@ import itertools
 import math
 import operator
 import random
-import sys
 
 import pytest
 
@@ -23,7 +22,7 @@ from task_synth.validation.unseen_calls import (
     recorded_arguments,
     unseen_checks,
 )
-from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
+from tests.task_synth.recorder_runs import LocalSandbox, importable_module, recorded_raw_calls
 
 SCALE = 10
 
@@ -235,13 +234,7 @@ def test_an_honest_rewrite_passes_the_unseen_checks_and_a_table_of_the_visible_a
     tmp_path, raw, calls = recorded
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0))
     unseen = [c.check for c in _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if c is not None]
-    other = tmp_path_factory.mktemp("rewrite")
-    (other / "fn").mkdir()
-    (other / "fn" / "__init__.py").write_text("")
-    (other / "fn" / "core.py").write_text(source)
-    monkeypatch.syspath_prepend(str(other))
-    for name in ("fn", "fn.core"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    importable_module(tmp_path_factory.mktemp("rewrite"), monkeypatch, "fn.core", source)
     verdicts = [
         judge(c, replay(c.module, c.qualname, c.args, c.kwargs, c.inputs, 5.0, c.take, c.recipes)) for c in unseen
     ]

@@ -1,7 +1,6 @@
 """A deleted class recorded as programs, one per test, replayed anew and judged by what the tests see (no Docker)."""
 
 import random
-import sys
 
 from env_server.grading.checks import judge
 from proto.call_values import replay_program
@@ -9,7 +8,7 @@ from proto.tasks import IoCheck
 from task_synth.validation.io_recording import _call_outcomes, _reproduced
 from task_synth.validation.recorded_calls import parsed_call, raised_in
 from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
-from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
+from tests.task_synth.recorder_runs import LocalSandbox, importable_module, recorded_raw_calls
 
 FUNCTIONS = {"geo.vec": ["Vec"]}
 READS = ["x", "y", "norm1", "append", "count"]  # as the tests' files would give them: some are no attribute of Vec
@@ -193,12 +192,7 @@ def test_malformed_programs_and_programs_a_stand_in_passes_are_dropped():
 
 def _importable(tmp_path, monkeypatch, source):
     """`geo.vec` holding `source`, importable here for as long as the test runs, whatever an earlier test imported."""
-    (tmp_path / "geo").mkdir()
-    (tmp_path / "geo" / "__init__.py").write_text("")
-    (tmp_path / "geo" / "vec.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in ("geo", "geo.vec"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
+    importable_module(tmp_path, monkeypatch, "geo.vec", source)
 
 
 HONEST = """

@@ -9,7 +9,7 @@ from proto.call_values import replay
 from task_synth.validation.io_recording import _call_outcomes, _reproduced
 from task_synth.validation.recorded_calls import parsed_call
 from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
-from tests.task_synth.recorder_runs import LocalSandbox, recorded_raw_calls
+from tests.task_synth.recorder_runs import LocalSandbox, importable_module, recorded_raw_calls
 
 FUNCTIONS = {"gen.core": ["countdown", "naturals"]}
 ORIGINAL = """
@@ -84,12 +84,7 @@ def test_a_generators_calls_keep_the_items_drawn_and_how_it_ended_and_replay_ali
 def test_an_honest_rewrite_passes_however_it_makes_its_items_and_a_wrong_one_fails(
     tmp_path, monkeypatch, name, source, outcome
 ):
-    (tmp_path / "gen").mkdir()
-    (tmp_path / "gen" / "__init__.py").write_text("")
-    (tmp_path / "gen" / "core.py").write_text(source)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(__import__("sys").modules, "gen.core", raising=False)
-    monkeypatch.delitem(__import__("sys").modules, "gen", raising=False)
+    importable_module(tmp_path, monkeypatch, "gen.core", source)
     checks = [
         parsed_call(
             {"module": "gen.core", "qualname": "countdown", "args": args, "result": result, "take": take, "test": "t"},
@@ -205,16 +200,11 @@ def test_a_function_that_returns_a_lazy_iterator_is_recorded_as_it_is_drawn_and_
         ("doubled", "([1, 2, 3],)", "('generated', (2, ), None)", 1),
     ]
     assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 2
-    rewrite = tmp_path / "rewrite"
-    (rewrite / "gen").mkdir(parents=True)
-    (rewrite / "gen" / "__init__.py").write_text("")
-    (rewrite / "gen" / "lazy.py").write_text(
+    rewrite = (
         "def chunked(iterable, n):\n    items = list(iterable)\n"
         "    for at in range(0, len(items), n):\n        yield items[at : at + n]\n"
     )
-    monkeypatch.syspath_prepend(str(rewrite))
-    for name in ("gen", "gen.lazy"):
-        monkeypatch.delitem(__import__("sys").modules, name, raising=False)
+    importable_module(tmp_path / "rewrite", monkeypatch, "gen.lazy", rewrite)
     check = next(c.check for c in calls if c.check.qualname == "chunked")
     assert (
         judge(check, replay(check.module, check.qualname, check.args, "{}", None, 5.0, check.take)).outcome == "passed"
