@@ -33,6 +33,7 @@ else:  # shipped alone into a sandbox, where no `proto` of ours may be imported:
 
 MAX_TEXT = 300  # characters of a call's literal arguments
 MAX_RECIPE_TEXT = 6000  # characters of a call's argument recipes (a function's code takes a few hundred)
+RECIPE_KINDS = ("lit", "range", "iter", "list", "tuple", "dict", "module", "ref", "code")  # what `built` builds
 MAX_DESCRIPTION = 4000  # characters of a described value
 MAX_DEPTH = 6
 SHIPPED_NAME = "regrow_call_values"

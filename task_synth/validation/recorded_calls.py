@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from proto.call_values import MAX_DESCRIPTION, MAX_PROGRAM_TEXT, MAX_RECIPE_TEXT, MAX_STEPS, MAX_TEXT
+from proto.call_values import MAX_DESCRIPTION, MAX_PROGRAM_TEXT, MAX_RECIPE_TEXT, MAX_STEPS, MAX_TEXT, RECIPE_KINDS
 from proto.python_ast import literal_value
 from proto.tasks import IoCheck
 
@@ -83,9 +83,6 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         return None
     outcome = (described[0], check.raises, described[1], described[2])
     return Call(check, check_key(check), outcome, internal=raw.get("internal") is True)
-
-
-RECIPE_KINDS = ("lit", "range", "iter", "list", "tuple", "dict", "module", "ref", "code")
 
 
 def is_recipe(value: object) -> bool:
