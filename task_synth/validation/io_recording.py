@@ -35,7 +35,7 @@ from task_synth.validation.mutants import MAX_MUTANTS, mutants_of
 from task_synth.validation.recorded_calls import Call, calls_in_both, linked_calls, parsed_call, raised_in
 from task_synth.validation.suite_runs import PLUGIN_DIR
 from task_synth.validation.task_strength import Strength
-from task_synth.validation.unit_checks import UnitChecks, UnitKills, chosen_for_units, deleted_units
+from task_synth.validation.unit_checks import UNREACHED, UnitChecks, UnitKills, chosen_for_units, deleted_units
 from task_synth.validation.unseen_calls import (
     MAX_PROBES,
     NOISE_EXCEPTIONS,
@@ -52,6 +52,8 @@ PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
 VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
 POOL = "regrow_receiver_pool"
 POOL_SOURCE = Path(__file__).with_name("inside") / "receiver_pool.py"
+REACH = "regrow_line_reach"
+REACH_SOURCE = Path(__file__).with_name("inside") / "line_reach.py"
 RECIPES = "regrow_argument_recipes"
 RECIPES_SOURCE = Path(__file__).with_name("inside") / "argument_recipes.py"
 # The recorder and the modules it imports, by their names beside it in the sandbox.
@@ -61,9 +63,11 @@ RECORDER_FILES = {
     f"{PROGRAMS}.py": PROGRAMS_SOURCE,
     f"{RECIPES}.py": RECIPES_SOURCE,
     f"{POOL}.py": POOL_SOURCE,
+    f"{REACH}.py": REACH_SOURCE,
 }
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
+REACH_OUT = f"{SCRATCH}/io_reach.jsonl"  # a JSON line [index, {path: [line, ...]}] per replayed call
 MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"mutants": [{"module": name, "path": its file, "source": text}]}
 HASH_SEEDS = ("1", "2")
 REPLAY_HASH_SEED = "3"
@@ -75,6 +79,9 @@ MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
 MIN_UNIT_MUTANTS = 10  # mutants of each unit of a group at least, so that each unit's kill rate means something
 PLUGIN_MODULES_SOURCE = Path(__file__).with_name("inside") / "pytest_plugin_modules.py"
 MAX_READS = 64  # attribute names the visible tests read that show a class's instances
+
+
+Reached = dict[str, set[int]]  # sandbox path -> the lines of it that reproduced calls ran
 
 
 @dataclass
@@ -157,7 +164,8 @@ def record_io_checks(
     probes = perturbed_calls(agreed, recorded, rng, MAX_PROBES * share, receivers)
     probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)), PROBE_BUDGET_S * share)
     laps.append(time.monotonic())
-    reproduced = _reproduced(sb, agreed + probed)
+    unit_files = sorted({f"{WORKSPACE}/{piece.path}" for piece in deletion.unit.pieces})
+    reproduced, reached = _reproduced(sb, agreed + probed, unit_files)
     linked = [call for call in reproduced if call.check.test is not None and not call.internal]
     unseen = [
         replace(call, check=call.check.model_copy(update={"test": None}))
@@ -166,7 +174,7 @@ def record_io_checks(
     ]
     mutation_started = time.monotonic()
     laps.append(mutation_started)
-    kills = _mutant_kills(sb, deletion, reproduced, settings, layout.modules)
+    kills = _mutant_kills(sb, deletion, reproduced, settings, layout.modules, reached)
     laps.append(time.monotonic())
     # Each unit's checks are chosen to kill its own mutants, then in their own order (spread over tests, new answers).
     units = deleted_units(deletion.unit)
@@ -193,11 +201,16 @@ def record_io_checks(
 
 
 def _mutant_kills(
-    sb: Sandbox, deletion: Deletion, calls: list[Call], settings: SynthSettings, modules: Mapping[str, str]
+    sb: Sandbox,
+    deletion: Deletion,
+    calls: list[Call],
+    settings: SynthSettings,
+    modules: Mapping[str, str],
+    reached: Reached,
 ) -> UnitKills | None:
-    """For each mutant of the unit, the unit it mutates and the keys of the calls whose outcome it changes; None when
-    the unit gets no mutants (a module, a nested function) or there are no calls to run. One command runs them all,
-    a group's too."""
+    """For each mutant of the unit, the unit it mutates and the keys of the calls whose outcome it changes (UNREACHED
+    when none does and no call runs the mutant's line: nothing vouches for that line); None when the unit gets no
+    mutants (a module, a nested function) or there are no calls to run. One command runs them all, a group's too."""
     unit = deletion.unit
     if not calls or unit.kind not in ("function", "feature", "method", "class", "group"):
         return None
@@ -217,10 +230,13 @@ def _mutant_kills(
     outcomes = _run_calls(
         sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
     )
-    return [
-        (owner, {call.key for call, again in zip(calls, found, strict=True) if _told_apart(call, again)})
-        for (owner, _, _), found in zip(made, outcomes, strict=True)
-    ]
+    kills = []
+    for (owner, where, mutant), found in zip(made, outcomes, strict=True):
+        killed = {call.key for call, again in zip(calls, found, strict=True) if _told_apart(call, again)}
+        if not killed and mutant.line not in reached.get(where["path"], ()):
+            killed = {UNREACHED}
+        kills.append((owner, killed))
+    return kills
 
 
 def _told_apart(call: Call, again: Call | None) -> bool:
@@ -258,10 +274,17 @@ def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float,
 
 
 def _run_calls(
-    sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float, budget_s: float, mutants: int = 0
+    sb: Sandbox,
+    checks: list[IoCheck],
+    seed: str,
+    call_s: float,
+    budget_s: float,
+    mutants: int = 0,
+    reach_files: list[str] | None = None,
 ) -> list[list[Call | None]]:
     """The checks' outcomes as `_call_outcomes` has them: one list, or with `mutants` one list per mutant that
-    MUTANTS_JSON holds, all run by one command (a forked child each) instead of one command per mutant."""
+    MUTANTS_JSON holds, all run by one command (a forked child each) instead of one command per mutant. With
+    `reach_files`, the lines each call runs in those files go to REACH_OUT."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
     rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take, c.recipes] for c in checks]
     sb.write_file(calls, json.dumps(rows))
@@ -270,10 +293,15 @@ def _run_calls(
     # Into a file: every mutant's lines together pass the 64 KiB an exec's output keeps, and the rest would be lost.
     out = f"{SCRATCH}/io_outcomes_{seed}.jsonl"
     result = sb.exec(
-        ["sh", "-c", f'python -m {RECORDER} "$@" > {out}', "sh", *arguments],
+        ["sh", "-c", f'rm -f {REACH_OUT}; python -m {RECORDER} "$@" > {out}', "sh", *arguments],
         timeout=(budget_s + IMPORT_ALLOWANCE_S + 5) * max(1, mutants) + 30,
         cwd=WORKSPACE,
-        env={"PYTHONHASHSEED": seed, "PYTHONPATH": PLUGIN_DIR, "PYTHONDONTWRITEBYTECODE": "1"},
+        env={
+            "PYTHONHASHSEED": seed,
+            "PYTHONPATH": PLUGIN_DIR,
+            "PYTHONDONTWRITEBYTECODE": "1",
+            **({"REGROW_REACH_FILES": json.dumps(reach_files), "REGROW_REACH_OUT": REACH_OUT} if reach_files else {}),
+        },
     )
     try:
         printed = sb.read_file(out).decode(errors="replace")
@@ -326,12 +354,34 @@ def tests_read(sb: Sandbox, fail_to_pass: list[str]) -> list[str]:
     return sorted(names)[:MAX_READS]
 
 
-def _reproduced(sb: Sandbox, calls: list[Call]) -> list[Call]:
-    """The calls whose outcome a fresh interpreter reproduces, under a third hash seed and with no test around them."""
+def _reproduced(sb: Sandbox, calls: list[Call], unit_files: list[str]) -> tuple[list[Call], Reached]:
+    """The calls whose outcome a fresh interpreter reproduces, under a third hash seed and with no test around them,
+    and the lines of `unit_files` that those calls run."""
     if not calls:
-        return []
-    found = _call_outcomes(sb, [call.check for call in calls], REPLAY_HASH_SEED, REPLAY_CALL_S, REPLAY_BUDGET_S)
-    return [call for call, again in zip(calls, found) if again is not None and again.outcome == call.outcome]
+        return [], {}
+    checks = [call.check for call in calls]
+    found = _run_calls(sb, checks, REPLAY_HASH_SEED, REPLAY_CALL_S, REPLAY_BUDGET_S, reach_files=unit_files)[0]
+    kept = {index for index, (call, again) in enumerate(zip(calls, found)) if again and again.outcome == call.outcome}
+    return [calls[index] for index in sorted(kept)], _reached_lines(sb, kept)
+
+
+def _reached_lines(sb: Sandbox, indexes: set[int]) -> Reached:
+    """{path: lines} that the replayed calls numbered `indexes` ran, as REACH_OUT has them; empty when it is gone."""
+    try:
+        text = sb.read_file(REACH_OUT).decode(errors="replace")
+    except (SandboxFileNotFound, FileTooLarge) as error:
+        log.info("the lines the calls ran could not be read back (%s): any mutant no call tells apart survives", error)
+        return {}
+    reached: Reached = {}
+    for line in text.splitlines():
+        try:
+            index, files = json.loads(line)
+            if index in indexes:
+                for path, numbers in files.items():
+                    reached.setdefault(path, set()).update(numbers)
+        except (ValueError, TypeError, AttributeError):  # a torn last line, cut where the budget ended
+            continue
+    return reached
 
 
 def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:

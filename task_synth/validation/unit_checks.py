@@ -20,6 +20,9 @@ from task_synth.validation.unseen_calls import MAX_UNSEEN, unseen_checks
 
 # For each mutant: the unit it mutates (proto.evidence.unit_key) and the keys of the calls whose outcome it changes.
 UnitKills = list[tuple[str, set[CallKey]]]
+# The kill set of a mutant on a line no call runs: a key no check has, so the mutant survives every choice of checks
+# instead of counting as equivalent (a mutant that calls run and none tells apart).
+UNREACHED: CallKey = ("", "", "no call runs this line", "")
 
 
 def deleted_units(unit: Unit) -> list[DeletedUnit]:

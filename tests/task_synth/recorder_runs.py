@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from sandbox.limits import Limits
+from task_synth.repository.editable_install import SCRATCH
 from task_synth.validation.io_recording import RECORDER, RECORDER_FILES
 
 
@@ -66,7 +67,8 @@ class LocalSandbox:
         return Path(self._here(path)).read_bytes()
 
     def exec(self, command, timeout, cwd, env=None):
-        env = {**os.environ, **(env or {}), "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
+        env = {key: self._here(value) if value.startswith(SCRATCH) else value for key, value in (env or {}).items()}
+        env = {**os.environ, **env, "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
         if command[0] == "sh":  # `sh -c SCRIPT sh ARGS`: `python` is this interpreter, sandbox paths are under root
             script = re.sub(r"(?<![\w.])/[\w./-]+", lambda found: self._here(found.group(0)), command[2])
             argv = ["sh", "-c", script.replace("python ", f"{sys.executable} ", 1), "sh", *map(self._here, command[4:])]

@@ -4,9 +4,17 @@ user may not write it; before, every mutant then "killed" every check). No Docke
 
 import json
 from pathlib import Path
+from unittest.mock import patch
 
 from proto.tasks import IoCheck
-from task_synth.validation.io_recording import MUTANTS_JSON, _run_calls
+from task_synth.candidates.deletion import Deletion
+from task_synth.candidates.units import Unit
+from task_synth.settings import SynthSettings
+from task_synth.validation.io_recording import MUTANTS_JSON, _mutant_kills, _reproduced, _run_calls
+from task_synth.validation.mutants import Mutant
+from task_synth.validation.recorded_calls import Call, parsed_call
+from task_synth.validation.task_strength import measured_strength
+from task_synth.validation.unit_checks import UNREACHED
 from tests.task_synth.recorder_runs import LocalSandbox
 
 ORIGINAL = "CALLS = []\n\n\ndef bump(x):\n    CALLS.append(x)\n    return len(CALLS)\n"
@@ -102,3 +110,45 @@ def test_a_package_slower_to_import_than_a_calls_limit_still_gives_outcomes_and_
     )
     outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(sources))
     assert [_results(found) for found in outcomes] == [["1", "2"], ["10", "20"]]
+
+
+def _call(args: str, result: str) -> Call:
+    check = IoCheck(module="branchy", qualname="sign", args=args)
+    raw = {**check.model_dump(), "result": result, "raises": None, "state": None, "args_after": None}
+    found = parsed_call(raw, {"branchy": ["sign"]})
+    assert found is not None
+    return found
+
+
+BRANCHY = "def sign(x):\n    if x >= 0:\n        return 1\n    return -1 if x < -100 else -2\n"
+
+
+def test_the_replay_reports_the_lines_its_reproduced_calls_ran(tmp_path: Path):
+    """Only the calls that reproduce count: a call whose recorded outcome the replay does not give adds no line."""
+    target = tmp_path / "branchy.py"
+    target.write_text(BRANCHY)
+    recorded = [_call("(5,)", "1"), _call("(-5,)", "-1")]  # -2 in truth
+    kept, reached = _reproduced(LocalSandbox(tmp_path), recorded, [str(target)])
+    assert [call.check.args for call in kept] == ["(5,)"]
+    assert reached == {str(target): {2, 3}}
+
+
+def test_a_mutant_on_a_line_no_call_runs_survives_and_one_that_calls_run_unchanged_is_equivalent(tmp_path: Path):
+    """The toolz survivors that earned 1.0 sat in branches no call ran; they counted as equivalent, outside the rate."""
+    target = tmp_path / "branchy.py"
+    target.write_text(BRANCHY)
+    unit = Unit("branchy.py", "sign", "function", 1, 4, ((2, 4),), 3, 2)
+    deletion = Deletion(unit, "stub", {"branchy.py": "def sign(x):\n    raise NotImplementedError\n"}, {})
+    sb = LocalSandbox(tmp_path)
+    call = _call("(5,)", "1")
+    mutants = [  # the mutants of `sign` that mutants_of makes, by line: 2 is run, 4 is not
+        Mutant("comparison", 2, BRANCHY.replace(">= 0", "> 0")),  # equivalent on x=5
+        Mutant("constant", 4, BRANCHY.replace("-2", "-3")),
+    ]
+    deletion.original["branchy.py"] = BRANCHY
+    reached = {"/workspace/branchy.py": {2, 3}}
+    with patch("task_synth.validation.io_recording.mutants_of", lambda *_args: mutants):
+        kills = _mutant_kills(sb, deletion, [call], SynthSettings(), {"branchy.py": "branchy"}, reached)
+    assert kills == [("branchy.py::sign", set()), ("branchy.py::sign", {UNREACHED})]
+    strength = measured_strength([killed for _, killed in kills], [call.key], 0.0)
+    assert (strength.equivalent, strength.killed, strength.kill_rate) == (1, 0, 0.0)

@@ -18,6 +18,7 @@ chance): the perturbed calls that become unseen checks and the replay that every
 
 import base64
 import collections
+import contextlib
 import functools
 import importlib
 import importlib.machinery
@@ -34,11 +35,13 @@ import time
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
     from regrow_argument_recipes import recipe_texts, unchanged_literals
     from regrow_call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
+    from regrow_line_reach import LineReach
     from regrow_program_recorder import ProgramRecorder
     from regrow_receiver_pool import ReceiverPool
 except ImportError:
     from proto.call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
     from task_synth.validation.inside.argument_recipes import recipe_texts, unchanged_literals
+    from task_synth.validation.inside.line_reach import LineReach
     from task_synth.validation.inside.program_recorder import ProgramRecorder
     from task_synth.validation.inside.receiver_pool import ReceiverPool
 
@@ -382,21 +385,27 @@ def import_modules(calls):
 def print_call_outcomes(calls, limit, budget, tag=()):
     """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take, recipes] lists) in turn, each under
     `limit` seconds once their modules are imported, while `budget` seconds last; print a JSON line [*tag, index,
-    result, raises, state, args after] per call with an outcome, as soon as it has one."""
+    result, raises, state, args after] per call with an outcome, as soon as it has one. With REGROW_REACH_FILES (a
+    JSON list of paths) set, each call's lines in those files go to REGROW_REACH_OUT as a JSON line [index, {path:
+    [line, ...]}]."""
     stdout = sys.stdout
     sys.stdout = io.StringIO()  # what importing prints is not an outcome either
     try:
         import_modules(calls)
     finally:
         sys.stdout = stdout
+    reach_files = json.loads(os.environ.get("REGROW_REACH_FILES") or "null")
+    reach_out = open(os.environ["REGROW_REACH_OUT"], "w") if reach_files else None
     deadline = time.monotonic() + budget
     for index, call in enumerate(calls):
         if time.monotonic() > deadline:
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
         drawn_from = random.getstate()
+        reach = LineReach(reach_files or ())
         try:
-            found = call_outcome(*call[:4], limit, *call[4:9])
+            with reach if reach_out else contextlib.nullcontext():
+                found = call_outcome(*call[:4], limit, *call[4:9])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:
@@ -405,6 +414,9 @@ def print_call_outcomes(calls, limit, budget, tag=()):
             found = None
         if found is not None:
             print(json.dumps([*tag, index, *found]), flush=True)
+            if reach_out:
+                reach_out.write(json.dumps([index, reach.as_json()]) + "\n")
+                reach_out.flush()
 
 
 class _MutantFinder:
