@@ -80,6 +80,7 @@ class _Sites(cst.CSTVisitor):
     def __init__(self, qualname: str):
         self.target, self.path, self.inside = qualname.split("."), list[str](), 0
         self.sites: list[_Site] = []
+        self.function_bodies: set[int] = set()
 
     def _enter(self, name: str) -> None:
         self.path.append(name)
@@ -99,6 +100,7 @@ class _Sites(cst.CSTVisitor):
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self._enter(node.name.value)
+        self.function_bodies.add(id(node.body))
 
     def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
         self._leave()
@@ -113,6 +115,8 @@ class _Sites(cst.CSTVisitor):
         statements = list(node.body)
         if statements and _is_docstring(statements[0]):
             statements = statements[1:]
+        if statements and id(node) in self.function_bodies and _returns_none(statements[-1]):
+            statements = statements[:-1]  # dropping a function's last `return None` changes nothing: no mutant
         if len(statements) > 1:
             for statement in statements:
                 self._add(statement, "dropped statement", _dropped)
@@ -174,6 +178,15 @@ def _is_docstring(statement: cst.BaseStatement) -> bool:
         and isinstance(statement.body[0], cst.Expr)
         and isinstance(statement.body[0].value, cst.SimpleString | cst.ConcatenatedString)
     )
+
+
+def _returns_none(statement: cst.BaseStatement) -> bool:
+    if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+        return False
+    returned = statement.body[0]
+    if not isinstance(returned, cst.Return):
+        return False
+    return returned.value is None or (isinstance(returned.value, cst.Name) and returned.value.value == "None")
 
 
 def _dropped(node: cst.CSTNode) -> cst.CSTNode:
