@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from proto.call_values import SHIPPED_NAME
 from proto.python_ast import parse_python
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
@@ -30,58 +29,43 @@ from task_synth.candidates.deletion import Deletion
 from task_synth.repository.editable_install import SCRATCH
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
-from task_synth.validation.inside.io_recorder_plugin import IMPORT_ALLOWANCE_S, MAX_RECORDS
-from task_synth.validation.mutants import MAX_MUTANTS, mutants_of
-from task_synth.validation.recorded_calls import Call, calls_in_both, linked_calls, parsed_call, raised_in
+from task_synth.validation.call_runs import (
+    HASH_SEEDS,
+    MUTANT_BUDGET_S,
+    MUTANTS_JSON,
+    PROBE_BUDGET_S,
+    PROBE_CALL_S,
+    RECORDER,
+    RECORDER_FILES,
+    REPLAY_HASH_SEED,
+    Reached,
+    probed,
+    replayed,
+    run_calls,
+    union,
+)
+from task_synth.validation.inside.io_recorder_plugin import MAX_RECORDS
+from task_synth.validation.mutants import MAX_MUTANTS, mutants_of, site_lines
+from task_synth.validation.recorded_calls import Call, calls_in_both, check_key, linked_calls, parsed_call, raised_in
 from task_synth.validation.suite_runs import PLUGIN_DIR
 from task_synth.validation.task_strength import Strength
 from task_synth.validation.unit_checks import UNREACHED, UnitChecks, UnitKills, chosen_for_units, deleted_units
 from task_synth.validation.unseen_calls import (
     MAX_PROBES,
-    NOISE_EXCEPTIONS,
+    Arguments,
     perturbed_calls,
     receiver_pools,
     recorded_arguments,
 )
 
 log = logging.getLogger(__name__)
-RECORDER = "regrow_io_recorder"
-RECORDER_SOURCE = Path(__file__).with_name("inside") / "io_recorder_plugin.py"
-PROGRAMS = "regrow_program_recorder"
-PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
-VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
-POOL = "regrow_receiver_pool"
-POOL_SOURCE = Path(__file__).with_name("inside") / "receiver_pool.py"
-REACH = "regrow_line_reach"
-REACH_SOURCE = Path(__file__).with_name("inside") / "line_reach.py"
-RECIPES = "regrow_argument_recipes"
-RECIPES_SOURCE = Path(__file__).with_name("inside") / "argument_recipes.py"
-# The recorder and the modules it imports, by their names beside it in the sandbox.
-RECORDER_FILES = {
-    f"{RECORDER}.py": RECORDER_SOURCE,
-    f"{SHIPPED_NAME}.py": VALUES_SOURCE,
-    f"{PROGRAMS}.py": PROGRAMS_SOURCE,
-    f"{RECIPES}.py": RECIPES_SOURCE,
-    f"{POOL}.py": POOL_SOURCE,
-    f"{REACH}.py": REACH_SOURCE,
-}
 IO_CONFIG = f"{SCRATCH}/io_config.json"
 RECORDING_MIN_S, RECORDING_FACTOR = 60.0, 10.0  # a recording run's time limit, from the tests' own time
-REACH_OUT = f"{SCRATCH}/io_reach.jsonl"  # a JSON line [index, {path: [line, ...]}] per replayed call
-MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"mutants": [{"module": name, "path": its file, "source": text}]}
-HASH_SEEDS = ("1", "2")
-REPLAY_HASH_SEED = "3"
 MAX_CANDIDATES = 64  # distinct calls of the first run taken on to the second run and the replay
-PROBE_CALL_S, PROBE_BUDGET_S = 1.0, 15.0  # a perturbed call may loop forever: each gets a second, all of them 15
 MAX_PROBE_SHARES = 4  # a group's perturbed calls and their time grow with its units, up to this many units' worth
-REPLAY_CALL_S, REPLAY_BUDGET_S = 10.0, 90.0
-MUTANT_BUDGET_S = 20.0  # one mutant's run of every reproduced call
 MIN_UNIT_MUTANTS = 10  # mutants of each unit of a group at least, so that each unit's kill rate means something
 PLUGIN_MODULES_SOURCE = Path(__file__).with_name("inside") / "pytest_plugin_modules.py"
 MAX_READS = 64  # attribute names the visible tests read that show a class's instances
-
-
-Reached = dict[str, set[int]]  # sandbox path -> the lines of it that reproduced calls ran
 
 
 @dataclass
@@ -162,19 +146,21 @@ def record_io_checks(
     # answer is in the workspace, but a unit earns only when every secret check agrees, so it pays a table nothing.
     recorded, receivers = recorded_arguments([*first, *second]), receiver_pools(first)
     probes = perturbed_calls(agreed, recorded, rng, MAX_PROBES * share, receivers)
-    probed = _probed(sb, probes, set().union(*(raised_in(call) for call in agreed)), PROBE_BUDGET_S * share)
+    documented = set().union(*(raised_in(call) for call in agreed))
+    found = probed(sb, probes, documented, PROBE_BUDGET_S * share)
     laps.append(time.monotonic())
-    unit_files = sorted({f"{WORKSPACE}/{piece.path}" for piece in deletion.unit.pieces})
-    reproduced, reached = _reproduced(sb, agreed + probed, unit_files)
-    linked = [call for call in reproduced if call.check.test is not None and not call.internal]
+    replay = replayed(sb, agreed + found, sorted(reached_files(deletion)))
+    replay += _probed_toward_unreached(sb, deletion, replay, recorded, probes, documented, rng, share)
+    reproduced_calls, reached = [call for call, _ in replay], union([lines for _, lines in replay])
+    linked = [call for call in reproduced_calls if call.check.test is not None and not call.internal]
     unseen = [
         replace(call, check=call.check.model_copy(update={"test": None}))
-        for call in reproduced
+        for call in reproduced_calls
         if call.check.test is None or call.internal
     ]
     mutation_started = time.monotonic()
     laps.append(mutation_started)
-    kills = _mutant_kills(sb, deletion, reproduced, settings, layout.modules, reached)
+    kills = _mutant_kills(sb, deletion, reproduced_calls, settings, layout.modules, reached)
     laps.append(time.monotonic())
     # Each unit's checks are chosen to kill its own mutants, then in their own order (spread over tests, new answers).
     units = deleted_units(deletion.unit)
@@ -189,8 +175,8 @@ def record_io_checks(
         len(agreed),
         len(linked),
         len(probes),
-        len(probed),
-        len(reproduced) - len(linked),
+        len(found),
+        len(reproduced_calls) - len(linked),
         len(checks),
         sum(check.test is None for check in checks),
         time.monotonic() - started,
@@ -227,7 +213,7 @@ def _mutant_kills(
         return None
     mutants = [{**where, "source": mutant.source} for _, where, mutant in made]
     sb.write_file(MUTANTS_JSON, json.dumps({"mutants": mutants}))
-    outcomes = _run_calls(
+    outcomes = run_calls(
         sb, [c.check for c in calls], REPLAY_HASH_SEED, PROBE_CALL_S, MUTANT_BUDGET_S, mutants=len(mutants)
     )
     kills = []
@@ -237,6 +223,59 @@ def _mutant_kills(
             killed = {UNREACHED}
         kills.append((owner, killed))
     return kills
+
+
+def _probed_toward_unreached(
+    sb: Sandbox,
+    deletion: Deletion,
+    replay: list[tuple[Call, Reached]],
+    recorded: Arguments,
+    tried: list[IoCheck],
+    documented: set[str],
+    rng: random.Random,
+    share: int,
+) -> list[tuple[Call, Reached]]:
+    """A second round of perturbed calls, one step from the first round's, for a unit with lines a mutant can change
+    that no call runs: taken from the calls that ran the most lines no visible call ran, and kept when they reproduce.
+    A mutant on a line no call runs survives every choice of checks (`_mutant_kills`)."""
+    reached = union([lines for _, lines in replay])
+    if not _sites_unreached(deletion, reached):
+        return []
+    visible = union([lines for call, lines in replay if call.check.test is not None])
+
+    def new_lines(item: tuple[Call, Reached]) -> int:
+        return sum(len(lines - visible.get(path, set())) for path, lines in item[1].items())
+
+    seeds = [call for call, _ in sorted((item for item in replay if item[0].check.test is None), key=new_lines)[::-1]]
+    seen = {check_key(check) for check in tried}
+    probes = [p for p in perturbed_calls(seeds, recorded, rng, MAX_PROBES * share) if check_key(p) not in seen]
+    found = probed(sb, probes, documented, PROBE_BUDGET_S * share)
+    more = replayed(sb, found, sorted(reached_files(deletion)))
+    log.info(
+        "%s: no call ran %d lines a mutant can change; %d more perturbed calls, %d reproduce; %d of those lines left",
+        deletion.unit.key,
+        len(_sites_unreached(deletion, reached)),
+        len(probes),
+        len(more),
+        len(_sites_unreached(deletion, union([reached, *(lines for _, lines in more)]))),
+    )
+    return more
+
+
+def reached_files(deletion: Deletion) -> set[str]:
+    """The sandbox paths of the files the deleted units sit in, whose lines the replay traces."""
+    return {f"{WORKSPACE}/{piece.path}" for piece in deletion.unit.pieces}
+
+
+def _sites_unreached(deletion: Deletion, reached: Reached) -> set[tuple[str, int]]:
+    """(path, line) of each line in the units where a mutant can change something and no call in `reached` ran."""
+    return {
+        (piece.path, line)
+        for piece in deletion.unit.pieces
+        if (original := deletion.original.get(piece.path)) is not None
+        for line in site_lines(original, piece.qualname)
+        if line not in reached.get(f"{WORKSPACE}/{piece.path}", set())
+    }
 
 
 def _told_apart(call: Call, again: Call | None) -> bool:
@@ -267,79 +306,6 @@ def _parsed_calls(raw: list[object], functions: dict[str, list[str]]) -> list[Ca
     return [call for item in raw if (call := parsed_call(item, functions)) is not None]
 
 
-def _call_outcomes(sb: Sandbox, checks: list[IoCheck], seed: str, call_s: float, budget_s: float) -> list[Call | None]:
-    """Each check's call as run in one fresh interpreter in the sandbox; None for a call that ran out of time, gave
-    no literal outcome, changed its arguments, or did not run before the budget was spent."""
-    return _run_calls(sb, checks, seed, call_s, budget_s)[0]
-
-
-def _run_calls(
-    sb: Sandbox,
-    checks: list[IoCheck],
-    seed: str,
-    call_s: float,
-    budget_s: float,
-    mutants: int = 0,
-    reach_files: list[str] | None = None,
-) -> list[list[Call | None]]:
-    """The checks' outcomes as `_call_outcomes` has them: one list, or with `mutants` one list per mutant that
-    MUTANTS_JSON holds, all run by one command (a forked child each) instead of one command per mutant. With
-    `reach_files`, the lines each call runs in those files go to REACH_OUT."""
-    calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take, c.recipes] for c in checks]
-    sb.write_file(calls, json.dumps(rows))
-    limits = [str(call_s), str(budget_s)]
-    arguments = [*(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]
-    # Into a file: every mutant's lines together pass the 64 KiB an exec's output keeps, and the rest would be lost.
-    out = f"{SCRATCH}/io_outcomes_{seed}.jsonl"
-    result = sb.exec(
-        ["sh", "-c", f'rm -f {REACH_OUT}; python -m {RECORDER} "$@" > {out}', "sh", *arguments],
-        timeout=(budget_s + IMPORT_ALLOWANCE_S + 5) * max(1, mutants) + 30,
-        cwd=WORKSPACE,
-        env={
-            "PYTHONHASHSEED": seed,
-            "PYTHONPATH": PLUGIN_DIR,
-            "PYTHONDONTWRITEBYTECODE": "1",
-            **({"REGROW_REACH_FILES": json.dumps(reach_files), "REGROW_REACH_OUT": REACH_OUT} if reach_files else {}),
-        },
-    )
-    try:
-        printed = sb.read_file(out).decode(errors="replace")
-    except (SandboxFileNotFound, FileTooLarge) as error:
-        log.info("the calls' outcomes could not be read back (%s): %s", error, result.stderr[-500:])
-        printed = ""
-    found: list[list[Call | None]] = [[None] * len(checks) for _ in range(max(1, mutants))]
-    for line in printed.splitlines():
-        try:
-            fields = json.loads(line)
-            mutant = fields.pop(0) if mutants else 0
-            index, text, raises, state, after = fields
-        except (ValueError, TypeError, AttributeError, IndexError):  # a line the functions wrote to the real stdout
-            continue
-        if type(index) is int and 0 <= index < len(checks) and type(mutant) is int and 0 <= mutant < len(found):
-            raw = {**checks[index].model_dump(), "result": text, "raises": raises, "state": state, "args_after": after}
-            found[mutant][index] = parsed_call(raw, {checks[index].module: [checks[index].qualname]})
-    if checks and not mutants and not any(found[0]):
-        log.info("running %d calls gave no outcome (exit %d): %s", len(checks), result.exit_code, result.stderr[-500:])
-    return found
-
-
-def _probed(sb: Sandbox, probes: list[IoCheck], documented: set[str], budget_s: float) -> list[Call]:
-    """The perturbed calls with an outcome a check can expect, which the solution in the sandbox gives them. A
-    program's step may raise only what a recorded program raised: an honest rewrite may check its new argument in
-    another order."""
-    if not probes:
-        return []
-    found = _call_outcomes(sb, probes, HASH_SEEDS[0], PROBE_CALL_S, budget_s)
-    return [
-        call
-        for call in found
-        if call is not None
-        and not raised_in(call) & NOISE_EXCEPTIONS
-        and (call.check.steps is None or raised_in(call) <= documented)
-    ]
-
-
 def tests_read(sb: Sandbox, fail_to_pass: list[str]) -> list[str]:
     """The public attribute names the F2P tests' files read (`x.name`), sorted: they show a class's instances."""
     names: set[str] = set()
@@ -352,36 +318,6 @@ def tests_read(sb: Sandbox, fail_to_pass: list[str]) -> list[str]:
             if isinstance(node, ast.Attribute) and not node.attr.startswith("_"):
                 names.add(node.attr)
     return sorted(names)[:MAX_READS]
-
-
-def _reproduced(sb: Sandbox, calls: list[Call], unit_files: list[str]) -> tuple[list[Call], Reached]:
-    """The calls whose outcome a fresh interpreter reproduces, under a third hash seed and with no test around them,
-    and the lines of `unit_files` that those calls run."""
-    if not calls:
-        return [], {}
-    checks = [call.check for call in calls]
-    found = _run_calls(sb, checks, REPLAY_HASH_SEED, REPLAY_CALL_S, REPLAY_BUDGET_S, reach_files=unit_files)[0]
-    kept = {index for index, (call, again) in enumerate(zip(calls, found)) if again and again.outcome == call.outcome}
-    return [calls[index] for index in sorted(kept)], _reached_lines(sb, kept)
-
-
-def _reached_lines(sb: Sandbox, indexes: set[int]) -> Reached:
-    """{path: lines} that the replayed calls numbered `indexes` ran, as REACH_OUT has them; empty when it is gone."""
-    try:
-        text = sb.read_file(REACH_OUT).decode(errors="replace")
-    except (SandboxFileNotFound, FileTooLarge) as error:
-        log.info("the lines the calls ran could not be read back (%s): any mutant no call tells apart survives", error)
-        return {}
-    reached: Reached = {}
-    for line in text.splitlines():
-        try:
-            index, files = json.loads(line)
-            if index in indexes:
-                for path, numbers in files.items():
-                    reached.setdefault(path, set()).update(numbers)
-        except (ValueError, TypeError, AttributeError):  # a torn last line, cut where the budget ended
-            continue
-    return reached
 
 
 def pytest_plugin_modules(sb: Sandbox) -> list[str] | None:

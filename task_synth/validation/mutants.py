@@ -275,3 +275,9 @@ def mutants_of(source: str, qualname: str, rng: random.Random, limit: int = MAX_
         if text != source:
             mutants.append(Mutant(site.kind, site.line, text))
     return mutants
+
+
+def site_lines(source: str, qualname: str) -> set[int]:
+    """The lines of the unit `qualname` where some mutant can change something (all of them, not a sample)."""
+    found = _sites(source, qualname)
+    return {site.line for site in found[1]} if found else set()

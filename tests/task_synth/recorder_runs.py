@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from sandbox.limits import Limits
 from task_synth.repository.editable_install import SCRATCH
-from task_synth.validation.io_recording import RECORDER, RECORDER_FILES
+from task_synth.validation.call_runs import RECORDER, RECORDER_FILES
 
 
 def recorded_raw_calls(

@@ -12,8 +12,8 @@ import pytest
 from env_server.grading.checks import judge
 from proto.call_values import built, replay
 from proto.evidence import has_secret_evidence
+from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.inside.argument_recipes import recipe_texts, unchanged_literals
-from task_synth.validation.io_recording import _call_outcomes, _reproduced
 from task_synth.validation.recorded_calls import linked_calls, parsed_call
 from task_synth.validation.unseen_calls import (
     perturbed_calls,
@@ -213,13 +213,13 @@ def test_calls_that_pass_functions_ranges_and_iterators_are_recorded_as_recipes_
         ("chunked", True),
     }
     assert len(calls) == 9
-    assert len(_reproduced(LocalSandbox(tmp_path), calls)) == len(calls)
+    assert len(reproduced(LocalSandbox(tmp_path), calls)) == len(calls)
 
 
 def test_unseen_calls_swap_functions_and_vary_ranges_so_that_every_function_has_secret_evidence(recorded):
     tmp_path, raw, calls = recorded
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0))
-    outcomes = [c for c in _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if c is not None]
+    outcomes = [c for c in call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if c is not None]
     unseen = unseen_checks(outcomes, linked_calls(calls, ["tests/test_fn.py::" + t for t in ("a",)]), limit=24)
     by_function = {name: [c for c in unseen if c.qualname == name] for name in FUNCTIONS["fn.core"]}
     assert all(has_secret_evidence(checks) for checks in by_function.values()), by_function
@@ -233,7 +233,7 @@ def test_an_honest_rewrite_passes_the_unseen_checks_and_a_table_of_the_visible_a
 ):
     tmp_path, raw, calls = recorded
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0))
-    unseen = [c.check for c in _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if c is not None]
+    unseen = [c.check for c in call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if c is not None]
     importable_module(tmp_path_factory.mktemp("rewrite"), monkeypatch, "fn.core", source)
     verdicts = [
         judge(c, replay(c.module, c.qualname, c.args, c.kwargs, c.inputs, 5.0, c.take, c.recipes)) for c in unseen

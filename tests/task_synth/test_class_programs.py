@@ -5,7 +5,7 @@ import random
 from env_server.grading.checks import judge
 from proto.call_values import replay_program
 from proto.tasks import IoCheck
-from task_synth.validation.io_recording import _call_outcomes, _reproduced
+from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.recorded_calls import parsed_call, raised_in
 from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
 from tests.task_synth.recorder_runs import LocalSandbox, importable_module, recorded_raw_calls
@@ -140,7 +140,7 @@ def test_programs_replay_in_a_fresh_interpreter_to_the_same_outcomes(tmp_path):
     _, raw = _programs(tmp_path)
     calls = [call for item in raw if (call := parsed_call(item, FUNCTIONS))]
     assert len(calls) == 4
-    assert [c.check.test for c in _reproduced(LocalSandbox(tmp_path), calls)] == [c.check.test for c in calls]
+    assert [c.check.test for c in reproduced(LocalSandbox(tmp_path), calls)] == [c.check.test for c in calls]
 
 
 def test_perturbed_programs_change_one_literal_argument_or_repeat_a_call_and_keep_references(tmp_path):
@@ -161,7 +161,7 @@ def test_perturbed_programs_change_one_literal_argument_or_repeat_a_call_and_kee
     twice = next(steps for steps in repeated if steps[2][:3] == ("call", 0, "scale"))
     assert twice[:2] == original[:2] and twice[3] == original[2]
     assert twice[4:] == tuple((s[0], s[1] + 1, *s[2:]) for s in original[3:])
-    outcomes = _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
+    outcomes = call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
     assert sum(found is not None for found in outcomes) == 20
     assert {"ValueError", "TypeError"} >= set().union(*(raised_in(found) for found in outcomes if found))
     add = next(call for call in calls if call.check.test.endswith("test_add"))

@@ -6,7 +6,7 @@ import pytest
 
 from env_server.grading.checks import judge
 from proto.call_values import replay
-from task_synth.validation.io_recording import _call_outcomes, _reproduced
+from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.recorded_calls import parsed_call
 from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
 from tests.task_synth.recorder_runs import LocalSandbox, importable_module, recorded_raw_calls
@@ -62,10 +62,10 @@ def test_a_generators_calls_keep_the_items_drawn_and_how_it_ended_and_replay_ali
         ("countdown", "(3,)", "('generated', (3, 2, 1, ), 'ended')", 4),
         ("naturals", "(5,)", "('generated', ([5], [6], [7], ), None)", 3),
     ]
-    assert [c.check.args for c in _reproduced(LocalSandbox(tmp_path), calls)] == [c.check.args for c in calls]
+    assert [c.check.args for c in reproduced(LocalSandbox(tmp_path), calls)] == [c.check.args for c in calls]
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0), limit=6)
     assert probes and all(probe.take in (1, 3, 4) for probe in probes)
-    found = _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
+    found = call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
     assert all(call is not None and call.check.result.startswith("('generated'") for call in found), [
         (p.args, p.qualname, f) for p, f in zip(probes, found, strict=True)
     ]
@@ -148,9 +148,9 @@ def test_a_generator_methods_calls_keep_the_receiver_and_its_state_after_the_dra
         ("(2,)", "('generated', (3, 4, 5, ), 'ended')", 4)
     ]
     assert calls[0].check.inputs and calls[0].check.state == "{'drawn': 5, 'items': [3, 1, 4, 1, 5]}"
-    assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 1
+    assert len(reproduced(LocalSandbox(tmp_path), calls)) == 1
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0), limit=4)
-    found = _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
+    found = call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 15.0)
     assert {call.check.result for call in found if call} >= {"('generated', (4, 5, ), 'ended')"}
 
 
@@ -199,7 +199,7 @@ def test_a_function_that_returns_a_lazy_iterator_is_recorded_as_it_is_drawn_and_
         ("chunked", "([1, 2, 3, 4, 5], 2)", "('generated', ([1, 2], [3, 4], [5], ), 'ended')", 4),
         ("doubled", "([1, 2, 3],)", "('generated', (2, ), None)", 1),
     ]
-    assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 2
+    assert len(reproduced(LocalSandbox(tmp_path), calls)) == 2
     rewrite = (
         "def chunked(iterable, n):\n    items = list(iterable)\n"
         "    for at in range(0, len(items), n):\n        yield items[at : at + n]\n"

@@ -23,14 +23,8 @@ from task_synth.candidates.deletion import delete_unit
 from task_synth.candidates.units import enumerate_units
 from task_synth.repository.repo_layout import read_layout
 from task_synth.store.store_writer import RepoFiles, write_store
-from task_synth.validation.io_recording import (
-    PROBE_BUDGET_S,
-    PROBE_CALL_S,
-    _call_outcomes,
-    _probed,
-    _reproduced,
-    recorded_functions,
-)
+from task_synth.validation.call_runs import PROBE_BUDGET_S, PROBE_CALL_S, call_outcomes, probed, reproduced
+from task_synth.validation.io_recording import recorded_functions
 from task_synth.validation.recorded_calls import (
     MAX_CHECKS,
     calls_in_both,
@@ -484,17 +478,17 @@ def test_perturbed_calls_run_in_one_interpreter_and_keep_only_clean_reproducible
     ]
     probes = [IoCheck(module="probed", qualname=name, args=args) for name, args in calls]
     started = time.monotonic()
-    probed = _probed(sb, probes, set(), PROBE_BUDGET_S)
+    found = probed(sb, probes, set(), PROBE_BUDGET_S)
     assert time.monotonic() - started < PROBE_CALL_S + 5
-    assert [(call.check.qualname, call.outcome) for call in probed] == [
+    assert [(call.check.qualname, call.outcome) for call in found] == [
         ("double", ("4", None, None, None)),
         ("shout", ("'A'", None, None, None)),
         ("lookup", (None, "KeyError", None, None)),
         ("hashed", (repr(_hash_under("1")), None, None, None)),
         ("double", ("6", None, None, None)),
     ]
-    assert all(call.check.test is None for call in probed)
-    assert [call.check.qualname for call in _reproduced(sb, probed)] == ["double", "shout", "lookup", "double"]
+    assert all(call.check.test is None for call in found)
+    assert [call.check.qualname for call in reproduced(sb, found)] == ["double", "shout", "lookup", "double"]
 
 
 def _hash_under(seed):
@@ -607,7 +601,7 @@ def test_a_methods_calls_keep_the_receiver_before_and_its_state_after_and_replay
         ("Cart.add", "('pear',)", (None, "KeyError", canonical({"prices": {"apple": 3}, "items": []}), None)),
     ]
     assert all(call and call.check.inputs for call in calls)
-    replayed = _reproduced(LocalSandbox(tmp_path), [call for call in calls if call])
+    replayed = reproduced(LocalSandbox(tmp_path), [call for call in calls if call])
     assert [call.check.args for call in replayed] == ["('apple', 2)", "('apple',)", "('pear',)"]
 
 
@@ -694,7 +688,7 @@ def test_calls_with_objects_keep_their_arguments_as_a_pickle_and_describe_result
     assert calls[0].check.args_after == repr(((buffer_after, 2), {}))
     assert all(call.check.inputs and call.check.state is None for call in calls)
     assert perturbed_calls(calls, {}, random.Random(0)) == []  # pickled arguments are not perturbed
-    assert [call.check.result for call in _reproduced(LocalSandbox(tmp_path), calls)] == [c.check.result for c in calls]
+    assert [call.check.result for call in reproduced(LocalSandbox(tmp_path), calls)] == [c.check.result for c in calls]
 
 
 def test_a_mutant_written_within_the_same_second_as_the_last_is_run_not_its_cached_bytecode(tmp_path, monkeypatch):
@@ -705,7 +699,7 @@ def test_a_mutant_written_within_the_same_second_as_the_last_is_run_not_its_cach
     outcomes = []
     for source in ("def below(x):\n    return x < 1\n", "def below(x):\n    return x > 1\n"):
         (tmp_path / "cmp.py").write_text(source)
-        (found,) = _call_outcomes(sb, [check], "0", 5.0, 30.0)
+        (found,) = call_outcomes(sb, [check], "0", 5.0, 30.0)
         outcomes.append(found.outcome if found else None)
     assert outcomes == [("True", None, None, None), ("False", None, None, None)]
 
@@ -845,7 +839,7 @@ def test_a_receiver_holding_an_iterator_and_a_deque_is_described_by_what_is_left
         "{'_cache': ('deque', [3], None), '_it': ('iterator', ('range', 4, 6, 1))}",
         "{'_cache': ('deque', [], None), '_it': ('iterator', ())}",
     ]
-    assert len(_reproduced(LocalSandbox(tmp_path), calls)) == 3
+    assert len(reproduced(LocalSandbox(tmp_path), calls)) == 3
 
 
 QUEUE_FILES = {
@@ -886,7 +880,7 @@ def test_a_method_with_no_argument_is_called_on_states_its_tests_reach_through_t
     calls = [call for item in raw if (call := parsed_call(item, functions))]
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0), receivers=pools)
     assert probes and all(probe.args == "()" and probe.inputs in pools[("q.events", "Queue")] for probe in probes)
-    found = [call for call in _call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if call]
+    found = [call for call in call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if call]
     # The empty queue is a state a visible call saw (the last one): that call is no unseen one.
     assert sorted((call.check.result, call.check.state) for call in found) == [
         ("'a'", "{'waiting': ['b']}"),
@@ -912,4 +906,4 @@ def test_a_call_that_draws_random_numbers_is_no_check_even_where_it_is_seeded(tm
     raw = recorded_raw_calls(tmp_path, files, functions)
     calls = [call for item in raw if (call := parsed_call(item, functions))]
     assert sorted(call.check.qualname for call in calls) == ["first", "shuffled"]
-    assert [call.check.qualname for call in _reproduced(LocalSandbox(tmp_path), calls)] == ["first"]
+    assert [call.check.qualname for call in reproduced(LocalSandbox(tmp_path), calls)] == ["first"]

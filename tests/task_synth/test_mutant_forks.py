@@ -3,6 +3,7 @@ that blocks past every alarm is killed without stopping the rest, and the worksp
 user may not write it; before, every mutant then "killed" every check). No Docker: `python` commands run here."""
 
 import json
+import random
 from pathlib import Path
 from unittest.mock import patch
 
@@ -10,11 +11,14 @@ from proto.tasks import IoCheck
 from task_synth.candidates.deletion import Deletion
 from task_synth.candidates.units import Unit
 from task_synth.settings import SynthSettings
-from task_synth.validation.io_recording import MUTANTS_JSON, _mutant_kills, _reproduced, _run_calls
+from task_synth.validation import io_recording
+from task_synth.validation.call_runs import MUTANTS_JSON, probed, replayed, run_calls
+from task_synth.validation.io_recording import _mutant_kills, _probed_toward_unreached
 from task_synth.validation.mutants import Mutant
 from task_synth.validation.recorded_calls import Call, parsed_call
 from task_synth.validation.task_strength import measured_strength
 from task_synth.validation.unit_checks import UNREACHED
+from task_synth.validation.unseen_calls import perturbed_calls
 from tests.task_synth.recorder_runs import LocalSandbox
 
 ORIGINAL = "CALLS = []\n\n\ndef bump(x):\n    CALLS.append(x)\n    return len(CALLS)\n"
@@ -38,7 +42,7 @@ def test_each_mutant_starts_from_a_fresh_import_and_a_killed_one_stops_nothing(t
         json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
     )
     checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
-    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=1.0, mutants=len(sources))
+    outcomes = run_calls(sb, checks, "0", call_s=1.0, budget_s=1.0, mutants=len(sources))
     # The module's list starts empty in every child: the third mutant does not see the first two's calls.
     assert [_results(found) for found in outcomes] == [
         ["1", "2"],
@@ -53,7 +57,7 @@ def test_each_mutant_starts_from_a_fresh_import_and_a_killed_one_stops_nothing(t
 def test_without_mutants_the_calls_run_once_against_the_file_as_it_is(tmp_path: Path):
     (tmp_path / "counter.py").write_text(TIMES_TEN)
     checks = [IoCheck(module="counter", qualname="bump", args="(7,)")]
-    assert [_results(found) for found in _run_calls(LocalSandbox(tmp_path), checks, "0", 1.0, 5.0)] == [["10"]]
+    assert [_results(found) for found in run_calls(LocalSandbox(tmp_path), checks, "0", 1.0, 5.0)] == [["10"]]
 
 
 def test_every_mutant_is_judged_when_their_outcomes_pass_what_an_exec_keeps_of_its_output(tmp_path: Path):
@@ -68,7 +72,7 @@ def test_every_mutant_is_judged_when_their_outcomes_pass_what_an_exec_keeps_of_i
         json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
     )
     checks = [IoCheck(module="counter", qualname="bump", args=f"({'x' * 40!r},)") for _ in range(30)]
-    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=10.0, mutants=len(sources))
+    outcomes = run_calls(sb, checks, "0", call_s=1.0, budget_s=10.0, mutants=len(sources))
     assert [sum(found is not None for found in mutant) for mutant in outcomes] == [30] * 40
 
 
@@ -87,7 +91,7 @@ def test_a_groups_mutants_of_two_modules_run_in_one_command(tmp_path: Path):
         IoCheck(module="counter", qualname="bump", args="(1,)"),
         IoCheck(module="doubler", qualname="twice", args="(1,)"),
     ]
-    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(mutants))
+    outcomes = run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(mutants))
     assert [_results(found) for found in outcomes] == [["10", "2"], ["1", "3"]]
 
 
@@ -102,13 +106,13 @@ def test_a_package_slower_to_import_than_a_calls_limit_still_gives_outcomes_and_
     target.write_text(SLOW_IMPORT)
     sb = LocalSandbox(tmp_path)
     checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
-    assert [_results(found) for found in _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0)] == [["1", "2"]]
+    assert [_results(found) for found in run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0)] == [["1", "2"]]
     sources = [SLOW_IMPORT, SLOW_IMPORT.replace("return len(CALLS)", "return 10 * len(CALLS)")]
     sb.write_file(
         MUTANTS_JSON,
         json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
     )
-    outcomes = _run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(sources))
+    outcomes = run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(sources))
     assert [_results(found) for found in outcomes] == [["1", "2"], ["10", "20"]]
 
 
@@ -127,10 +131,12 @@ def test_the_replay_reports_the_lines_its_reproduced_calls_ran(tmp_path: Path):
     """Only the calls that reproduce count: a call whose recorded outcome the replay does not give adds no line."""
     target = tmp_path / "branchy.py"
     target.write_text(BRANCHY)
-    recorded = [_call("(5,)", "1"), _call("(-5,)", "-1")]  # -2 in truth
-    kept, reached = _reproduced(LocalSandbox(tmp_path), recorded, [str(target)])
-    assert [call.check.args for call in kept] == ["(5,)"]
-    assert reached == {str(target): {2, 3}}
+    recorded = [_call("(5,)", "1"), _call("(-5,)", "-1"), _call("(-500,)", "-1")]  # (-5,) gives -2 in truth
+    replay = replayed(LocalSandbox(tmp_path), recorded, [str(target)])
+    assert [(call.check.args, lines) for call, lines in replay] == [
+        ("(5,)", {str(target): {2, 3}}),
+        ("(-500,)", {str(target): {2, 4}}),
+    ]
 
 
 def test_a_mutant_on_a_line_no_call_runs_survives_and_one_that_calls_run_unchanged_is_equivalent(tmp_path: Path):
@@ -152,3 +158,29 @@ def test_a_mutant_on_a_line_no_call_runs_survives_and_one_that_calls_run_unchang
     assert kills == [("branchy.py::sign", set()), ("branchy.py::sign", {UNREACHED})]
     strength = measured_strength([killed for _, killed in kills], [call.key], 0.0)
     assert (strength.equivalent, strength.killed, strength.kill_rate) == (1, 0, 0.0)
+
+
+FAR = "def sign(x):\n    if x < -1:\n        return x * 2\n    return 0\n"
+
+
+def test_a_line_two_steps_from_every_visible_call_is_reached_by_a_second_round_of_probes(tmp_path: Path, monkeypatch):
+    """The visible call is sign(1); one step away lie 2, 0, 3, -1: none runs line 3. The second round perturbs the
+    first round's calls, and sign(-2) runs it."""
+    (tmp_path / "far.py").write_text(FAR)
+    monkeypatch.setattr(io_recording, "WORKSPACE", str(tmp_path))  # the module runs from here, not /workspace
+    where = str(tmp_path / "far.py")
+    unit = Unit("far.py", "sign", "function", 1, 4, ((2, 4),), 3, 2)
+    deletion = Deletion(unit, "stub", {"far.py": "def sign(x):\n    raise NotImplementedError\n"}, {"far.py": FAR})
+    sb = LocalSandbox(tmp_path)
+    raw = {**IoCheck(module="far", qualname="sign", args="(1,)", test="t.py::t").model_dump()}
+    visible = parsed_call(
+        {**raw, "result": "'near'", "raises": None, "state": None, "args_after": None}, {"far": ["sign"]}
+    )
+    assert visible is not None
+    rng = random.Random(0)
+    first = perturbed_calls([visible], {("far", "sign"): [((1,), {})]}, rng)
+    replay = replayed(sb, [visible, *probed(sb, first, set(), 5.0)], [where])
+    assert len(replay) > 1 and all(3 not in lines.get(where, ()) for _, lines in replay)
+    more = _probed_toward_unreached(sb, deletion, replay, {("far", "sign"): [((1,), {})]}, first, set(), rng, 1)
+    assert any(3 in lines.get(where, ()) for _, lines in more)
+    assert all(call.check.test is None and call.check.args != "(1,)" for call, _ in more)

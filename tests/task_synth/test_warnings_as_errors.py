@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from task_synth.validation.io_recording import RECORDER, RECORDER_FILES
+from task_synth.validation.call_runs import RECORDER, RECORDER_FILES
 from task_synth.validation.suite_runs import (
     CONTEXT_PLUGIN_SOURCE,
     COVERAGE_DATA,
