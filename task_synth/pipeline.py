@@ -21,6 +21,7 @@ from proto.tasks import IoCheck, TaskRecord
 from sandbox import DockerBackend
 from sandbox.errors import SandboxError
 from sandbox.lifecycle.owner import OWNER_LABEL
+from sandbox.lifecycle.reaper import Reaper
 from task_synth.candidates.coverage_groups import coverage_groups, narrowed
 from task_synth.candidates.deletion import MODE_KINDS, Deletion, DeletionError, delete_unit
 from task_synth.candidates.units import Unit, enumerate_units, rank_weight, sample_units
@@ -228,6 +229,14 @@ class SynthStopped(SynthError):
     """A run stopped by Ctrl-C or SIGTERM, with what it kept."""
 
 
+def _reap_orphans(backend: DockerBackend) -> None:
+    """Remove the sandboxes of runs that died without cleaning up (a SIGKILL), before making more."""
+    try:
+        Reaper(backend).reap_once()
+    except Exception as error:  # an engine that cannot list now fails the run at its first sandbox, with a remedy
+        log.warning("could not reap the sandboxes of earlier runs: %s", error)
+
+
 def synthesize(
     source: str,
     out_dir: Path,
@@ -244,6 +253,7 @@ def synthesize(
     settings = settings or SynthSettings()
     require_source(source)  # a mistyped path is named before the engine is asked for anything
     backend = backend or DockerBackend()
+    _reap_orphans(backend)
     progress = on_progress or (lambda stage, done, total: None)
     report = SynthReport(out_dir=out_dir)
     started = time.monotonic()

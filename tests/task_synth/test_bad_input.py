@@ -1,11 +1,13 @@
 """Bad input fails with one line that says what to do, and leaves no task, record or image behind."""
 
 import shutil
+import socket
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from sandbox.lifecycle.owner import MANAGED_LABEL, OWNER_LABEL
 from task_synth.errors import SynthError
 from task_synth.pipeline import synthesize
 from task_synth.repository.repo_image import SYNTH_LABEL
@@ -124,3 +126,19 @@ def test_the_cli_on_a_repository_without_tests_leaves_no_store_and_no_log_handle
     assert not (tmp_path / "out").exists()  # its synth.log had been opened: the run logged its checkout
     for name in ("task_synth", "sandbox", "task_synth.progress"):
         assert not [h for h in logging.getLogger(name).handlers if isinstance(h, logging.FileHandler)], name
+
+
+@pytest.mark.docker
+def test_a_run_first_removes_the_sandboxes_a_killed_run_left(tmp_path, docker_backend, base_image):
+    """A synth run killed with SIGKILL cleans nothing up; the next run, even one refused at once, reaps what it left."""
+    dead_run = f"{socket.gethostname()}:999999999:1"
+    left = docker_backend.api.create_container(
+        base_image, ["sleep", "infinity"], labels={MANAGED_LABEL: "1", OWNER_LABEL: dead_run}
+    )["Id"]
+    try:
+        copy = _minilib_copy(tmp_path)
+        shutil.rmtree(copy / "tests")
+        _assert_fails_cleanly(str(copy), tmp_path / "out", "has no tests", docker_backend)
+        assert left not in {c["Id"] for c in docker_backend.managed_containers()}
+    finally:
+        docker_backend.remove(left)
