@@ -219,6 +219,14 @@ def _within(limit):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _awaited(coroutine):
+    """Run a coroutine to its end on a fresh event loop of asyncio's; a library that needs another loop (trio) raises
+    here, and the call gives no check."""
+    import asyncio  # only where a call is async: most replays never pay for the import
+
+    return asyncio.run(coroutine)
+
+
 def drawn_text(items, end):
     """The outcome of a generator as literal text: `('generated', items, end)`, the items described as they came."""
     return f"('generated', ({''.join(f'{item}, ' for item in items)}), {end!r})"
@@ -344,6 +352,8 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
                     function = getattr(function, part)
             before = tuple(map(literal_text, literal)) if literal is not None else None
             result = function(*args, **kwargs)
+            if inspect.iscoroutine(result):  # an async function's outcome is what awaiting it gives, as its tests see
+                result = _awaited(result)
             if take is not None and _iterable(result):  # a list serves a test that draws from it as well
                 found["returned"] = drawn(iter(result), take, raised)
             else:

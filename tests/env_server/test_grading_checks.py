@@ -256,6 +256,20 @@ def test_a_check_whose_arguments_are_recipes_is_built_and_run_in_the_check_child
     ]
 
 
+ASYNC_OPS = "import asyncio\n\n\nasync def total(values):\n    await asyncio.sleep(0)\n    return sum(values)\n"
+
+
+@needs_namespace
+def test_an_async_units_check_awaits_the_call_in_the_check_child(tmp_path):
+    """Its outcome is what awaiting the call gives; before, an async function had no check at all."""
+    check = IoCheck(module="calc.ops", qualname="total", args="([1, 2, 3],)", result="6")
+    config = {"calls": check_inputs([check]), "call_timeout_s": 5}
+    _, right, _ = launch_here(tmp_path / "right", ASYNC_OPS, "checks", config)
+    _, wrong, _ = launch_here(tmp_path / "wrong", ASYNC_OPS.replace("sum(values)", "max(values)"), "checks", config)
+    assert [v.outcome for v in judge_all([check], [json.loads(line) for line in right["lines"]]).results] == ["passed"]
+    assert [v.got for v in judge_all([check], [json.loads(line) for line in wrong["lines"]]).results] == ["returned 3"]
+
+
 @needs_namespace
 def test_the_test_child_reports_each_wanted_test_and_a_daemon_holding_its_pipe_does_not_hold_the_run(tmp_path):
     tests = (

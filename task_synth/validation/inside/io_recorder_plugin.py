@@ -149,48 +149,90 @@ def inputs_text(receiver, arguments):
     return base64.b64encode(data).decode()
 
 
-def _recording(function, module, name):
-    method = "." in name
+class _Pending:
+    """One call of a deleted function being recorded: what it was given, kept before it runs."""
 
-    @functools.wraps(function)
-    def recorded(*args, **kwargs):
-        if len(_records) >= MAX_RECORDS:
-            return function(*args, **kwargs)
-        internal = sys._getframe(1).f_code.co_filename in _library_files
-        receiver, plain = (args[0], args[1:]) if method and args else (None, args)
-        texts = _argument_texts(plain, kwargs)
-        literal = texts is not None
-        # A method's receiver, and arguments that neither literals nor recipes spell, go into the check as one pickle.
-        pickled = method or not literal
-        if pickled and _unrecorded[module, name] >= MAX_UNRECORDED:
-            return function(*args, **kwargs)
-        inputs = inputs_text(receiver, None if literal else (plain, kwargs)) if pickled else None
-        if pickled and inputs is None:
-            _unrecorded[module, name] += 1
-            return function(*args, **kwargs)
-        texts = texts if literal else ("()", "{}", False)
-        try:
-            result = function(*args, **kwargs)
-        except Exception as error:
-            outcome = (None, type(error).__name__)
-            kept = _outcome(module, name, texts, outcome, inputs, receiver, (plain, kwargs), literal, internal)
-            _unrecorded[module, name] += int(pickled and not kept)
-            raise
+    def __init__(self, module, name, receiver, plain, kwargs, texts, literal, pickled, inputs, internal):
+        self.module, self.name, self.receiver, self.plain, self.kwargs = module, name, receiver, plain, kwargs
+        self.texts, self.literal, self.pickled, self.inputs, self.internal = texts, literal, pickled, inputs, internal
+
+    def finish(self, outcome, take=None):
+        kept = _outcome(
+            self.module, self.name, self.texts, outcome, self.inputs, self.receiver, (self.plain, self.kwargs),
+            self.literal, self.internal, take,
+        )  # fmt: skip
+        _unrecorded[self.module, self.name] += int(self.pickled and not kept)
+
+    def returned(self, result):
+        """Record what the call returned; the value to hand the caller (a lazy iterator is recorded as drawn)."""
         result_text = described_text(result)
         if result_text is None and _lazy(result):  # a map, a zip, an itertools object: recorded as it is drawn
 
             def finish(drawn, take):
                 if take:  # a test that drew nothing shows nothing of it
-                    _outcome(
-                        module, name, texts, (drawn, None), inputs, receiver, (plain, kwargs), literal, internal, take
-                    )
+                    self.finish((drawn, None), take)
 
             return _drawing(result, finish)
-        kept = result_text is not None and _outcome(
-            module, name, texts, (result_text, None), inputs, receiver, (plain, kwargs), literal, internal
-        )
-        _unrecorded[module, name] += int(pickled and not kept)
+        if result_text is None:
+            _unrecorded[self.module, self.name] += int(self.pickled)
+        else:
+            self.finish((result_text, None))
         return result
+
+
+def _pending(module, name, args, kwargs, caller):
+    """The call about to run, to record; None when it cannot be (no literal or pickle spells what it was given, or
+    the recorder is full)."""
+    if len(_records) >= MAX_RECORDS:
+        return None
+    method = "." in name
+    internal = caller.f_code.co_filename in _library_files
+    receiver, plain = (args[0], args[1:]) if method and args else (None, args)
+    texts = _argument_texts(plain, kwargs)
+    literal = texts is not None
+    # A method's receiver, and arguments that neither literals nor recipes spell, go into the check as one pickle.
+    pickled = method or not literal
+    if pickled and _unrecorded[module, name] >= MAX_UNRECORDED:
+        return None
+    inputs = inputs_text(receiver, None if literal else (plain, kwargs)) if pickled else None
+    if pickled and inputs is None:
+        _unrecorded[module, name] += 1
+        return None
+    texts = texts if literal else ("()", "{}", False)
+    return _Pending(module, name, receiver, plain, kwargs, texts, literal, pickled, inputs, internal)
+
+
+def _recording(function, module, name):
+    @functools.wraps(function)
+    def recorded(*args, **kwargs):
+        pending = _pending(module, name, args, kwargs, sys._getframe(1))
+        if pending is None:
+            return function(*args, **kwargs)
+        try:
+            result = function(*args, **kwargs)
+        except Exception as error:
+            pending.finish((None, type(error).__name__))
+            raise
+        return pending.returned(result)
+
+    recorded.__regrow_recorded__ = True
+    return recorded
+
+
+def _recording_coroutine(function, module, name):
+    """An async function's calls: the outcome is what awaiting the call gave, as the replay awaits it."""
+
+    @functools.wraps(function)
+    async def recorded(*args, **kwargs):
+        pending = _pending(module, name, args, kwargs, sys._getframe(1))
+        if pending is None:
+            return await function(*args, **kwargs)
+        try:
+            result = await function(*args, **kwargs)
+        except Exception as error:
+            pending.finish((None, type(error).__name__))
+            raise
+        return pending.returned(result)
 
     recorded.__regrow_recorded__ = True
     return recorded
@@ -235,9 +277,11 @@ def _wrap(module):
             continue
         if not inspect.isfunction(function) or getattr(function, "__regrow_recorded__", False):
             continue
-        if inspect.iscoroutinefunction(function) or inspect.isasyncgenfunction(function):
+        if inspect.isasyncgenfunction(function):
             continue
-        if inspect.isgeneratorfunction(function):
+        if inspect.iscoroutinefunction(function):
+            wrapper = _recording_coroutine(function, module.__name__, name)
+        elif inspect.isgeneratorfunction(function):
             wrapper = _recording_generator(function, module.__name__, name)
         else:
             wrapper = _recording(function, module.__name__, name)
