@@ -33,7 +33,18 @@ else:  # shipped alone into a sandbox, where no `proto` of ours may be imported:
 
 MAX_TEXT = 300  # characters of a call's literal arguments
 MAX_RECIPE_TEXT = 6000  # characters of a call's argument recipes (a function's code takes a few hundred)
-RECIPE_KINDS = ("lit", "range", "iter", "list", "tuple", "dict", "module", "ref", "code")  # what `built` builds
+RECIPE_KINDS = (
+    "lit",
+    "range",
+    "iter",
+    "list",
+    "tuple",
+    "dict",
+    "module",
+    "ref",
+    "code",
+    "signature",
+)  # what `built` builds
 MAX_DESCRIPTION = 4000  # characters of a described value
 MAX_DEPTH = 6
 SHIPPED_NAME = "regrow_call_values"
@@ -272,9 +283,10 @@ def drawn(generator, take, raised=None):
 def built(recipe):
     """The value an argument recipe stands for, made anew: `('lit', value)`, `('range', start, stop, step)`,
     `('iter', recipe)`, `('list' | 'tuple', recipes)`, `('dict', ((key, value) recipes))`, `('module', name)`,
-    `('ref', module, qualname)` (an object found by its name), or `('code', module, qualname, marshalled code,
+    `('ref', module, qualname)` (an object found by its name), `('code', module, qualname, marshalled code,
     default recipes, keyword default recipes, closure recipes, ((global name, recipe), ...))`: a function by value,
-    as the lambdas and helpers a test passes are."""
+    as the lambdas and helpers a test passes are, or `('signature', ((name, kind, default, annotation), ...), return
+    annotation)`: an inspect.Signature, None standing for an empty default or annotation."""
     kind = recipe[0]
     if kind == "lit":
         return recipe[1]
@@ -295,7 +307,20 @@ def built(recipe):
         return found
     if kind == "code":
         return _function(*recipe[1:])
+    if kind == "signature":
+        return _signature(*recipe[1:])
     raise ValueError(f"no argument recipe of kind {kind!r}")
+
+
+def _signature(parameters, returns):
+    def value(recipe):
+        return inspect.Parameter.empty if recipe is None else built(recipe)
+
+    return inspect.Signature(
+        [inspect.Parameter(name, inspect._ParameterKind(kind), default=value(default), annotation=value(annotation))
+         for name, kind, default, annotation in parameters],
+        return_annotation=value(returns),
+    )  # fmt: skip
 
 
 def _function(module, qualname, code, defaults, keyword_defaults, closure, names):

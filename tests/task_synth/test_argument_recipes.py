@@ -2,6 +2,7 @@
 unseen calls (no Docker)."""
 
 import ast
+import inspect
 import itertools
 import math
 import operator
@@ -74,6 +75,23 @@ def test_named_objects_ranges_and_fresh_iterators_are_recipes_and_what_has_none_
         pass
 
     assert [recipe_texts((value,), {}, set()) for value in (started, generator, Local(), open(__file__))] == [None] * 4
+
+
+def test_a_signature_is_a_recipe_that_builds_an_equal_signature():
+    """toolz's check_arity and check_partial take what inspect.signature gave; before, no recipe spelled one, so the
+    library's own calls of them were never checks."""
+
+    def spread(a, b: int = 2, *rest, key=len, **named) -> list:
+        return [a, b, rest, key, named]
+
+    for function in (spread, lambda x, y=None: x, operator.add, len):
+        try:
+            signature = inspect.signature(function)
+        except ValueError:  # a builtin without a signature
+            continue
+        (recipe,), _ = _recipes(signature)
+        assert recipe[0] == "signature"
+        assert built(recipe) == signature and str(built(recipe)) == str(signature)
 
 
 def add_scale(value):

@@ -1,8 +1,9 @@
 """Argument recipes: literal data that a replay builds a call's arguments from (proto.call_values.built), for the
 arguments that no literal spells and a check still needs to vary: a range, an iterator over a literal sequence, a
 module, an object by its importable name (a builtin, a library function, a class), a function by value (its code,
-defaults, closure and the globals it reads: the lambdas and helpers a test passes), and lists, tuples and dicts of
-them. Unlike a pickle, a recipe is data the host can read and change: unseen calls swap one function for another.
+defaults, closure and the globals it reads: the lambdas and helpers a test passes), a function's signature, and
+lists, tuples and dicts of them. Unlike a pickle, a recipe is data the host can read and change: unseen calls swap
+one function for another.
 
 Shipped beside the recorder plugin as `regrow_argument_recipes`. Stdlib only: it runs in the repository's
 interpreter, whose marshal format the grading container shares (the same image).
@@ -10,6 +11,7 @@ interpreter, whose marshal format the grading container shares (the same image).
 
 import ast
 import base64
+import inspect
 import marshal
 import sys
 import sysconfig
@@ -76,6 +78,8 @@ def _recipe(value, depth, room, library_files):
                 for k, v in items
             ),
         )
+    if kind is inspect.Signature:
+        return _signature(value, depth, room, library_files)
     if kind is types.ModuleType:
         if not _importable(value, library_files):
             raise Unbuildable
@@ -86,6 +90,19 @@ def _recipe(value, depth, room, library_files):
     if kind is types.FunctionType:
         return _by_value(value, depth, room, library_files)
     raise Unbuildable
+
+
+def _signature(signature, depth, room, library_files):
+    """('signature', ((name, kind, default recipe or None, annotation recipe or None), ...), return annotation recipe
+    or None): what `inspect.signature` gave, which toolz's arity checks take as an argument. None stands for empty."""
+
+    def recipe(value):
+        return None if value is inspect.Parameter.empty else _recipe(value, depth + 1, room, library_files)
+
+    parameters = tuple(
+        (p.name, int(p.kind), recipe(p.default), recipe(p.annotation)) for p in signature.parameters.values()
+    )
+    return ("signature", parameters, recipe(signature.return_annotation))
 
 
 def _importable(module, library_files):
