@@ -382,8 +382,9 @@ def _run_candidates(
 
 
 def _without_unchecked(unit: Unit, mode: str, built: BuiltTask, known: set[str]) -> list[tuple[Unit, str]]:
-    """A group no secret check could judge in part comes back as a candidate of the parts it could judge."""
-    left = narrowed(unit, built.unchecked) if built.rejection == "no_evidence" else None
+    """A group no secret check could judge in part, or whose checks of some parts kill too few of their mutants, comes
+    back as a candidate of the other parts: a group keeps only units with evidence."""
+    left = narrowed(unit, built.unchecked) if built.rejection in ("no_evidence", "weak_checks") else None
     if left is None or CandidateJournal.key(left.key, mode) in known:
         return []
     log.info("%s (%s): tried again without %s", unit.key, mode, ", ".join(built.unchecked))

@@ -71,7 +71,8 @@ class BuiltTask:
     test_executions: int
     detail: str = ""
     io_checks: list[IoCheck] = field(default_factory=list)
-    unchecked: list[str] = field(default_factory=list)  # for no_evidence: the units no secret check can judge
+    # For no_evidence, the units no secret check can judge; for weak_checks, those whose checks kill too few mutants.
+    unchecked: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -193,7 +194,8 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
         rejection = evidence_rejection(recording, context.settings.min_kill_rate, context.settings.keep_unchecked)
         if rejection is not None:
             log.info("%s: %s", *rejection)
-            unchecked = recording.units.without_evidence if recording.units else []
+            units, rate = recording.units, context.settings.min_kill_rate
+            unchecked = [] if units is None else units.without_evidence or units.weak(rate)
             return OracleRun(rejection[0], executions, detail=rejection[1], strength=strength, unchecked=unchecked)
         strengths = recording.units.strengths if recording.units else {}
         unit_rates = [UnitKillRate(unit=key, kill_rate=s.kill_rate if s else None) for key, s in strengths.items()]

@@ -52,6 +52,10 @@ class UnitChecks:
         judged = [(key, s) for key, s in self.strengths.items() if s is not None and s.kill_rate is not None]
         return min(judged, key=lambda item: item[1].kill_rate or 0.0, default=None)
 
+    def weak(self, min_kill_rate: float) -> list[str]:
+        """The units whose own checks kill less than `min_kill_rate` of their mutants."""
+        return [key for key, s in self.strengths.items() if s is not None and (s.kill_rate or 0.0) < min_kill_rate]
+
     def total(self, seconds: float) -> Strength | None:
         """Every unit's mutants together, for the task's stats."""
         known = [s for s in self.strengths.values() if s is not None]

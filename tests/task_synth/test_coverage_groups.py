@@ -9,8 +9,10 @@ import pytest
 from task_synth.candidates.coverage_groups import MAX_PARTS, coverage_groups, group_unit, groups_of, narrowed
 from task_synth.candidates.deletion import delete_unit
 from task_synth.candidates.units import Unit, enumerate_units
+from task_synth.pipeline import _without_unchecked
 from task_synth.repository.repo_layout import read_layout
 from task_synth.store.problem_statement import problem_statement
+from task_synth.store.task_builder import BuiltTask
 from task_synth.validation.io_recording import recorded_functions
 from task_synth.validation.stand_ins import combined_stand_in, stand_ins
 from task_synth.validation.verdict import broken_test_files, mentioned_names
@@ -194,3 +196,12 @@ def test_a_group_narrowed_to_the_parts_with_evidence_is_a_smaller_group_or_the_o
     assert alone is not None and alone.qualname == "b" and alone.parts == ()
     assert narrowed(group, ["pkg/a.py::a", "pkg/a.py::b", "pkg/a.py::c"]) is None
     assert narrowed(group, []) is None and narrowed(parts[0], ["pkg/a.py::a"]) is None
+
+
+def test_a_group_whose_checks_of_one_part_are_weak_comes_back_without_that_part():
+    """toolz's groups with `_check_sigspec`, whose PyPy and registry branches no call runs, were dropped whole."""
+    group = group_unit([_unit(name, line=n * 10) for n, name in enumerate(["a", "b", "c"], 1)])
+    weak = BuiltTask(None, "weak_checks", None, 0, unchecked=["pkg/a.py::b"])
+    ((again, mode),) = _without_unchecked(group, "stub", weak, set())
+    assert mode == "stub" and [part.qualname for part in again.parts] == ["a", "c"]
+    assert _without_unchecked(group, "stub", BuiltTask(None, "flaky", None, 0, unchecked=["pkg/a.py::b"]), set()) == []

@@ -66,6 +66,7 @@ def test_a_unit_is_measured_by_its_own_mutants_and_another_units_checks_kill_non
     clamp, put = chosen.strengths["src/calc/ops.py::clamp"], chosen.strengths["src/calc/box.py::Box.put"]
     assert clamp is not None and clamp.kill_rate == 0.0 and put is not None and put.kill_rate == 1.0
     assert chosen.weakest() == ("src/calc/ops.py::clamp", clamp)
+    assert chosen.weak(0.9) == ["src/calc/ops.py::clamp"] and chosen.weak(0.0) == []
 
 
 def test_the_chosen_secret_checks_trade_a_repeated_outcome_for_a_new_one_to_become_evidence():
