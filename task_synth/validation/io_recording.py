@@ -239,7 +239,8 @@ def _probed_toward_unreached(
     that no call runs: taken from the calls that ran the most lines no visible call ran, and kept when they reproduce.
     A mutant on a line no call runs survives every choice of checks (`_mutant_kills`)."""
     reached = union([lines for _, lines in replay])
-    if not _sites_unreached(deletion, reached):
+    missing = _sites_unreached(deletion, reached)
+    if not missing:
         return []
     visible = union([lines for call, lines in replay if call.check.test is not None])
 
@@ -254,7 +255,7 @@ def _probed_toward_unreached(
     log.info(
         "%s: no call ran %d lines a mutant can change; %d more perturbed calls, %d reproduce; %d of those lines left",
         deletion.unit.key,
-        len(_sites_unreached(deletion, reached)),
+        len(missing),
         len(probes),
         len(more),
         len(_sites_unreached(deletion, union([reached, *(lines for _, lines in more)]))),

@@ -446,9 +446,9 @@ def print_call_outcomes(calls, limit, budget, tag=()):
             break
         sys.stdout = io.StringIO()  # what the functions print is not the outcome
         drawn_from = random.getstate()
-        reach = LineReach(reach_files or ())
+        reach = LineReach(reach_files) if reach_out else contextlib.nullcontext()
         try:
-            with reach if reach_out else contextlib.nullcontext():
+            with reach:
                 found = call_outcome(*call[:4], limit, *call[4:9])
         except BaseException:  # past its time, exiting, or no such function
             found = None
