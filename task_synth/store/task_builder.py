@@ -194,8 +194,7 @@ def oracle_check(context: RepoContext, archive: bytes, deletion: Deletion, patch
         rejection = evidence_rejection(recording, context.settings.min_kill_rate, context.settings.keep_unchecked)
         if rejection is not None:
             log.info("%s: %s", *rejection)
-            units, rate = recording.units, context.settings.min_kill_rate
-            unchecked = [] if units is None else units.without_evidence or units.weak(rate)
+            unchecked = rejected_units(recording, rejection[0], context.settings.min_kill_rate)
             return OracleRun(rejection[0], executions, detail=rejection[1], strength=strength, unchecked=unchecked)
         strengths = recording.units.strengths if recording.units else {}
         unit_rates = [UnitKillRate(unit=key, kill_rate=s.kill_rate if s else None) for key, s in strengths.items()]
@@ -222,6 +221,15 @@ def evidence_rejection(recording: Recording, min_kill_rate: float, keep_unchecke
         )
         return "weak_checks", detail
     return None
+
+
+def rejected_units(recording: Recording, reason: str, min_kill_rate: float) -> list[str]:
+    """The units behind an evidence rejection, which a group is tried again without: those with no secret evidence
+    for `no_evidence`, those whose checks kill too few mutants for `weak_checks`."""
+    units = recording.units
+    if units is None:
+        return []
+    return units.without_evidence if reason == "no_evidence" else units.weak(min_kill_rate)
 
 
 def build_task(context: RepoContext, deletion: Deletion, verdict: Verdict) -> BuiltTask:

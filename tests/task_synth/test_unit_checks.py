@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from proto.evidence import checks_by_unit, has_secret_evidence, module_of_path, unit_of, units_without_evidence
 from proto.tasks import DeletedUnit, IoCheck
-from task_synth.store.task_builder import evidence_rejection
+from task_synth.store.task_builder import evidence_rejection, rejected_units
 from task_synth.validation.io_recording import Recording
 from task_synth.validation.recorded_calls import MAX_CHECKS, Call, check_key
 from task_synth.validation.task_strength import Strength
@@ -95,3 +95,15 @@ def test_the_weakest_units_kill_rate_decides_and_says_which_unit():
     assert reason is not None and reason[0] == "weak_checks" and "a.py::g kill 5 of 10" in reason[1]
     total = weak.total(2.0)
     assert total is not None and (total.mutants, total.killed) == (20, 15)
+
+
+def test_a_weak_rejection_names_the_weak_units_even_where_unchecked_ones_are_kept():
+    """With --keep-unchecked, a group with an unchecked unit and a weak one is rejected as weak_checks; it must come
+    back without the weak unit, not without the unchecked one (before, the unchecked one was named)."""
+    mixed = UnitChecks([], {"a.py::f": Strength(10, 0, 10, 0.0), "a.py::g": Strength(10, 0, 5, 0.0)}, ["a.py::h"])
+    recording = Recording([], 0, None, mixed)
+    reason = evidence_rejection(recording, 0.9, keep_unchecked=True)
+    assert reason is not None and reason[0] == "weak_checks"
+    assert rejected_units(recording, reason[0], 0.9) == ["a.py::g"]
+    assert rejected_units(recording, "no_evidence", 0.9) == ["a.py::h"]
+    assert rejected_units(Recording([], 0), "no_evidence", 0.9) == []
