@@ -4,9 +4,11 @@ and the grader compares.
 A literal is its own description (`repr` reads back with `ast.literal_eval`); a bytearray is ('bytearray', bytes),
 an enum member ('enum', class, name), a class ('class', qualified name), a function ('function', qualified name),
 a bound method ('method', class, name), a deque ('deque', items, maxlen), an iterator over a sequence ('iterator',
-what it has left to give) and any other object ('object', class, {attribute: description}), recursively;
-generators, modules and cycles have none. Exact types only: no `__eq__` or `__repr__` of the code
-under test takes part. Stdlib only: this file is copied next to the programs that run in a repository's
+what it has left to give), a defaultdict ('defaultdict', factory, items), an OrderedDict ('OrderedDict', pairs), a
+Counter ('Counter', items), and any other object ('object', class, {attribute: description}), recursively, with what
+it holds as a fourth part when its class derives from a builtin value (`class Row(dict)`, a namedtuple);
+generators, modules and cycles have none. Exact types only: no `__eq__` or `__repr__` of the code under test takes
+part. Stdlib only: this file is copied next to the programs that run in a repository's
 interpreter, as `regrow_call_values.py`.
 """
 
@@ -130,9 +132,14 @@ def _describe(value, depth, seen, view, room, iterators=False):
         return ("iterator", _describe(_left_to_draw(value), depth + 1, seen, view, room, iterators))
     if kind in (list, tuple):
         return kind(_describe(item, depth + 1, seen, view, room, iterators) for item in value)
-    if kind is dict:
+    if kind in (dict, collections.defaultdict, collections.Counter, collections.OrderedDict):
         inner = functools.partial(_describe, depth=depth + 1, seen=seen, view=view, room=room, iterators=iterators)
-        return {inner(key): inner(item) for key, item in value.items()}
+        if kind is collections.OrderedDict:  # its order is part of what it is
+            return ("OrderedDict", [(inner(key), inner(item)) for key, item in value.items()])
+        items = {inner(key): inner(item) for key, item in value.items()}
+        if kind is collections.defaultdict:  # what a missing key will get is part of its state
+            return ("defaultdict", inner(value.default_factory), items)
+        return items if kind is dict else ("Counter", items)
     if kind is set:
         return {_describe(item, depth + 1, seen, view, room, iterators) for item in value}
     if kind is frozenset:  # no literal spells one
@@ -141,10 +148,11 @@ def _describe(value, depth, seen, view, room, iterators=False):
         return ("enum", kind.__qualname__, value.name)
     if isinstance(value, type):
         return ("class", f"{value.__module__}.{value.__qualname__}")
+    held = _builtin_part(value)
     attributes = getattr(value, "__dict__", None)
     if type(attributes) is not dict:
         slots = [name for klass in kind.__mro__ for name in getattr(klass, "__slots__", ())]
-        if not slots:
+        if not slots and held is _NOTHING:
             raise _Undescribable
         attributes = {name: getattr(value, name) for name in slots if hasattr(value, name)}
     described = {
@@ -152,7 +160,33 @@ def _describe(value, depth, seen, view, room, iterators=False):
         for name, item in sorted(attributes.items())
         if type(name) is str and not name.startswith("__")
     }
-    return ("object", kind.__qualname__, described)
+    if held is _NOTHING:
+        return ("object", kind.__qualname__, described)
+    return ("object", kind.__qualname__, described, _describe(held, depth + 1, seen, view, room, iterators))
+
+
+_NOTHING = object()
+# How to read what a subclass of a builtin value holds past any method it overrides: a `class Row(dict)` or a
+# namedtuple is its items as much as its attributes, and a description of its attributes alone fits every instance.
+_BUILTIN_PARTS = (
+    (dict, lambda value: dict(dict.items(value))),
+    (list, lambda value: list(list.__iter__(value))),
+    (tuple, lambda value: tuple(tuple.__iter__(value))),
+    (set, lambda value: set(set.__iter__(value))),
+    (frozenset, lambda value: frozenset(frozenset.__iter__(value))),
+    (str, str.__str__),
+    (bytes, lambda value: bytes(memoryview(value))),
+    (int, int.__index__),
+    (float, float.__float__),
+)
+
+
+def _builtin_part(value):
+    """A plain copy of what an instance of a builtin type's subclass holds; _NOTHING for any other object."""
+    for base, part in _BUILTIN_PARTS:
+        if isinstance(value, base):
+            return part(value)
+    return _NOTHING
 
 
 def _left_to_draw(iterator):
@@ -199,14 +233,16 @@ def described_text(value, view=None, limit=MAX_DESCRIPTION):
 
 def state_text(receiver):
     """The receiver's attributes (`__dict__` or slots), described, as dict literal text; None when they are not
-    describable."""
+    describable. A receiver of a builtin type's subclass holds its items under `__held__`, which no attribute of a
+    description is named."""
     try:
         description = _describe(receiver, 0, frozenset(), None, [MAX_DESCRIPTION], iterators=True)
     except (_Undescribable, TypeError, ValueError, RecursionError, MemoryError):
         return None
     if type(description) is not tuple or description[0] != "object":
         return None
-    text = repr(description[2])
+    attributes = description[2] if len(description) == 3 else {**description[2], "__held__": description[3]}
+    text = repr(attributes)
     return text if len(text) <= MAX_DESCRIPTION else None
 
 

@@ -102,3 +102,36 @@ def test_a_value_too_big_to_describe_is_refused_before_it_is_walked_whole():
     _Counted.reads = 0
     assert described_text(big) is None and described_text(big[:3]) is not None
     assert _Counted.reads < 5_000  # the description's limit, not the list's length
+
+
+class _Row(dict):
+    pass
+
+
+class _Name(str):
+    def __str__(self):  # an override the description reads past
+        return "always this"
+
+
+def test_a_subclass_of_a_builtin_is_described_by_what_it_holds_as_well_as_its_attributes():
+    """Before, an OrderedDict, a Counter or a `class Row(dict)` was its class and attributes alone: every instance
+    described alike, so a stub returning an empty one matched any expected value; a namedtuple had no description."""
+    import collections
+
+    assert described_text(collections.OrderedDict(a=1)) != described_text(collections.OrderedDict())
+    assert described_text(collections.OrderedDict(a=1, b=2)) != described_text(collections.OrderedDict(b=2, a=1))
+    assert described_text(collections.Counter("aab")) == "('Counter', {'a': 2, 'b': 1})"
+    assert described_text(_Row(a=1)) == "('object', '_Row', {}, {'a': 1})"
+    assert described_text(_Row(a=1)) != described_text(_Row(a=2))
+    assert described_text(_Name("x")) == "('object', '_Name', {}, 'x')"
+    point = collections.namedtuple("Point", "x y")
+    assert described_text(point(1, 2)) == "('object', 'Point', {}, (1, 2))"
+    factory = collections.defaultdict(list, {1: [2]})
+    assert described_text(factory) == "('defaultdict', ('class', 'builtins.list'), {1: [2]})"
+
+
+def test_a_receiver_of_a_builtin_subclass_shows_its_items_in_its_state():
+    first, second = _Row(a=1), _Row(a=2)
+    first.seen = second.seen = 3
+    assert state_text(first) == "{'seen': 3, '__held__': {'a': 1}}"
+    assert state_text(first) != state_text(second)

@@ -907,3 +907,49 @@ def test_a_call_that_draws_random_numbers_is_no_check_even_where_it_is_seeded(tm
     calls = [call for item in raw if (call := parsed_call(item, functions))]
     assert sorted(call.check.qualname for call in calls) == ["first", "shuffled"]
     assert [call.check.qualname for call in reproduced(LocalSandbox(tmp_path), calls)] == ["first"]
+
+
+BUCKET_FILES = {
+    "sort/__init__.py": "",
+    "sort/buckets.py": """
+from collections import defaultdict, deque
+
+
+class Bucket:
+    def __init__(self, iterable, key, validator=None):
+        self._it = iter(iterable)
+        self._key = key
+        self._cache = defaultdict(deque)
+        self._validator = validator or (lambda x: True)
+
+    def fill(self):
+        for item in self._it:
+            self._cache[self._key(item)].append(item)
+
+    def count(self, value):
+        return len(self._cache[value]) if self._validator(value) else 0
+""",
+    "tests/test_buckets.py": """
+from sort.buckets import Bucket
+
+
+def test_count():
+    bucket = Bucket([10, 11, 20], key=lambda x: x // 10)
+    bucket.fill()
+    assert bucket.count(1) == 2
+    assert Bucket([5], key=abs, validator=lambda x: x > 9).count(5) == 0
+""",
+}
+
+
+def test_a_receiver_holding_lambdas_and_a_defaultdict_is_pickled_and_described(tmp_path):
+    """more-itertools' bucket holds the test's key lambda, a lambda of its own and a defaultdict of deques: its
+    receiver did not pickle and its state had no description, so its methods made no check."""
+    functions = {"sort.buckets": ["Bucket.count"]}
+    raw = recorded_raw_calls(tmp_path, BUCKET_FILES, functions)
+    calls = [call for item in raw if (call := parsed_call(item, functions))]
+    states = sorted(call.check.state for call in calls)
+    assert len(states) == 2, raw
+    assert "('defaultdict', ('class', 'collections.deque'), {1: ('deque', [10, 11], None)" in states[0]
+    assert "'_key': ('function', 'test_buckets.test_count.<locals>.<lambda>')" in states[0], states[0]
+    assert len(reproduced(LocalSandbox(tmp_path), calls)) == 2

@@ -46,6 +46,18 @@ def recipe_texts(args, kwargs, library_files):
     return texts if sum(map(len, texts)) <= MAX_RECIPE_TEXT else None
 
 
+def function_recipe(function, library_files):
+    """The recipe of a function that no module holds by its name (a test's lambda, a library's own `lambda x:
+    True`), which a pickle of an object holding it can carry; None for a function pickle finds by its name, or one
+    that no recipe stands for."""
+    if _by_name(function, library_files) is not None:
+        return None
+    try:
+        return _by_value(function, 0, [MAX_ROOM], library_files)
+    except (Unbuildable, RecursionError, ValueError, TypeError, AttributeError):
+        return None
+
+
 def unchanged_literals(args, kwargs, args_text, kwargs_text):
     """Whether the arguments whose recipe is a literal are still that literal after the call."""
     recipes, keyword_recipes = ast.literal_eval(args_text), ast.literal_eval(kwargs_text)

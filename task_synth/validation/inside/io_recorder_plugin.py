@@ -31,16 +31,17 @@ import pickle
 import random
 import sys
 import time
+import types
 
 try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_argument_recipes import recipe_texts, unchanged_literals
-    from regrow_call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
+    from regrow_argument_recipes import function_recipe, recipe_texts, unchanged_literals
+    from regrow_call_values import built, described_text, drawn_text, literal_text, replay, replay_program, state_text
     from regrow_line_reach import LineReach
     from regrow_program_recorder import ProgramRecorder
     from regrow_receiver_pool import ReceiverPool
 except ImportError:
-    from proto.call_values import described_text, drawn_text, literal_text, replay, replay_program, state_text
-    from task_synth.validation.inside.argument_recipes import recipe_texts, unchanged_literals
+    from proto.call_values import built, described_text, drawn_text, literal_text, replay, replay_program, state_text
+    from task_synth.validation.inside.argument_recipes import function_recipe, recipe_texts, unchanged_literals
     from task_synth.validation.inside.line_reach import LineReach
     from task_synth.validation.inside.program_recorder import ProgramRecorder
     from task_synth.validation.inside.receiver_pool import ReceiverPool
@@ -141,12 +142,27 @@ def inputs_text(receiver, arguments):
     """(receiver, arguments) as a base64 pickle a fresh interpreter can load, or None when they do not pickle small.
     `arguments` is (args, kwargs) where they are no literals, else None (the check's literal text holds them)."""
     try:
-        data = pickle.dumps((receiver, arguments), protocol=4)
+        buffer = io.BytesIO()
+        _FunctionsAsRecipes(buffer, protocol=4).dump((receiver, arguments))
+        data = buffer.getvalue()
         if len(data) > MAX_INPUTS or type(pickle.loads(data)[0]) is not type(receiver):
             return None
     except Exception:  # locks, lambdas, open files: no check of this call
         return None
     return base64.b64encode(data).decode()
+
+
+class _FunctionsAsRecipes(pickle.Pickler):
+    """A pickler that carries a function no module holds by its name (a test's lambda, the library's own `lambda x:
+    True` default) as its recipe, which `built` makes anew where the pickle is loaded: an object that holds one
+    (more-itertools' bucket holds its key) then pickles, where pickle alone refuses it."""
+
+    def reducer_override(self, obj):
+        if type(obj) is types.FunctionType:
+            recipe = function_recipe(obj, _library_files)
+            if recipe is not None:
+                return built, (recipe,)
+        return NotImplemented
 
 
 class _Pending:
