@@ -21,6 +21,7 @@ import enum
 import functools
 import importlib
 import inspect
+import itertools
 import marshal
 import math
 import operator
@@ -149,12 +150,14 @@ def _describe(value, depth, seen, view, room, iterators=False):
     if isinstance(value, type):
         return ("class", f"{value.__module__}.{value.__qualname__}")
     held = _builtin_part(value)
+    if held is _NOTHING:
+        held = _native_part(kind, value)
     attributes = getattr(value, "__dict__", None)
-    if type(attributes) is not dict:
-        slots = [name for klass in kind.__mro__ for name in getattr(klass, "__slots__", ())]
-        if not slots and held is _NOTHING:
-            raise _Undescribable
-        attributes = {name: getattr(value, name) for name in slots if hasattr(value, name)}
+    slots = [name for klass in kind.__mro__ for name in _slot_names(klass)]
+    if type(attributes) is not dict and not slots and held is _NOTHING:
+        raise _Undescribable
+    attributes = dict(attributes) if type(attributes) is dict else {}
+    attributes.update((name, getattr(value, name)) for name in slots if hasattr(value, name))
     described = {
         name: _describe(item, depth + 1, seen, view, room, iterators)
         for name, item in sorted(attributes.items())
@@ -166,6 +169,17 @@ def _describe(value, depth, seen, view, room, iterators=False):
 
 
 _NOTHING = object()
+
+
+def _slot_names(klass):
+    """The attribute names of a class's own slots, mangled as the class statement mangles `__name`; a subclass
+    with a `__dict__` still keeps its bases' slots, which the dict does not hold."""
+    slots = klass.__dict__.get("__slots__", ())
+    for name in (slots,) if isinstance(slots, str) else slots:
+        if name in ("__dict__", "__weakref__"):
+            continue
+        private = name.startswith("__") and not name.endswith("__")
+        yield f"_{klass.__name__.lstrip('_')}{name}" if private else name
 # How to read what a subclass of a builtin value holds past any method it overrides: a `class Row(dict)` or a
 # namedtuple is its items as much as its attributes, and a description of its attributes alone fits every instance.
 _BUILTIN_PARTS = (
@@ -187,6 +201,39 @@ def _builtin_part(value):
         if isinstance(value, base):
             return part(value)
     return _NOTHING
+
+
+_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class a class statement made, not one of the interpreter's own
+
+
+def _native_part(kind, value):
+    """What an instance of a class statement's class holds in the layout of an interpreter-made base (a datetime
+    subclass's fields, an exception's args), as that base's own reduction gives it; _NOTHING when no base holds
+    data. A base that holds data and has no reduction of its own leaves the value with no description."""
+    if not kind.__flags__ & _HEAP_TYPE:
+        return _NOTHING
+    native = [k for k in kind.__mro__ if not k.__flags__ & _HEAP_TYPE and k.__basicsize__ > object.__basicsize__]
+    for klass in native:
+        own = klass.__dict__
+        try:
+            if "__reduce_ex__" in own:
+                return _reduced_parts(own["__reduce_ex__"](value, 4))
+            if "__reduce__" in own:
+                return _reduced_parts(own["__reduce__"](value))
+        except Exception as error:  # a base that will not say what it holds
+            raise _Undescribable from error
+    if native:
+        raise _Undescribable
+    return _NOTHING
+
+
+def _reduced_parts(reduced):
+    """A reduction's arguments, state, and the items and pairs it hands over as iterators (a deque's), as data."""
+    parts = list(reduced[1:5])
+    for index in (2, 3):
+        if index < len(parts) and parts[index] is not None:
+            parts[index] = list(itertools.islice(parts[index], MAX_DESCRIPTION + 1))
+    return tuple(parts)
 
 
 def _left_to_draw(iterator):

@@ -135,3 +135,50 @@ def test_a_receiver_of_a_builtin_subclass_shows_its_items_in_its_state():
     first.seen = second.seen = 3
     assert state_text(first) == "{'seen': 3, '__held__': {'a': 1}}"
     assert state_text(first) != state_text(second)
+
+
+def test_a_subclass_of_an_interpreter_made_class_is_described_by_what_that_class_holds():
+    """A `class Stamp(datetime.date)` (pendulum's DateTime is one) was `('object', 'Stamp', {})` whatever its date,
+    and an exception returned as a value lost its args: a stub returning any instance matched."""
+    import collections
+    import datetime
+    import typing
+
+    class Stamp(datetime.date):
+        pass
+
+    class Problem(ValueError):
+        pass
+
+    class Line(collections.deque):
+        pass
+
+    assert described_text(Stamp(2020, 1, 2)) != described_text(Stamp(2021, 1, 2))
+    assert described_text(Problem("bad", 3)).endswith("Problem', {}, (('bad', 3),))")
+    assert described_text(Line([1, 2])) != described_text(Line([1, 3]))
+
+    class Box(typing.Generic[typing.TypeVar("T")]):  # a base that holds no data adds nothing
+        def __init__(self):
+            self.size = 1
+
+    assert described_text(Box()).endswith("Box', {'size': 1})")
+
+
+class _Pair:
+    __slots__ = ("__right", "left")
+
+    def __init__(self, left, right):
+        self.left, self.__right = left, right
+
+
+class _NamedPair(_Pair):  # no slots of its own: it has a __dict__ too
+    pass
+
+
+def test_slots_count_beside_a_dict_and_private_slots_by_their_mangled_names():
+    """Before, a subclass with a `__dict__` of a class with slots was described by the dict alone: the slots'
+    values, the base's whole state, never showed."""
+    pair = _NamedPair(1, 2)
+    pair.name = "p"
+    assert described_text(pair) == "('object', '_NamedPair', {'_Pair__right': 2, 'left': 1, 'name': 'p'})"
+    assert described_text(_Pair(1, 2)) != described_text(_Pair(1, 3))
