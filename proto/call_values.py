@@ -180,6 +180,8 @@ def _slot_names(klass):
             continue
         private = name.startswith("__") and not name.endswith("__")
         yield f"_{klass.__name__.lstrip('_')}{name}" if private else name
+
+
 # How to read what a subclass of a builtin value holds past any method it overrides: a `class Row(dict)` or a
 # namedtuple is its items as much as its attributes, and a description of its attributes alone fits every instance.
 _BUILTIN_PARTS = (
