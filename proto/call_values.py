@@ -47,6 +47,7 @@ RECIPE_KINDS = (
     "ref",
     "code",
     "signature",
+    "partial",
 )  # what `built` builds
 MAX_DESCRIPTION = 4000  # characters of a described value
 MAX_DEPTH = 6
@@ -205,16 +206,19 @@ def _builtin_part(value):
     return _NOTHING
 
 
-_HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: a class a class statement made, not one of the interpreter's own
+# Py_TPFLAGS_IMMUTABLETYPE: set on the interpreter's own classes (static, or made in C like functools.partial), never
+# on one a class statement made.
+_INTERPRETER_MADE = 1 << 8
 
 
 def _native_part(kind, value):
-    """What an instance of a class statement's class holds in the layout of an interpreter-made base (a datetime
-    subclass's fields, an exception's args), as that base's own reduction gives it; _NOTHING when no base holds
-    data. A base that holds data and has no reduction of its own leaves the value with no description."""
-    if not kind.__flags__ & _HEAP_TYPE:
-        return _NOTHING
-    native = [k for k in kind.__mro__ if not k.__flags__ & _HEAP_TYPE and k.__basicsize__ > object.__basicsize__]
+    """What an object holds in the layout of an interpreter-made class of its own (a datetime subclass's fields, an
+    exception's args, a partial's function and arguments), as that class's own reduction gives it; _NOTHING when no
+    such class holds data. One that holds data and has no reduction of its own leaves the value with no description,
+    as does an iterator: a rewrite may return a generator for it."""
+    if hasattr(kind, "__next__"):
+        raise _Undescribable
+    native = [k for k in kind.__mro__ if k.__flags__ & _INTERPRETER_MADE and k.__basicsize__ > object.__basicsize__]
     for klass in native:
         own = klass.__dict__
         try:
@@ -371,7 +375,8 @@ def built(recipe):
     `('ref', module, qualname)` (an object found by its name), `('code', module, qualname, marshalled code,
     default recipes, keyword default recipes, closure recipes, ((global name, recipe), ...))`: a function by value,
     as the lambdas and helpers a test passes are, or `('signature', ((name, kind, default, annotation), ...), return
-    annotation)`: an inspect.Signature, None standing for an empty default or annotation."""
+    annotation)`: an inspect.Signature, None standing for an empty default or annotation, or `('partial', function
+    recipe, argument recipes, ((keyword, recipe), ...))`: a functools.partial."""
     kind = recipe[0]
     if kind == "lit":
         return recipe[1]
@@ -394,6 +399,9 @@ def built(recipe):
         return _function(*recipe[1:])
     if kind == "signature":
         return _signature(*recipe[1:])
+    if kind == "partial":
+        _, func, args, keywords = recipe
+        return functools.partial(built(func), *map(built, args), **{name: built(item) for name, item in keywords})
     raise ValueError(f"no argument recipe of kind {kind!r}")
 
 

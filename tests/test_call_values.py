@@ -182,3 +182,13 @@ def test_slots_count_beside_a_dict_and_private_slots_by_their_mangled_names():
     pair.name = "p"
     assert described_text(pair) == "('object', '_NamedPair', {'_Pair__right': 2, 'left': 1, 'name': 'p'})"
     assert described_text(_Pair(1, 2)) != described_text(_Pair(1, 3))
+
+
+def test_an_exception_or_a_partial_returned_as_a_value_is_described_by_what_it_holds():
+    """An interpreter-made class with a `__dict__` was described by that dict alone: `ValueError("a")` and
+    `ValueError("b")`, or any two partials, read alike. An iterator still has none: a rewrite may return a generator."""
+    import functools
+
+    assert described_text(ValueError("a")) != described_text(ValueError("b"))
+    assert described_text(functools.partial(max, 1)) != described_text(functools.partial(max, 2))
+    assert described_text(map(abs, [1])) is None

@@ -107,8 +107,8 @@ def plain_marks(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 def perturbed_recipes(recipe: Any, functions: list[object]) -> list[object]:
     """Recipes a small step from `recipe`: a literal's perturbed values, a range's ends moved, an iterator over a
-    changed sequence, a list or tuple shortened or reversed, and a function swapped for another of `functions` (the
-    ones the recorded calls pass), which pairs it with a call that no test makes."""
+    changed sequence, a list or tuple shortened or reversed, a function swapped for another of `functions` (the
+    ones the recorded calls pass), which pairs it with a call that no test makes, and a partial with either changed."""
     kind = recipe[0]
     if kind == "lit":
         return [("lit", value) for value in perturbed_values(recipe[1])]
@@ -124,6 +124,15 @@ def perturbed_recipes(recipe: Any, functions: list[object]) -> list[object]:
         return [(kind, changed) for changed in shorter.values()]
     if kind in ("code", "ref"):
         return [other for other in functions if other != recipe]
+    if kind == "partial":  # another function under the same bound arguments, or one bound argument moved
+        _, function, args, keywords = recipe
+        swapped: list[object] = [("partial", other, args, keywords) for other in perturbed_recipes(function, functions)]
+        moved = [
+            ("partial", function, (*args[:index], changed, *args[index + 1 :]), keywords)
+            for index, arg in enumerate(args)
+            for changed in perturbed_recipes(arg, functions)[:2]
+        ]
+        return swapped + moved
     return []
 
 

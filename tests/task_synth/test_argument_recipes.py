@@ -94,6 +94,20 @@ def test_a_signature_is_a_recipe_that_builds_an_equal_signature():
         assert built(recipe) == signature and str(built(recipe)) == str(signature)
 
 
+def test_a_partial_is_a_recipe_of_its_function_and_bound_arguments_and_varies_by_either():
+    """toolz's tests pass `partial(map, inc)`; before, no recipe spelled a partial, so such a call was no check."""
+    import functools
+
+    partial = functools.partial(max, 3, key=abs)
+    (recipe,), _ = _recipes(partial)
+    assert recipe == ("partial", ("ref", "builtins", "max"), (("lit", 3),), (("key", ("ref", "builtins", "abs")),))
+    rebuilt = built(recipe)
+    assert type(rebuilt) is functools.partial and rebuilt(-5) == -5 and rebuilt(1) == 3
+    varied = perturbed_recipes(recipe, [("ref", "builtins", "max"), ("ref", "builtins", "min")])
+    assert ("partial", ("ref", "builtins", "min"), (("lit", 3),), recipe[3]) in varied
+    assert any(item[1] == recipe[1] and item[2] != recipe[2] for item in varied)
+
+
 def add_scale(value):
     return value + SCALE
 

@@ -11,6 +11,7 @@ interpreter, whose marshal format the grading container shares (the same image).
 
 import ast
 import base64
+import functools
 import inspect
 import marshal
 import sys
@@ -92,6 +93,13 @@ def _recipe(value, depth, room, library_files):
         )
     if kind is inspect.Signature:
         return _signature(value, depth, room, library_files)
+    if kind is functools.partial:
+
+        def recipe(item):
+            return _recipe(item, depth + 1, room, library_files)
+
+        keywords = tuple((name, recipe(item)) for name, item in value.keywords.items())
+        return ("partial", recipe(value.func), tuple(map(recipe, value.args)), keywords)
     if kind is types.ModuleType:
         if not _importable(value, library_files):
             raise Unbuildable
