@@ -94,3 +94,17 @@ def test_the_trl_configs_channel_fields_are_the_settings_declarations():
     assert (config.alpha_sdpo, config.dpo_context_grad, config.loss_type) == (0.25, False, "dr_grpo")
     # The Trainer pickles its args into every checkpoint (training_args.bin).
     assert pickle.loads(pickle.dumps(config)).alpha_sdpo == 0.25
+
+
+def test_lora_without_a_learning_rate_gets_the_lora_default_and_a_given_rate_wins(monkeypatch):
+    """Before, a LoRA arm trained at the full fine-tune's 1e-6: its adapter barely moved and a ladder read no effect."""
+    from trainer_client.train.settings import FULL_LEARNING_RATE, LORA_LEARNING_RATE
+
+    assert TrainSettings(env="http://127.0.0.1:9").learning_rate == FULL_LEARNING_RATE
+    lora = TrainSettings(env="http://127.0.0.1:9", lora_r=16)
+    assert lora.learning_rate == LORA_LEARNING_RATE == pytest.approx(10 * FULL_LEARNING_RATE)
+    assert lora.lora_rate_by_default
+    given = TrainSettings(env="http://127.0.0.1:9", lora_r=16, learning_rate=3e-6)
+    assert given.learning_rate == 3e-6 and not given.lora_rate_by_default
+    monkeypatch.setenv("REGROW_TRAIN_LEARNING_RATE", "2e-6")
+    assert TrainSettings(env="http://127.0.0.1:9", lora_r=16).learning_rate == 2e-6

@@ -227,6 +227,13 @@ def run_training(
     if settings.lora_r:  # after the reference check, which hashes the weights as `regrow replay` loaded them
         from trainer_client.policy.lora_adapter import with_lora
 
+        if settings.lora_rate_by_default:
+            logger.info(
+                "LoRA r=%d: learning rate %g, the LoRA default (give --learning-rate to choose another)",
+                settings.lora_r,
+                settings.learning_rate,
+            )
+
         model = with_lora(
             model, settings.lora_r, settings.lora_alpha, settings.lora_dropout, settings.lora_target_modules
         )

@@ -4,10 +4,14 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from trainer_client.env.server_pool import env_urls
+
+FULL_LEARNING_RATE = 1e-6
+# A low-rank adapter moves a few weights from zero: it wants about ten times the full fine-tune's rate.
+LORA_LEARNING_RATE = 1e-5
 
 
 class TrainSettings(BaseSettings):
@@ -18,6 +22,7 @@ class TrainSettings(BaseSettings):
         env_prefix="REGROW_TRAIN_",
         cli_shortcuts={"task-ids": "task-id", "learning-rate": "lr", "vllm-timeout-s": "vllm-timeout"},
     )
+    _lora_rate_by_default: bool = PrivateAttr(default=False)
 
     env: Annotated[list[str], NoDecode] = Field(
         default_factory=list,
@@ -54,7 +59,11 @@ class TrainSettings(BaseSettings):
     max_turn_tokens: int = Field(default=384, ge=8, description="Tokens the policy may generate in one turn.")
     max_completion_tokens: int = Field(default=3072, ge=64, description="Token budget of all turns and env replies.")
     temperature: float = Field(default=1.0, gt=0, description="Sampling temperature of the rollouts.")
-    learning_rate: float = Field(default=1e-6, gt=0, description="Optimizer learning rate.")
+    learning_rate: float = Field(
+        default=FULL_LEARNING_RATE,
+        gt=0,
+        description=f"Optimizer learning rate; default {FULL_LEARNING_RATE:g}, {LORA_LEARNING_RATE:g} with --lora-r.",
+    )
     loss_type: str = Field(default="dr_grpo", description="TRL loss: dr_grpo, grpo, dapo, bnpo, cispo, sapo, ...")
     importance_correction: bool = Field(
         default=True,
@@ -185,6 +194,18 @@ class TrainSettings(BaseSettings):
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.path.rstrip("/").endswith("/v1"):
             raise ValueError(f"--vllm-server {url!r}: give the server's base URL, e.g. http://localhost:8100")
         return url.rstrip("/")
+
+    @model_validator(mode="after")
+    def _lora_rate_unless_given(self) -> "TrainSettings":
+        if self.lora_r and "learning_rate" not in self.model_fields_set:
+            self.learning_rate = LORA_LEARNING_RATE
+            self._lora_rate_by_default = True
+        return self
+
+    @property
+    def lora_rate_by_default(self) -> bool:
+        """Whether the learning rate is the LoRA default, chosen because none was given."""
+        return self._lora_rate_by_default
 
     @model_validator(mode="after")
     def _env_unless_planning(self) -> "TrainSettings":
