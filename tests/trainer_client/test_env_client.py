@@ -161,3 +161,38 @@ def test_the_stream_stops_its_workers_every_time(tokenizer, episode_tokens):
                 thread for thread in threading.enumerate() if thread.name == "rollout-workers" and thread.is_alive()
             ]
             assert not alive
+
+
+FIX = '<tool_call>\n{"name": "write_file", "arguments": {"path": "calc/ops.py", "content": "x = 1\\n"}}\n</tool_call>'
+SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
+
+
+def test_a_group_whose_rewards_are_all_equal_is_dropped_and_another_played_until_the_patience_runs_out(
+    scripted_env_url, tokenizer, episode_tokens
+):
+    """Before, a group of all-0 rewards reached the trainer: no GRPO gradient, yet its tokens diluted the step. One
+    worker plays the turns in order: two uniform groups (0, 0), one mixed (write + submit = 1, then 0), then uniform
+    groups past the patience of 2, the third of which is kept."""
+    turns = [SUBMIT, SUBMIT, SUBMIT, SUBMIT, FIX, SUBMIT, SUBMIT] + [SUBMIT] * 6
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, turns)
+    options = iter([{"task_id": f"task-{n}"} for n in range(100)])
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=1, group_size=2,
+        drop_uniform=True, uniform_patience=2,
+    )  # fmt: skip
+    with stream:
+        mixed, kept = stream.next_groups(2, policy_version=0, timeout=60)
+        stats = stream.stats
+    assert sorted(t.reward for t in mixed) == [0.0, 1.0] and mixed[0].task_id == "task-2"
+    assert [t.reward for t in kept] == [0.0, 0.0] and kept[0].task_id == "task-5"
+    assert (stats.groups_dropped_uniform, stats.groups_kept_uniform) == (4, 1)
+
+
+def test_uniform_groups_are_dropped_by_default_only_when_rlvr_is_the_only_channel():
+    from trainer_client.train.settings import TrainSettings
+
+    url = "http://127.0.0.1:9"
+    assert TrainSettings(env=url).drops_uniform_groups
+    assert not TrainSettings(env=url, alpha_sdpo=0.5).drops_uniform_groups  # SDPO learns from feedback turns
+    assert TrainSettings(env=url, alpha_sdpo=0.5, uniform_groups="drop").drops_uniform_groups
+    assert not TrainSettings(env=url, uniform_groups="keep").drops_uniform_groups

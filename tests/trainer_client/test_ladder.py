@@ -122,6 +122,7 @@ def test_the_ladder_trains_four_arms_from_one_start_and_tables_their_own_figures
                 "--max-turns", "2", "--max-turn-tokens", "24", "--max-completion-tokens", "512", "--lr", "1e-3",
                 "--pairs", str(pairs), "--dpo-pairs-per-step", "2", "--eval-split", "test", "--eval-tasks", "1",
                 "--k", "2", "--seeds", "1", "--device", "cpu", "--logger", "none", "--save-steps", "100",
+                "--uniform-groups", "keep",
             ],
         )  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -34,11 +34,13 @@ def save_tiny_policy(folder: Path) -> Path:
 
 def tiny_run_settings(env, model: Path, output_dir: Path, task_id: str, **overrides):
     """`regrow train`'s settings for a short CPU run of the tiny policy: two workers, groups of two, one group a
-    step, short turns; `overrides` set the rest (steps, channels, limits)."""
+    step, short turns; `overrides` set the rest (steps, channels, limits). A random tiny policy's groups are mostly
+    all 0, so they are kept: dropping them would only play more episodes."""
     from trainer_client.train.settings import TrainSettings
 
     fields = dict(
         env=env,
+        uniform_groups="keep",
         model=str(model),
         output_dir=output_dir,
         task_ids=[task_id],

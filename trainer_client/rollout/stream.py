@@ -55,6 +55,8 @@ class StreamStats:
     turns: int = 0  # model turns in all played episodes
     reward_sum: float = 0.0  # env reward summed over all played episodes
     prefix_refused: int = 0  # prefix resets the env could not restore; their groups played the task from the start
+    groups_dropped_uniform: int = 0  # groups whose rewards were all equal: no RLVR gradient, another was played
+    groups_kept_uniform: int = 0  # uniform groups let through after `uniform_patience` drops in a row
     # As the policy writes them, episodes in play included: what a run shows before its first episode ends.
     turns_streamed: int = 0
     tokens_streamed: int = 0
@@ -122,6 +124,8 @@ class RolloutStream:
         outage_s: float = 300.0,
         health_interval_s: float = 5.0,
         token_log: TokenLog | None = None,
+        drop_uniform: bool = False,
+        uniform_patience: int = 4,
     ):
         self.sampler = sampler
         self.stats = StreamStats()
@@ -140,6 +144,8 @@ class RolloutStream:
         self._episode_retries = episode_retries
         self._max_buffered_groups = max_buffered_groups
         self._token_log = token_log
+        self._drop_uniform, self._uniform_patience = drop_uniform, uniform_patience
+        self._uniform_in_a_row = 0
         self._ready: queue.Queue[_Group | BaseException] = queue.Queue()
         self._buffer: asyncio.Semaphore | None = None  # groups in play or waiting for the trainer
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -273,8 +279,32 @@ class RolloutStream:
             self.stats.turns += len(trajectory.turns)
             self.stats.reward_sum += trajectory.reward
             if len(group.episodes) == group.size:
+                if self._dropped_as_uniform(group):
+                    self._buffer.release()  # the feeder plays another group in its place
+                    continue
                 self.stats.groups_queued += 1
                 self._ready.put(group)
+
+    def _dropped_as_uniform(self, group: _Group) -> bool:
+        """Whether a finished group is dropped because its rewards are all equal: its GRPO advantages are all 0, yet
+        Dr.GRPO's denominator would count its tokens. After `uniform_patience` drops in a row one is kept, so that a
+        policy that fails (or passes) every task still takes steps."""
+        rewards = [t.reward for t in group.episodes]
+        if not self._drop_uniform or max(rewards) - min(rewards) > 1e-9:
+            self._uniform_in_a_row = 0
+            return False
+        if self._uniform_in_a_row >= self._uniform_patience:
+            self._uniform_in_a_row = 0
+            self.stats.groups_kept_uniform += 1
+            logger.warning(
+                "%d groups in a row had equal rewards (last: %g); keeping this one so that training goes on",
+                self._uniform_patience + 1,
+                rewards[0],
+            )
+            return False
+        self._uniform_in_a_row += 1
+        self.stats.groups_dropped_uniform += 1
+        return True
 
     def _streamed(self, turn: GeneratedTurn) -> None:
         self.stats.turns_streamed += 1

@@ -84,6 +84,15 @@ class RegrowGRPOConfig(_DrGRPOConfig):
     dpo_context_grad: bool = _declared_in_settings("dpo_context_grad")
 
 
+# The stream's running totals logged as rollout/*: the replays, drops and waits that env faults and flat groups caused.
+STREAM_COUNTERS = (
+    "episode_retries",
+    "groups_dropped_lost",
+    "groups_dropped_uniform",
+    "capacity_waits",
+    "unavailable_waits",
+    "backoff_s",
+)
 _INHERITED = {f.name for f in fields(_DrGRPOConfig)}
 # The fields RegrowGRPOConfig adds: the settings TrainSettings hands to the TRL config unchanged.
 CHANNEL_SETTINGS = tuple(f.name for f in fields(RegrowGRPOConfig) if f.name not in _INHERITED)
@@ -135,8 +144,8 @@ class RegrowGRPOTrainer(GRPOTrainer):
         if rewards and all(reward is not None for reward in rewards):  # solved: every FAIL_TO_PASS test passes
             self._metrics[mode]["rollout/pass_rate"].append(sum(r >= 1.0 for r in rewards) / len(rewards))
         counters = inputs[0].get("stream_counters") if inputs else None
-        if counters is not None:  # the stream's running totals: the replays, drops and waits env faults caused
-            for name in ("episode_retries", "groups_dropped_lost", "capacity_waits", "unavailable_waits", "backoff_s"):
+        if counters is not None:
+            for name in STREAM_COUNTERS:
                 self._metrics[mode][f"rollout/{name}"].append(counters[name])
         sampled = output.get("sampling_per_token_logps")
         if sampled is None:

@@ -27,13 +27,14 @@ class RolloutProgress:
     env_waits: int
     groups_dropped: int
     tokens: int = 0  # the policy's, as turns
+    uniform_dropped: int = 0  # groups whose rewards were all equal, played again
 
     def line(self) -> str:
         reward = "-" if self.mean_reward is None else f"{self.mean_reward:.3f}"
         return (
             f"step {self.step}/{self.steps} | episodes {self.episodes}/{self.episodes_needed} | turns {self.turns} "
             f"| tokens {self.tokens} | mean reward {reward} | replayed {self.replays} | env waits {self.env_waits} "
-            f"| groups dropped {self.groups_dropped}"
+            f"| groups dropped {self.groups_dropped} | uniform dropped {self.uniform_dropped}"
         )
 
 
@@ -49,6 +50,7 @@ def rollout_progress(stats: StreamStats, step: int, steps: int, episodes_per_ste
         replays=stats.episode_retries,
         env_waits=stats.capacity_waits + stats.unavailable_waits,
         groups_dropped=stats.groups_dropped_lost + stats.groups_dropped_stale,
+        uniform_dropped=stats.groups_dropped_uniform,
     )
 
 

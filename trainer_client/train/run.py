@@ -27,6 +27,7 @@ class TrainSummary:
     groups_dropped_stale: int
     episode_retries: int
     groups_dropped_lost: int
+    groups_dropped_uniform: int
     policy_tokens: int
     final_model: Path
     log_history: list[dict[str, float]]
@@ -271,6 +272,8 @@ def run_training(
         outage_s=settings.env_outage_s,
         health_interval_s=settings.env_health_interval_s,
         token_log=token_log,
+        drop_uniform=settings.drops_uniform_groups,
+        uniform_patience=settings.uniform_patience,
     )
     trainer = RegrowGRPOTrainer(
         model=model,
@@ -315,6 +318,7 @@ def run_training(
         groups_dropped_stale=stream.stats.groups_dropped_stale,
         episode_retries=stream.stats.episode_retries,
         groups_dropped_lost=stream.stats.groups_dropped_lost,
+        groups_dropped_uniform=stream.stats.groups_dropped_uniform,
         policy_tokens=stream.stats.policy_tokens,
         final_model=final,
         curves=curves,

@@ -55,6 +55,18 @@ class TrainSettings(BaseSettings):
     groups_per_step: int = Field(default=2, ge=1, description="Groups in one optimizer step.")
     workers: int = Field(default=4, ge=1, description="Concurrent rollout workers (env sessions).")
     max_staleness: int = Field(default=1, ge=0, description="Drop groups started more than this many updates ago.")
+    uniform_groups: Literal["auto", "drop", "keep"] = Field(
+        default="auto",
+        description="A group whose rewards are all equal has no RLVR gradient. drop: play another in its place (as "
+        "DAPO's dynamic sampling does); keep: train on it; auto: drop when RLVR is the only channel (--alpha-sdpo 0), "
+        "keep when SDPO may still learn from its feedback turns.",
+    )
+    uniform_patience: int = Field(
+        default=4,
+        ge=0,
+        description="Uniform groups dropped in a row before one is kept, so that a policy that fails every task still "
+        "takes steps, at most this many times more episodes.",
+    )
     max_turns: int = Field(default=12, ge=1, description="Policy turns per episode.")
     max_turn_tokens: int = Field(default=384, ge=8, description="Tokens the policy may generate in one turn.")
     max_completion_tokens: int = Field(default=3072, ge=64, description="Token budget of all turns and env replies.")
@@ -201,6 +213,11 @@ class TrainSettings(BaseSettings):
             self.learning_rate = LORA_LEARNING_RATE
             self._lora_rate_by_default = True
         return self
+
+    @property
+    def drops_uniform_groups(self) -> bool:
+        """Whether the stream drops groups whose rewards are all equal (see `uniform_groups`)."""
+        return self.uniform_groups == "drop" or (self.uniform_groups == "auto" and not self.alpha_sdpo)
 
     @property
     def lora_rate_by_default(self) -> bool:
