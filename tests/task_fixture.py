@@ -21,6 +21,7 @@ from pathlib import Path
 from proto.tasks import DeletedUnit, IoCheck, TaskRecord, TaskStats
 
 DEMO_TASK_ID = "demo__calc-clamp"
+TWIN_TASK_ID = "demo__calc-clamp-twin"  # the demo task under a second id, for a store of two tasks
 TEST_COMMAND = 'python -m pytest -p no:cacheprovider -o addopts=""'
 WHEELS = ("pytest==8.3.5", "coverage==7.6.12", "setuptools==75.8.0", "wheel==0.45.1")
 WHEELHOUSE = Path(__file__).resolve().parent.parent / ".cache" / "demo-task-wheels"
@@ -265,11 +266,12 @@ MEMORY_IMAGE = "memory/calc:demo"
 def build_demo_task_store(backend, base_image: str, out_dir: Path) -> Path:
     """Write a one-task store to `out_dir` (image built or reused) and return `out_dir`."""
     image = build_demo_image(backend, base_image)
-    return _write_demo_store(Path(out_dir), demo_record(image), *build_demo_archives(backend, image))
+    return _write_demo_store(Path(out_dir), [demo_record(image)], *build_demo_archives(backend, image))
 
 
-def build_memory_task_store(out_dir: Path) -> Path:
-    """The same store for the in-memory backend: no image, and an install archive with nothing in it."""
+def build_memory_task_store(out_dir: Path, task_ids: tuple[str, ...] = (DEMO_TASK_ID,)) -> Path:
+    """The same store for the in-memory backend: no image, and an install archive with nothing in it. With several
+    `task_ids`, the demo task is stored under each: distinct tasks to the server, graded alike on this host."""
     from task_synth.store.task_builder import workspace_archive
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -277,22 +279,28 @@ def build_memory_task_store(out_dir: Path) -> Path:
     empty = io.BytesIO()
     with tarfile.open(fileobj=empty, mode="w:gz"):
         pass
-    return _write_demo_store(Path(out_dir), demo_record(MEMORY_IMAGE), workspace, empty.getvalue())
+    demo = demo_record(MEMORY_IMAGE)
+    records = [
+        demo.model_copy(update={"instance_id": task_id, "workspace_archive": f"workspaces/{task_id}.tar.gz"})
+        for task_id in task_ids
+    ]
+    return _write_demo_store(Path(out_dir), records, workspace, empty.getvalue())
 
 
-def _write_demo_store(out_dir: Path, record: TaskRecord, workspace: bytes, install: bytes) -> Path:
+def _write_demo_store(out_dir: Path, records: list[TaskRecord], workspace: bytes, install: bytes) -> Path:
     (out_dir / "workspaces").mkdir(parents=True, exist_ok=True)
-    (out_dir / record.workspace_archive).write_bytes(workspace)
     (out_dir / REPO_DIR).mkdir(parents=True, exist_ok=True)
     (out_dir / REPO_DIR / "install.tar.gz").write_bytes(install)
-    (out_dir / "tasks.jsonl").write_text(record.model_dump_json() + "\n")
-    hidden = out_dir / "hidden" / record.instance_id
+    (out_dir / "tasks.jsonl").write_text("".join(record.model_dump_json() + "\n" for record in records))
     files = workspace_files(ORIGINAL_OPS)
-    for path in record.test_files:
-        (hidden / "tests" / path).parent.mkdir(parents=True, exist_ok=True)
-        (hidden / "tests" / path).write_text(files[path])
-    (hidden / "solution.patch").write_text(record.solution_patch)
-    (hidden / "io_checks.json").write_text(json.dumps([check.model_dump() for check in IO_CHECKS]))
+    for record in records:
+        (out_dir / record.workspace_archive).write_bytes(workspace)
+        hidden = out_dir / "hidden" / record.instance_id
+        for path in record.test_files:
+            (hidden / "tests" / path).parent.mkdir(parents=True, exist_ok=True)
+            (hidden / "tests" / path).write_text(files[path])
+        (hidden / "solution.patch").write_text(record.solution_patch)
+        (hidden / "io_checks.json").write_text(json.dumps([check.model_dump() for check in IO_CHECKS]))
     return out_dir
 
 

@@ -108,3 +108,15 @@ def memory_server(memory_task_store, tmp_path_factory):
     )
     with start_in_background(settings, backend) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def two_task_memory_server(tmp_path_factory):
+    """The whole server on the in-memory backend over a store of two tasks (the demo task and its twin)."""
+    from env_server.lifecycle.server import start_in_background
+    from tests.task_fixture import DEMO_TASK_ID, TWIN_TASK_ID, build_memory_task_store
+
+    store = build_memory_task_store(tmp_path_factory.mktemp("two-tasks"), (DEMO_TASK_ID, TWIN_TASK_ID))
+    settings = make_settings(store, tmp_path_factory.mktemp("twosrv"), host="127.0.0.1", port=0, grpc_port=0)
+    with start_in_background(settings, memory_backend()) as running:
+        yield running
