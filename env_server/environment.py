@@ -14,7 +14,7 @@ from openenv.core.env_server import Environment
 from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from env_server.lifecycle.runtime import EpisodeRuntime
+from env_server.lifecycle.runtime import EpisodeRuntime, episode_origin
 from env_server.stepping.episode import Episode
 from env_server.stepping.errors import NoEpisode
 from proto.actions import ToolCall, tool_specs
@@ -51,17 +51,21 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         sampler: str | None = None,
         prefix_of: str | None = None,
         prefix_steps: int | None = None,
+        origin: str | None = None,
+        run_id: str | None = None,
         **kwargs: Any,
     ) -> CodingObservation:
         """Start an episode on `task_id`, or on a task sampled from `split` with `seed`: uniformly, or with
         `sampler="frontier"` by recorded pass rate (the server's REGROW_SERVER_SAMPLER when not given). With
         `prefix_of` and `prefix_steps`, start from a recorded episode's workspace after that many of its steps; the
-        answer's metadata["prefix"] shows them.
+        answer's metadata["prefix"] shows them. `origin` (training, evaluation or demonstration) and `run_id` say why
+        and by whom the episode is played: the frontier sampler reads the drawing run's training episodes alone.
 
         Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
         """
-        if prefix_of is None and prefix_steps is None:  # a bad reset must not end the running episode
-            self.runtime.pick_task(task_id, seed, split, sampler)
+        episode_origin(origin, prefix_of)  # a bad reset must not end the running episode
+        if prefix_of is None and prefix_steps is None:
+            self.runtime.pick_task(task_id, seed, split, sampler, run_id)
         else:
             self.runtime.prefix_origin(prefix_of, prefix_steps, task_id)
         if self.episode is not None and not self.episode.addressable:
@@ -75,6 +79,8 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
             sampler=sampler,
             prefix_of=prefix_of,
             prefix_steps=prefix_steps,
+            origin=origin,
+            run_id=run_id,
         )
         return self.runtime.reset_observation(self.episode)
 

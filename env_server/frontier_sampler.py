@@ -3,7 +3,9 @@
 A GRPO group whose episodes all pass, or all fail, carries no gradient (OpenEnv's curriculum pilot found 80% of groups
 so). A task's chance of being drawn is proportional to p(1 - p), the variance of one episode's outcome at its recorded
 pass rate p, plus a floor so that no task of a split is ever starved; an exploration share of the draws goes to the
-tasks graded fewer than `min_seen` times. Every draw is reproducible from the reset's seed.
+tasks graded fewer than `min_seen` times. Every draw is reproducible from the reset's seed. The pass rates are the
+drawing run's own, over its latest training episodes of each task: demonstrations, evaluations, prefix resets and
+other runs say nothing of the policy that draws.
 """
 
 from __future__ import annotations
@@ -50,16 +52,18 @@ def frontier_pick(
 
 
 class PassRates:
-    """Each task's graded episodes, read from the trace store at most every `refresh_s` seconds."""
+    """Each task's graded episodes for one training run (None: runs that did not say), read from the trace store at
+    most every `refresh_s` seconds per run."""
 
-    def __init__(self, read: Callable[[], dict[str, Graded]], refresh_s: float = 5.0) -> None:
+    def __init__(self, read: Callable[[str | None], dict[str, Graded]], refresh_s: float = 5.0) -> None:
         self._read, self._refresh_s = read, refresh_s
         self._lock = threading.Lock()
-        self._rates: dict[str, Graded] = {}
-        self._read_at = float("-inf")
+        self._rates: dict[str | None, tuple[float, dict[str, Graded]]] = {}
 
-    def current(self) -> dict[str, Graded]:
+    def current(self, run_id: str | None = None) -> dict[str, Graded]:
         with self._lock:
-            if time.monotonic() - self._read_at >= self._refresh_s:
-                self._rates, self._read_at = self._read(), time.monotonic()
-            return self._rates
+            read_at, rates = self._rates.get(run_id, (float("-inf"), {}))
+            if time.monotonic() - read_at >= self._refresh_s:
+                rates = self._read(run_id)
+                self._rates[run_id] = (time.monotonic(), rates)
+            return rates

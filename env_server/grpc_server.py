@@ -92,6 +92,8 @@ def _reset(env: CodingEnvironment, request: pb.ResetRequest) -> pb.EpisodeReply:
         sampler=request.sampler or None,
         prefix_of=request.prefix_of or None,
         prefix_steps=request.prefix_steps if request.HasField("prefix_steps") else None,
+        origin=request.origin or None,
+        run_id=request.run_id or None,
     )
     return pb.EpisodeReply(episode_id=env.episode_id, observation=observation_message(observation))
 

@@ -99,6 +99,12 @@ class ServerSettings(BaseSettings):
         default=0.2, ge=0, le=1, description="Share of frontier draws that go to tasks graded fewer than min_seen times"
     )
     frontier_min_seen: int = Field(default=4, ge=1, description="Graded episodes before a task's pass rate counts")
+    frontier_window: int = Field(
+        default=32,
+        ge=1,
+        description="A task's pass rate is read from its latest this-many graded training episodes of the run that "
+        "draws: recent enough to follow a policy that learns (4 to 8 groups), and an error of at most 0.09 at 1/2",
+    )
     grade_timeout_factor: float = Field(
         default=3.0, gt=0, description="A graded run gets this many times the suite's time at synthesis, plus slack"
     )

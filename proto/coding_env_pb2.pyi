@@ -6,20 +6,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("task_id", "seed", "split", "sampler", "prefix_of", "prefix_steps")
+    __slots__ = ("task_id", "seed", "split", "sampler", "prefix_of", "prefix_steps", "origin", "run_id")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
     SAMPLER_FIELD_NUMBER: _ClassVar[int]
     PREFIX_OF_FIELD_NUMBER: _ClassVar[int]
     PREFIX_STEPS_FIELD_NUMBER: _ClassVar[int]
+    ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     seed: int
     split: str
     sampler: str
     prefix_of: str
     prefix_steps: int
-    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ..., prefix_of: _Optional[str] = ..., prefix_steps: _Optional[int] = ...) -> None: ...
+    origin: str
+    run_id: str
+    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ..., prefix_of: _Optional[str] = ..., prefix_steps: _Optional[int] = ..., origin: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("tool", "args_json")

@@ -20,6 +20,12 @@ class StepTrace(BaseModel):
     duration_s: float
 
 
+# Why an episode was played: the frontier sampler learns pass rates from training episodes alone. A client that
+# does not say is training; a prefix reset is always a prefix, whatever it says.
+EpisodeOrigin = Literal["training", "evaluation", "demonstration", "prefix"]
+EPISODE_ORIGINS: tuple[str, ...] = ("training", "evaluation", "demonstration", "prefix")
+
+
 class EpisodeTrace(BaseModel):
     """One whole episode, from reset to the graded end."""
 
@@ -37,6 +43,8 @@ class EpisodeTrace(BaseModel):
         default=None, description="The recorded episode whose first prefix_steps steps this one starts after."
     )
     prefix_steps: int = Field(default=0, ge=0, description="Steps of prefix_of replayed before this episode's first.")
+    origin: EpisodeOrigin = Field(default="training", description="Why it was played (the reset's `origin`).")
+    run_id: str | None = Field(default=None, description="The training run that played it (the reset's `run_id`).")
 
 
 class HintedTurnTokens(BaseModel):

@@ -29,6 +29,7 @@ from env_server.stepping.errors import (
     EpisodeError,
     EpisodeNotFound,
     TaskNotFound,
+    UnknownOrigin,
 )
 from env_server.stepping.recorder import StepRecorder
 from env_server.stepping.tools import ToolResult, call_tool
@@ -45,6 +46,18 @@ from sandbox.lifecycle.periodic import Periodic
 log = logging.getLogger(__name__)
 
 SERVER_LABEL = "regrow.server"
+
+
+CLIENT_ORIGINS = ("training", "evaluation", "demonstration")  # a prefix reset's origin is the server's to say
+
+
+def episode_origin(origin: str | None, prefix_of: str | None) -> str:
+    """The origin an episode is recorded with: `prefix` for a prefix reset, `training` where the client says none."""
+    if origin and origin not in CLIENT_ORIGINS:
+        raise UnknownOrigin(f"origin {origin!r} is not one of {', '.join(CLIENT_ORIGINS)}; leave it out for training")
+    if prefix_of is not None:
+        return "prefix"
+    return origin or "training"
 
 
 def _now() -> datetime:
@@ -167,7 +180,14 @@ class EpisodeRuntime:
 
     # --- episodes --------------------------------------------------------------------------------
 
-    def pick_task(self, task_id: str | None, seed: int | None, split: str | None, sampler: str | None = None) -> Task:
+    def pick_task(
+        self,
+        task_id: str | None,
+        seed: int | None,
+        split: str | None,
+        sampler: str | None = None,
+        run_id: str | None = None,
+    ) -> Task:
         sampler = sampler or self.settings.sampler
         if sampler not in ("uniform", "frontier"):
             raise TaskNotFound(f"unknown sampler {sampler!r}: use uniform or frontier")
@@ -176,7 +196,7 @@ class EpisodeRuntime:
             settings = self.settings
 
             def choose(ids: list[str], rng: random.Random) -> str:
-                rates = self.pass_rates.current()
+                rates = self.pass_rates.current(run_id)
                 return frontier_pick(ids, rates, rng, settings.frontier_explore_share, settings.frontier_min_seen)
 
         try:
@@ -184,10 +204,16 @@ class EpisodeRuntime:
         except UnknownTask as error:
             raise TaskNotFound(str(error)) from None
 
-    def _graded(self) -> dict[str, Graded]:
-        """Each task's graded episodes and passes, from the trace store."""
+    def _graded(self, run_id: str | None) -> dict[str, Graded]:
+        """Each task's latest graded training episodes of run `run_id` (`frontier_window` at most) and their passes,
+        from the trace store. An episode recorded before origins were is read as training of no run."""
         rows = self.traces.read(
-            "SELECT task_id, count(reward), coalesce(sum(reward >= ?), 0) FROM episodes GROUP BY task_id", (PASSED,)
+            "SELECT task_id, count(*), coalesce(sum(reward >= ?), 0) FROM ("
+            " SELECT task_id, reward, row_number() OVER (PARTITION BY task_id ORDER BY ended_at DESC) AS latest"
+            " FROM episodes WHERE reward IS NOT NULL AND run_id IS ? AND coalesce(origin, 'training') = 'training'"
+            " AND prefix_of IS NULL"
+            ") WHERE latest <= ? GROUP BY task_id",
+            (PASSED, run_id, self.settings.frontier_window),
         )
         return {task: Graded(graded, passed) for task, graded, passed in rows if graded}
 
@@ -201,19 +227,22 @@ class EpisodeRuntime:
         sampler: str | None = None,
         prefix_of: str | None = None,
         prefix_steps: int | None = None,
+        origin: str | None = None,
+        run_id: str | None = None,
     ) -> Episode:
         """A new episode in a started sandbox; an addressable one outlives its session and is continued by id.
 
         With `prefix_of`, the episode plays that recorded episode's task from its workspace after `prefix_steps` steps
         (lifecycle/prefix_replay.py); PrefixRefused says why when that state cannot be restored.
         """
-        origin: EpisodeTrace | None = None
+        recorded: EpisodeTrace | None = None  # the episode a prefix reset starts from
         writes: list[StepTrace] = []
         steps = 0
         if prefix_of is not None or prefix_steps is not None:
-            origin, writes, steps = self.prefix_origin(prefix_of, prefix_steps, task_id)
-            task_id = origin.task_id
-        task = self.pick_task(task_id, seed, split, sampler)
+            recorded, writes, steps = self.prefix_origin(prefix_of, prefix_steps, task_id)
+            task_id = recorded.task_id
+        origin = episode_origin(origin, prefix_of)
+        task = self.pick_task(task_id, seed, split, sampler, run_id)
         engine = self.engine.status
         if not engine.up:
             raise EngineUnreachable(
@@ -246,6 +275,8 @@ class EpisodeRuntime:
             started_at=_now(),
             prefix_of=prefix_of,
             prefix_steps=steps,
+            origin=origin,
+            run_id=run_id,
         )
         episode = Episode(
             id=new_id,
@@ -256,7 +287,7 @@ class EpisodeRuntime:
             deadline=time.monotonic() + self.settings.wall_clock_budget_s,
             steps_left=self.settings.step_budget - steps,
             engine_epoch=engine.epoch,
-            prefix_history=prefix_history(origin, steps) if origin is not None else None,
+            prefix_history=prefix_history(recorded, steps) if recorded is not None else None,
         )
         if rest is not None:
             episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)

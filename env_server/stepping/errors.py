@@ -35,3 +35,7 @@ class EpisodeOver(EpisodeError):
 
 class EngineUnreachable(EpisodeError):
     code, http_status = ENGINE_UNREACHABLE, 503
+
+
+class UnknownOrigin(EpisodeError):
+    code, http_status = "UNKNOWN_ORIGIN", 400

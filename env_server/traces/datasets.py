@@ -106,6 +106,9 @@ EPISODE_SCHEMA = pa.schema(
         # A prefix reset's origin and how many of its steps came first (in `messages`, never the policy's own turns).
         ("prefix_of", pa.string()),
         ("prefix_steps", pa.int32()),
+        # Why it was played (training, evaluation, demonstration, prefix) and the training run that played it.
+        ("origin", pa.string()),
+        ("run_id", pa.string()),
         ("tools_json", pa.string()),
         ("tool_trace", pa.list_(TOOL_TRACE_ENTRY)),
         ("num_steps", pa.int32()),
@@ -139,6 +142,8 @@ def episode_row(
         "messages": chat_messages(trace, prefix),
         "prefix_of": trace.prefix_of,
         "prefix_steps": trace.prefix_steps,
+        "origin": trace.origin,
+        "run_id": trace.run_id,
         "tools_json": json.dumps([{"type": "function", "function": spec} for spec in trace.tools]),
         "tool_trace": [_tool_trace_entry(step) for step in steps],
         "num_steps": len(steps),

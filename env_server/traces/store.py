@@ -51,17 +51,18 @@ CREATE TABLE IF NOT EXISTS submissions (
     change_set BLOB NOT NULL
 );
 """
-# Made once the tampered column exists; they let the dashboard's summaries read indexes, not the wide rows.
+# Made once the later columns exist; they let the dashboard's summaries read indexes, not the wide rows.
 _SUMMARY_INDEXES = """
 CREATE INDEX IF NOT EXISTS episodes_by_start ON episodes(started_at);
 CREATE INDEX IF NOT EXISTS episodes_by_outcome ON episodes(status, reward, tampered);
 CREATE INDEX IF NOT EXISTS episodes_by_task_outcome ON episodes(task_id, reward, tampered);
+CREATE INDEX IF NOT EXISTS episodes_by_run ON episodes(run_id, origin, task_id, ended_at);
 """
 # The columns an EpisodeTrace is read from; `tampered` is a copy of reward_details' flag, so that the dashboard's
 # counts need not parse every episode's JSON.
 _EPISODE_COLUMNS = (
     "episode_id, task_id, problem_statement, tools, status, reward, reward_details, started_at, ended_at, "
-    "prefix_of, prefix_steps"
+    "prefix_of, prefix_steps, origin, run_id"
 )
 
 
@@ -80,7 +81,7 @@ class TraceStore:
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.executescript(_SCHEMA)
         _add_tampered_column(self._db)
-        _add_prefix_columns(self._db)
+        _add_later_columns(self._db)
         self._db.executescript(_SUMMARY_INDEXES)
         # A step must not wait seconds on a lock: a write that stays refused goes to the backlog instead.
         self._db.execute(f"PRAGMA busy_timeout = {int(WRITE_BUSY_TIMEOUT_S * 1000)}")
@@ -104,7 +105,7 @@ class TraceStore:
         self._write(
             "episode",
             trace.episode_id,
-            f"INSERT INTO episodes ({_EPISODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL, ?, ?)",
+            f"INSERT INTO episodes ({_EPISODE_COLUMNS}) VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, NULL, ?, ?, ?, ?)",
             (
                 trace.episode_id,
                 trace.task_id,
@@ -114,6 +115,8 @@ class TraceStore:
                 trace.started_at.isoformat(),
                 trace.prefix_of,
                 trace.prefix_steps,
+                trace.origin,
+                trace.run_id,
             ),
             lambda _: started.model_copy(update={"steps": []}),
         )
@@ -286,10 +289,13 @@ class TraceStore:
 
     @staticmethod
     def _episode(row: tuple, steps: list[tuple]) -> EpisodeTrace:
-        episode_id, task_id, problem, tools, status, reward, details, started, ended, prefix_of, prefix_steps = row
+        episode_id, task_id, problem, tools, status, reward, details, started, ended, prefix_of, prefix_steps = row[:11]
+        origin, run_id = row[11:]
         return EpisodeTrace(
             prefix_of=prefix_of,
             prefix_steps=prefix_steps or 0,
+            origin=origin or ("prefix" if prefix_of else "training"),
+            run_id=run_id,
             episode_id=episode_id,
             task_id=task_id,
             problem_statement=problem,
@@ -324,10 +330,12 @@ def _add_tampered_column(db: sqlite3.Connection) -> None:
     )
 
 
-def _add_prefix_columns(db: sqlite3.Connection) -> None:
-    """A database written before prefix resets gets their columns (empty: no earlier episode had a prefix)."""
+def _add_later_columns(db: sqlite3.Connection) -> None:
+    """A database written before prefix resets, or before episodes had an origin, gets those columns (empty: an
+    earlier episode is read as training, or as a prefix where it had one)."""
     present = {row[1] for row in db.execute("PRAGMA table_info(episodes)")}
-    for column, kind in (("prefix_of", "TEXT"), ("prefix_steps", "INTEGER")):
+    columns = (("prefix_of", "TEXT"), ("prefix_steps", "INTEGER"), ("origin", "TEXT"), ("run_id", "TEXT"))
+    for column, kind in columns:
         if column not in present:
             with contextlib.suppress(sqlite3.OperationalError):  # another server on the same file added it first
                 db.execute(f"ALTER TABLE episodes ADD COLUMN {column} {kind}")

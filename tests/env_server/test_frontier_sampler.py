@@ -5,7 +5,7 @@ store."""
 import random
 import shutil
 from collections import Counter
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import httpx
@@ -18,7 +18,7 @@ from proto import coding_env_pb2_grpc as pb_grpc
 from proto.observations import RewardDetails
 from proto.tasks import TaskRecord
 from proto.traces import EpisodeTrace
-from tests.env_server.conftest import make_settings, memory_backend
+from tests.env_server.conftest import live_runtime, make_settings, memory_backend
 
 GRADED = {
     "half": Graded(episodes=10, passed=5),
@@ -55,10 +55,42 @@ def test_the_same_seed_gives_the_same_draws_whatever_order_the_ids_come_in():
     assert frontier_pick(IDS, GRADED, rng_a, 0.2, 4) == frontier_pick(IDS[::-1], GRADED, rng_b, 0.2, 4)
 
 
-def test_pass_rates_are_read_again_only_after_the_refresh_interval():
+def test_pass_rates_are_read_again_only_after_the_refresh_interval_and_per_run():
     reads = []
-    rates = PassRates(lambda: reads.append(1) or {"a": Graded(2, 1)}, refresh_s=3600)
-    assert rates.current() == rates.current() == {"a": Graded(2, 1)} and len(reads) == 1
+    rates = PassRates(lambda run: reads.append(run) or {"a": Graded(2, 1 if run else 0)}, refresh_s=3600)
+    assert rates.current("r") == rates.current("r") == {"a": Graded(2, 1)}
+    assert rates.current() == {"a": Graded(2, 0)} and reads == ["r", None]
+
+
+def test_the_frontier_reads_the_drawing_runs_latest_training_episodes_alone(memory_task_store, tmp_path):
+    """Before, every episode ever recorded counted: `regrow traces demo`'s oracle episodes at 1.0, evaluations,
+    prefix resets and other runs' episodes, for all time."""
+    start = datetime.now(UTC)
+    with live_runtime(memory_backend(), memory_task_store, tmp_path, frontier_window=4) as runtime:
+        numbered = iter(range(100))
+
+        def graded(reward: float, origin: str = "training", run_id: str | None = "run-a", prefix_of=None) -> None:
+            index = next(numbered)
+            episode = EpisodeTrace(
+                episode_id=f"e{index}", task_id="t", problem_statement="", started_at=start, origin=origin,
+                run_id=run_id, prefix_of=prefix_of,
+            )  # fmt: skip
+            runtime.traces.start_episode(episode)
+            details = RewardDetails(reward=reward, mode="binary", f2p_passed=0, f2p_total=1, p2p_passed=0, p2p_total=0)
+            runtime.traces.end_episode(episode.episode_id, "submitted", start + timedelta(seconds=index), details)
+
+        for reward in (0.0, 0.0, 1.0, 1.0, 1.0, 0.0):  # the first two fall out of the window of 4
+            graded(reward)
+        graded(1.0, origin="demonstration")
+        graded(1.0, origin="evaluation")
+        graded(1.0, origin="prefix", prefix_of="e0")
+        graded(0.0, run_id="run-b")
+        graded(1.0, run_id=None)
+        assert runtime._graded("run-a") == {"t": Graded(episodes=4, passed=3)}
+        assert runtime._graded("run-b") == {"t": Graded(episodes=1, passed=0)}
+        assert runtime._graded(None) == {"t": Graded(episodes=1, passed=1)}
+        assert runtime.traces.get_episode("e6").origin == "demonstration"
+        assert runtime.traces.get_episode("e8").origin == "prefix"
 
 
 @pytest.fixture(scope="module")
@@ -121,3 +153,35 @@ def test_a_reset_through_the_server_draws_by_recorded_pass_rate(three_task_serve
             for seed in range(20)
         )
     assert over_grpc["calc__half"] >= 15, over_grpc
+
+
+def test_a_reset_says_its_origin_and_run_and_an_unknown_origin_is_refused(three_task_server):
+    server, solved = three_task_server
+    with httpx.Client(base_url=server.http_url, timeout=60) as http:
+        reset = http.post("/reset", json={"task_id": solved, "origin": "evaluation", "run_id": "run-x"}).json()
+        bogus = http.post("/reset", json={"task_id": solved, "origin": "bogus"})
+    episode = server.runtime.get(reset["metadata"]["episode_id"])
+    assert (episode.trace.origin, episode.trace.run_id) == ("evaluation", "run-x")
+    server.runtime.abort(episode, "the test only reads its origin")
+    assert bogus.status_code == 400 and "training, evaluation, demonstration" in bogus.text
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        reply = pb_grpc.CodingEnvStub(channel).Reset(pb.ResetRequest(task_id=solved, origin="demonstration"))
+    episode = server.runtime.get(reply.episode_id)
+    assert (episode.trace.origin, episode.trace.run_id) == ("demonstration", None)
+    server.runtime.abort(episode, "the test only reads its origin")
+
+
+async def test_the_grpc_client_sends_every_reset_option_it_is_given(three_task_server):
+    """Before, the trainer's gRPC client sent only the task, split and seed: `--sampler frontier`, prefix resets and
+    an episode's origin were lost on that transport."""
+    from trainer_client.env.grpc_client import GrpcConnection
+
+    server, _ = three_task_server
+    connection = await GrpcConnection.open(f"grpc://{server.grpc_target}", open_timeout=10, request_timeout=30)
+    try:
+        first = await connection.reset({"seed": 3, "sampler": "frontier", "origin": "evaluation", "run_id": "r"})
+    finally:
+        await connection.close()
+    episode = server.runtime.get(first.metadata["episode_id"])
+    assert (episode.trace.origin, episode.trace.run_id) == ("evaluation", "r")
+    server.runtime.abort(episode, "the test only reads its origin")

@@ -202,6 +202,8 @@ def test_a_prefix_resets_episode_is_exported_with_the_prefix_its_policy_was_show
         ended_at=START + timedelta(seconds=11),
         prefix_of="ep-3",
         prefix_steps=2,
+        origin="prefix",
+        run_id="run-a",
     )
     store = TraceStore(trace_db)
     store.start_episode(prefixed)
@@ -217,3 +219,5 @@ def test_a_prefix_resets_episode_is_exported_with_the_prefix_its_policy_was_show
     assert exported[:2] == transcript(prefixed)[:2] and exported[6:] == transcript(prefixed)[2:]
     assert (rows["ep-4"]["prefix_of"], rows["ep-4"]["prefix_steps"]) == ("ep-3", 2)
     assert rows["ep-3"]["prefix_of"] is None and rows["ep-3"]["prefix_steps"] == 0
+    assert (rows["ep-4"]["origin"], rows["ep-4"]["run_id"]) == ("prefix", "run-a")
+    assert (rows["ep-3"]["origin"], rows["ep-3"]["run_id"]) == ("training", None)

@@ -3,6 +3,7 @@
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +197,22 @@ def test_uniform_groups_are_dropped_by_default_only_when_rlvr_is_the_only_channe
     assert not TrainSettings(env=url, alpha_sdpo=0.5).drops_uniform_groups  # SDPO learns from feedback turns
     assert TrainSettings(env=url, alpha_sdpo=0.5, uniform_groups="drop").drops_uniform_groups
     assert not TrainSettings(env=url, uniform_groups="keep").drops_uniform_groups
+
+
+def test_every_reset_of_a_stream_carries_its_origin_and_run(scripted_env_url, tokenizer, episode_tokens):
+    """The frontier sampler reads a run's own training episodes; before, a trainer's resets said nothing of either."""
+    from tests.trainer_client.scripted_env import ScriptedCodingEnv
+    from trainer_client.train.run import training_run_id
+
+    run_id = training_run_id(Path("runs/a"))
+    assert run_id == training_run_id(Path("runs/a").resolve()) != training_run_id(Path("runs/b"))
+    sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 10)
+    options = iter([{"task_id": f"task-{n}"} for n in range(100)])
+    tags = {"origin": "training", "run_id": run_id}
+    ScriptedCodingEnv.reset_tags.clear()
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=1, group_size=2, reset_tags=tags
+    )
+    with stream:
+        stream.next_groups(1, policy_version=0, timeout=60)
+    assert ScriptedCodingEnv.reset_tags[:2] == [("training", run_id)] * 2

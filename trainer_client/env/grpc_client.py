@@ -24,6 +24,8 @@ from trainer_client.env.client import (
     refusal_code,
 )
 
+TEXT_RESET_OPTIONS = ("task_id", "split", "sampler", "prefix_of", "origin", "run_id")  # "" on the wire: not given
+
 
 def observation_from_proto(message: pb.Observation) -> CodingObservation:
     """A gRPC Observation as the proto model the agent loop reads."""
@@ -108,9 +110,15 @@ class GrpcConnection:
         return reply.observation
 
     async def reset(self, options: dict[str, Any]) -> CodingObservation:
-        request = pb.ResetRequest(task_id=options.get("task_id") or "", split=options.get("split") or "")
+        text = {name: str(options.get(name) or "") for name in TEXT_RESET_OPTIONS}
+        request = pb.ResetRequest(
+            task_id=text["task_id"], split=text["split"], sampler=text["sampler"], prefix_of=text["prefix_of"],
+            origin=text["origin"], run_id=text["run_id"],
+        )  # fmt: skip
         if options.get("seed") is not None:
             request.seed = int(options["seed"])
+        if options.get("prefix_steps") is not None:
+            request.prefix_steps = int(options["prefix_steps"])
         reply = await self._request(pb.ClientFrame(reset=request), "reset")
         return checked_observation(observation_from_proto(reply.observation), self._target)
 

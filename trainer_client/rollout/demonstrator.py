@@ -73,7 +73,7 @@ def run_tests_call(record: TaskRecord) -> ToolCall:
 async def play_solution(client: EnvClient, record: TaskRecord) -> Demonstration:
     """Reset `record`'s task, play its solution's calls, run its tests and submit; the episode as the server graded."""
     calls = [*solution_calls(record.solution_patch), run_tests_call(record), ToolCall(tool="submit")]
-    async with client.episode(task_id=record.instance_id) as episode:
+    async with client.episode(task_id=record.instance_id, origin="demonstration") as episode:
         episode_id = episode.first.metadata.get("episode_id")
         reward = 0.0
         for call in calls:

@@ -126,6 +126,7 @@ class RolloutStream:
         token_log: TokenLog | None = None,
         drop_uniform: bool = False,
         uniform_patience: int = 4,
+        reset_tags: dict[str, Any] | None = None,
     ):
         self.sampler = sampler
         self.stats = StreamStats()
@@ -146,6 +147,7 @@ class RolloutStream:
         self._token_log = token_log
         self._drop_uniform, self._uniform_patience = drop_uniform, uniform_patience
         self._uniform_in_a_row = 0
+        self._reset_tags = dict(reset_tags or {})  # sent with every reset: why and by which run it is played
         self._ready: queue.Queue[_Group | BaseException] = queue.Queue()
         self._buffer: asyncio.Semaphore | None = None  # groups in play or waiting for the trainer
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -320,8 +322,9 @@ class RolloutStream:
             if group.dropped:
                 return None
             try:
+                tagged = {**self._reset_tags, **options}
                 trajectory = await play_episode(
-                    env, self.sampler, self._tokens, self._limits, options, on_reset=group.drawn, on_turn=self._streamed
+                    env, self.sampler, self._tokens, self._limits, tagged, on_reset=group.drawn, on_turn=self._streamed
                 )
             except EnvAtCapacity as error:
                 self.stats.capacity_waits += 1

@@ -228,6 +228,7 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
         backoff_max_s=train.env_backoff_max_s,
         outage_s=train.env_outage_s,
         health_interval_s=train.env_health_interval_s,
+        reset_tags={"origin": "evaluation"},  # held-out draws say nothing of a training run's frontier
     )
     with stream:
         groups = stream.next_groups(ladder.eval_tasks, policy_version=0, timeout=train.episode_timeout_s)

@@ -1,6 +1,7 @@
 """One training run: load the policy, stream episodes from the env, and train with the three channels."""
 
 import contextlib
+import hashlib
 import itertools
 import logging
 import os
@@ -46,6 +47,13 @@ def reset_options(settings: TrainSettings, rank: int = 0, world: int = 1) -> Ite
         return ({"task_id": task_id} for task_id in itertools.islice(tasks, rank, None, world))
     drawn = {"split": settings.split} | ({"sampler": "frontier"} if settings.sampler == "frontier" else {})
     return ({"seed": settings.seed * 1_000_003 + n, **drawn} for n in itertools.count(rank, world))
+
+
+def training_run_id(output_dir: Path) -> str:
+    """The id every rank of a run, and a resumed run, sends with its resets: the frontier sampler reads this run's
+    pass rates alone. It names the run's output folder."""
+    resolved = str(output_dir.resolve())
+    return f"{output_dir.name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
 
 
 def process_rank() -> tuple[int, int]:
@@ -274,6 +282,7 @@ def run_training(
         token_log=token_log,
         drop_uniform=settings.drops_uniform_groups,
         uniform_patience=settings.uniform_patience,
+        reset_tags={"origin": "training", "run_id": training_run_id(settings.output_dir)},
     )
     trainer = RegrowGRPOTrainer(
         model=model,
