@@ -108,3 +108,20 @@ def test_lora_without_a_learning_rate_gets_the_lora_default_and_a_given_rate_win
     assert given.learning_rate == 3e-6 and not given.lora_rate_by_default
     monkeypatch.setenv("REGROW_TRAIN_LEARNING_RATE", "2e-6")
     assert TrainSettings(env="http://127.0.0.1:9", lora_r=16).learning_rate == 2e-6
+
+
+def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
+    """Before, every rank loaded its copy of the policy onto GPU 0: 8 copies on one card under `accelerate launch`."""
+    torch = pytest.importorskip("torch")
+    from trainer_client.train.run import rank_device
+
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert rank_device("cpu") == "cpu"
+    if not torch.cuda.is_available():
+        return  # the CUDA half runs where a GPU is: a GPU box, or the device check
+    monkeypatch.setenv("LOCAL_RANK", str(torch.cuda.device_count()))
+    with pytest.raises(RuntimeError, match="CUDA device"):
+        rank_device("cuda")
+    last = torch.cuda.device_count() - 1
+    monkeypatch.setenv("LOCAL_RANK", str(last))
+    assert rank_device("cuda") == f"cuda:{last}" and torch.cuda.current_device() == last

@@ -71,6 +71,23 @@ def resolve_device(choice: str) -> str:
     return choice
 
 
+def rank_device(device: str) -> str:
+    """Where this process's model lives: under a launcher, CUDA rank LOCAL_RANK's own card, made current before
+    anything allocates on CUDA; else `device` itself. Without it every rank loaded its copy onto GPU 0."""
+    if device != "cuda":
+        return device
+    import torch
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if local >= torch.cuda.device_count():
+        raise RuntimeError(
+            f"LOCAL_RANK {local}, but torch sees {torch.cuda.device_count()} CUDA device(s): start at most that many "
+            "processes on this host (accelerate launch --num_processes), or set CUDA_VISIBLE_DEVICES"
+        )
+    torch.cuda.set_device(local)
+    return f"cuda:{local}"
+
+
 def curves_dir(output_dir: Path) -> Path:
     """Where a run's TensorBoard event files go: one folder a run directory, the same after a resume."""
     return output_dir / "tensorboard"
@@ -208,11 +225,12 @@ def run_training(
     rank, world = process_rank()
     local_groups(settings, world)  # said before the model loads
     device = resolve_device(settings.device)
+    placement = rank_device(device)  # before the memory check reads the current device's size
     if settings.memory_check:
         check_memory(settings, device)
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
-    model, tokenizer = load_policy(settings.model, device, settings.weights_dtype)
+    model, tokenizer = load_policy(settings.model, placement, settings.weights_dtype)
     tokens = EpisodeTokenizer(tokenizer)
     pair_batches = None
     if settings.beta_dpo:
