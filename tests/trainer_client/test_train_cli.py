@@ -125,3 +125,19 @@ def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
     last = torch.cuda.device_count() - 1
     monkeypatch.setenv("LOCAL_RANK", str(last))
     assert rank_device("cuda") == f"cuda:{last}" and torch.cuda.current_device() == last
+
+
+def test_a_sharded_run_refuses_what_would_hang_or_read_shards_as_whole_weights():
+    """Before, FSDP and ZeRO-3 runs started with the in-process sampler, the EMA teacher and unpadded SDPO/DPO
+    forwards, each of which hangs or corrupts a sharded run."""
+    from trainer_client.train.run import check_sharding
+
+    url = "http://127.0.0.1:9"
+    check_sharding(TrainSettings(env=url, alpha_sdpo=1.0, sdpo_teacher="ema"), "none")  # DDP or one process: all fine
+    with pytest.raises(ValueError, match="--vllm-server") as refused:
+        check_sharding(TrainSettings(env=url, alpha_sdpo=1.0, sdpo_teacher="ema"), "fsdp")
+    assert "--sdpo-teacher live" in str(refused.value) and "ddp.yaml" in str(refused.value)
+    served = dict(env=url, vllm_server="http://gpu:8000", device="cuda")
+    with pytest.raises(ValueError, match="ddp.yaml"):
+        check_sharding(TrainSettings.model_construct(**served, alpha_sdpo=0.0, beta_dpo=0.5), "zero3")
+    check_sharding(TrainSettings.model_construct(**served, alpha_sdpo=0.0, beta_dpo=0.0, lora_r=0), "fsdp")

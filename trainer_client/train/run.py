@@ -71,6 +71,34 @@ def resolve_device(choice: str) -> str:
     return choice
 
 
+def check_sharding(settings: TrainSettings, sharding: str) -> None:
+    """Refuse, before the model loads, what would hang or corrupt a run whose weights FSDP or ZeRO-3 shard: every
+    forward of a sharded model is a collective, so every rank must run the same ones, and a sharded parameter is not
+    the whole weight."""
+    if sharding == "none":
+        return
+    problems = []
+    if not settings.vllm_server:
+        problems.append(
+            "the in-process sampler generates a different number of tokens on each rank from the sharded model; "
+            "serve the policy with `trl vllm-serve` and pass --vllm-server URL"
+        )
+    if settings.alpha_sdpo and (settings.sdpo_teacher == "ema" or not settings.lora_r):
+        problems.append(
+            f"--sdpo-teacher {settings.sdpo_teacher} keeps or updates a teacher from sharded weights as if they were "
+            "whole; use --sdpo-teacher live, or --lora-r (its initial teacher is the adapter switched off)"
+        )
+    if settings.alpha_sdpo or settings.beta_dpo:
+        problems.append(
+            "the SDPO teacher's and the DPO pairs' forwards differ in number between ranks (their chunks are not yet "
+            "padded to a count the ranks agree on); run --alpha-sdpo or --beta-dpo under DDP "
+            "(deploy/accelerate/ddp.yaml)"
+        )
+    if problems:
+        listed = "".join(f"\n  - {problem}" for problem in problems)
+        raise ValueError(f"under {sharding} sharding this run would hang or train on wrong weights:{listed}")
+
+
 def rank_device(device: str) -> str:
     """Where this process's model lives: under a launcher, CUDA rank LOCAL_RANK's own card, made current before
     anything allocates on CUDA; else `device` itself. Without it every rank loaded its copy onto GPU 0."""
@@ -190,9 +218,10 @@ def local_processes() -> int:
     return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
 
 
-def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
+def save_final(trainer: Any, tokenizer: Any, final: Path, sharded: bool = False) -> None:
     """The trained policy as a whole model any loader reads (a LoRA adapter merged in; the adapter alone beside it,
-    in final/adapter)."""
+    in final/adapter). Under sharding only the adapter is saved: a merge would read each rank's shard as the whole
+    weight."""
     from trainer_client.policy.lora_adapter import is_adapted
 
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -200,7 +229,13 @@ def save_final(trainer: Any, tokenizer: Any, final: Path) -> None:
         trainer.save_model(str(final))
     else:
         trainer.save_model(str(final / "adapter"))  # peft's own folder: the adapter alone
-        if trainer.accelerator.is_main_process:
+        if sharded:
+            logger.warning(
+                "saved the LoRA adapter alone in %s: merge it into the base model in one process "
+                "(peft's PeftModel.from_pretrained(base, adapter).merge_and_unload())",
+                final / "adapter",
+            )
+        elif trainer.accelerator.is_main_process:
             model.merge_and_unload().save_pretrained(str(final))
     tokenizer.save_pretrained(str(final))
 
@@ -221,9 +256,11 @@ def run_training(
     from trainer_client.rollout.token_log import TokenLog
     from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, check_vllm_ready
     from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
+    from trainer_client.train.memory_plan import launched_sharding
 
     rank, world = process_rank()
     local_groups(settings, world)  # said before the model loads
+    check_sharding(settings, launched_sharding())
     device = resolve_device(settings.device)
     placement = rank_device(device)  # before the memory check reads the current device's size
     if settings.memory_check:
@@ -338,7 +375,7 @@ def run_training(
     with stream, watch:
         trainer.train(resume_from_checkpoint=resume_from)
     final = settings.output_dir / "final"
-    save_final(trainer, tokenizer, final)
+    save_final(trainer, tokenizer, final, sharded=launched_sharding() != "none")
     return TrainSummary(
         steps=trainer.state.global_step,
         episodes=stream.stats.episodes,
