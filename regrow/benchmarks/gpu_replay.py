@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from proto import EpisodeTokens, ToolCall
-from trainer_client.train.memory_plan import SHAPES
+from proto.traces import HintedTurnTokens
+from trainer_client.train.ladder_recipes import RECIPES
+from trainer_client.train.memory_plan import PROMPT_TOKENS, SHAPES
 
 RECORDING = Path(__file__).with_name("recorded_episodes.jsonl")
 # A shape small enough for the CPU lane: the same code path, a second a step.
@@ -70,9 +72,22 @@ class ShapeRun:
                 raise ValueError(f"--shape {text!r}: unknown option {option!r}; use lora<rank> and bf16")
         return cls(name, lora, dtype)
 
+    @property
+    def label(self) -> str:
+        """The shape as --shape names it."""
+        lora = [f"lora{self.lora_r}"] if self.lora_r else []
+        return ":".join([self.shape, *lora, *(["bf16"] if self.weights_dtype == "bfloat16" else [])])
+
 
 # What fits one 80 GB GPU as `regrow train --plan` reckons it: 0.5B and 1.5B in full, 7B LoRA over bf16 weights.
 DEFAULT_SHAPES = ("qwen2.5-0.5b", "qwen2.5-1.5b", "qwen2.5-7b:lora16:bf16")
+# A real step's row on one GPU: the gpu-1x80gb recipe's completion after the prompt `regrow train --plan` assumes.
+RECIPE_ROW_TOKENS = PROMPT_TOKENS + RECIPES["gpu-1x80gb"].train["max_completion_tokens"]
+
+
+def default_shapes(device: str) -> tuple[str, ...]:
+    """The shipped shapes on a GPU; on a CPU only the tiny one, as a shipped shape's step outgrows a host's memory."""
+    return DEFAULT_SHAPES if device == "cuda" else ("tiny",)
 
 
 def read_recording(path: Path, rows: int) -> list[EpisodeTokens]:
@@ -83,6 +98,32 @@ def read_recording(path: Path, rows: int) -> list[EpisodeTokens]:
     if len(episodes) < rows:
         raise ValueError(f"{path} holds {len(episodes)} episodes and a step needs {rows}: give --rows {len(episodes)}")
     return episodes[:rows]
+
+
+def stretched(episode: EpisodeTokens, row_tokens: int) -> EpisodeTokens:
+    """A copy of `episode` whose completion repeats (turns, env tokens, logprobs and hints alike) until prompt and
+    completion hold `row_tokens`, cut there; a hinted turn the cut would split is left out. A longer row is kept."""
+    copy = episode.model_copy(deep=True)
+    width = len(episode.completion_ids)
+    target = row_tokens - len(episode.prompt_ids)
+    if width == 0 or target <= width:
+        return copy
+    repeats = -(-target // width)
+    copy.completion_ids = (episode.completion_ids * repeats)[:target]
+    copy.logprobs = (episode.logprobs * repeats)[:target]
+    copy.env_mask = (episode.env_mask * repeats)[:target]
+    copy.hinted_turns = [
+        HintedTurnTokens(
+            hint_at=turn.hint_at + offset,
+            start=turn.start + offset,
+            end=turn.end + offset,
+            hint_ids=list(turn.hint_ids),
+        )
+        for offset in range(0, repeats * width, width)
+        for turn in episode.hinted_turns
+        if turn.end + offset <= target
+    ]
+    return copy
 
 
 def rewards_that_train(episodes: list[EpisodeTokens], group_size: int) -> int:
@@ -154,14 +195,20 @@ def replay_rows(episodes: list[EpisodeTokens]) -> dict[str, list]:
     }
 
 
+def shape_config(run: ShapeRun, vocab: int) -> dict[str, Any]:
+    """The model config of `run`'s shape, its vocabulary wide enough for ids below `vocab`."""
+    shipped = SHAPES / f"{run.shape}.json"
+    shape: dict[str, Any] = dict(TINY_SHAPE) if run.shape == "tiny" else json.loads(shipped.read_text())
+    shape["vocab_size"] = max(shape.get("vocab_size", 0), vocab)
+    return shape
+
+
 def random_model(run: ShapeRun, vocab: int, device: str, seed: int) -> Any:
     """A random-init causal LM of `run`'s shape, made on `device` (a 7B model in seconds, no host copy)."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    shipped = SHAPES / f"{run.shape}.json"
-    shape: dict[str, Any] = dict(TINY_SHAPE) if run.shape == "tiny" else json.loads(shipped.read_text())
-    shape["vocab_size"] = max(shape.get("vocab_size", 0), vocab)
+    shape = shape_config(run, vocab)
     config = AutoConfig.for_model(shape.pop("model_type"), **shape)
     torch.manual_seed(seed)
     with torch.device(device):

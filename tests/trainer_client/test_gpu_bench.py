@@ -1,21 +1,30 @@
 """`regrow bench gpu` on the CPU: the shipped recording replayed through the trainer's step on a tiny shape."""
 
 import json
+import time
+import tomllib
+from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 
+from packaging.requirements import Requirement  # noqa: E402
+from packaging.specifiers import SpecifierSet  # noqa: E402
 from typer.testing import CliRunner  # noqa: E402
 
 from proto import EpisodeTokens  # noqa: E402
+from regrow.benchmarks import gpu  # noqa: E402
+from regrow.benchmarks.gpu import version_ok  # noqa: E402
 from regrow.benchmarks.gpu_replay import (  # noqa: E402
     RECORDING,
     ShapeRun,
+    policy_spans,
     read_recording,
     replay_rows,
     rewards_that_train,
+    stretched,
 )
 from regrow.cli import app  # noqa: E402
 
@@ -95,3 +104,107 @@ def test_the_gpu_check_imports_nothing_of_the_env_server_or_the_synthesizer():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
 
     assert result.stdout.strip() == "[]"
+
+
+def _bench(*arguments: str):
+    """`regrow bench gpu ARGUMENTS --json`: its exit status and its report."""
+    result = CliRunner().invoke(app, ["bench", "gpu", *arguments, "--json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the default is the shipped shapes, minutes each")
+def test_bench_gpu_with_no_arguments_on_a_cpu_measures_the_tiny_shape_and_reports_the_versions():
+    status, report = _bench()
+
+    assert status == 0, report["problems"]
+    assert [shape["shape"] for shape in report["shapes"]] == ["tiny"]
+    assert set(report["shapes"][0]["mixes"]) == {"rlvr", "rlvr+sdpo", "rlvr+dpo", "all"}
+    for name in ("torch", "transformers", "peft", "accelerate"):
+        assert report["versions"][name]["ok"], report["versions"][name]
+        assert report["versions"][name]["found"] and report["versions"][name]["needed"]
+    assert report["wall_s"] < 60
+
+
+def test_a_shipped_shape_that_cannot_fit_a_cpu_host_is_refused_before_anything_is_allocated():
+    started = time.perf_counter()
+    status, report = _bench("--shape", "qwen2.5-7b", "--device", "cpu")
+
+    assert time.perf_counter() - started < 30  # a 7B model in fp32 alone takes 28 GiB and minutes to make
+    assert status == 1
+    (shape,) = report["shapes"]
+    assert shape["status"] == "refused" and "mixes" not in shape
+    assert "GiB" in shape["reason"] and "--shape tiny" in shape["reason"]
+    assert report["problems"] == [f"refused {shape['reason']}"]
+
+
+def test_a_mix_that_fails_is_recorded_and_the_next_mix_still_runs(tmp_path):
+    """SDPO needs each hinted turn's hint tokens: a recording that lost them fails that mix, and only that one."""
+    episodes = read_recording(RECORDING, 2)
+    for turn in episodes[0].hinted_turns:
+        turn.hint_ids = []
+    recording = tmp_path / "episode_tokens.jsonl"
+    recording.write_text("".join(episode.model_dump_json() + "\n" for episode in episodes))
+
+    status, report = _bench(
+        "--tokens", str(recording), "--shape", "tiny", "--mix", "rlvr+sdpo", "--mix", "rlvr",
+        "--rows", "2", "--group-size", "2", "--device", "cpu",
+    )  # fmt: skip
+
+    assert status == 1
+    mixes = report["shapes"][0]["mixes"]
+    assert mixes["rlvr+sdpo"] == {"error": {"type": "ValueError", "message": mixes["rlvr+sdpo"]["error"]["message"]}}
+    assert "hint message's token ids" in mixes["rlvr+sdpo"]["error"]["message"]
+    assert mixes["rlvr"]["step_s"] > 0 and mixes["rlvr"]["rlvr/grad_norm"] > 0
+    assert report["problems"] == [f"tiny rlvr+sdpo: ValueError: {mixes['rlvr+sdpo']['error']['message']}"]
+
+
+def test_pad_to_stretches_each_row_by_repeating_its_turns_with_masks_and_hints_that_still_line_up():
+    (episode,) = read_recording(RECORDING, 1)
+    recorded_turns = list(policy_spans(episode.env_mask))
+
+    long = stretched(episode, 2000)
+
+    assert len(long.prompt_ids) + len(long.completion_ids) == 2000
+    assert len(long.logprobs) == len(long.env_mask) == len(long.completion_ids)
+    assert len(list(policy_spans(long.env_mask))) > 3 * len(recorded_turns)
+    assert len(long.hinted_turns) > 3 * len(episode.hinted_turns)
+    for turn in long.hinted_turns:
+        assert turn.hint_at <= turn.start < turn.end <= len(long.completion_ids)
+        assert long.env_mask[turn.start : turn.end] == [1] * (turn.end - turn.start)
+    assert stretched(episode, 100) == episode  # a row already longer is kept as it is
+
+    status, report = _bench(
+        "--shape", "tiny", "--mix", "rlvr", "--rows", "2", "--group-size", "2", "--pad-to", "1500", "--device", "cpu"
+    )  # fmt: skip
+
+    assert status == 0, report["problems"]
+    assert report["pad_to"] == 1500 and report["tokens_per_step"] == 2 * 1500
+    assert report["shapes"][0]["mixes"]["rlvr"]["tokens_per_s"] > 0
+
+
+def test_a_version_the_trainer_was_not_written_for_stops_the_run_before_it_measures(monkeypatch):
+    assert not version_ok("5.24.0", "==5.23.0")
+    assert not version_ok(None, ">=1.0")  # not installed
+    assert version_ok("2.15.0+cu132", ">=2.4")  # a CUDA build's local version still meets a range
+    assert version_ok("0.21.2", "==0.21.2")
+    monkeypatch.setitem(gpu.NEEDED_VERSIONS, "transformers", "==5.22.0")
+
+    status, report = _bench("--shape", "qwen2.5-7b", "--device", "cpu")
+
+    assert status == 1 and report["shapes"] == []
+    assert report["versions"]["transformers"]["ok"] is False
+    assert "needs transformers==5.22.0" in report["problems"][0] and "--ignore-versions" in report["problems"][0]
+    status, report = _bench("--shape", "qwen2.5-7b", "--device", "cpu", "--ignore-versions")
+    assert report["shapes"][0]["status"] == "refused"  # it went on past the check
+
+
+def test_the_versions_the_check_needs_are_pyproject_tomls_train_extra():
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    train = {
+        req.name: req.specifier for req in map(Requirement, pyproject["project"]["optional-dependencies"]["train"])
+    }
+
+    assert {name: SpecifierSet(needed) for name, needed in gpu.NEEDED_VERSIONS.items()} == {
+        name: train[name] for name in gpu.NEEDED_VERSIONS
+    }
+    assert {"torch", "transformers", "peft", "accelerate"} <= set(gpu.NEEDED_VERSIONS)
