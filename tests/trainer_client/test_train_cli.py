@@ -141,3 +141,20 @@ def test_a_sharded_run_refuses_what_would_hang_or_read_shards_as_whole_weights()
     with pytest.raises(ValueError, match="ddp.yaml"):
         check_sharding(TrainSettings.model_construct(**served, alpha_sdpo=0.0, beta_dpo=0.5), "zero3")
     check_sharding(TrainSettings.model_construct(**served, alpha_sdpo=0.0, beta_dpo=0.0, lora_r=0), "fsdp")
+
+
+@pytest.mark.train
+def test_micro_batch_rows_become_trls_per_device_batch_and_accumulation():
+    pytest.importorskip("trl")
+    from trainer_client.train.run import build_config
+
+    url = "http://127.0.0.1:9"
+    config = build_config(TrainSettings(env=url, group_size=4, groups_per_step=2, micro_batch_rows=2), "cpu")
+    assert (config.per_device_train_batch_size, config.gradient_accumulation_steps) == (2, 4)
+    assert config.steps_per_generation == 4  # the generation batch is the whole step: its groups stay whole
+    whole = build_config(TrainSettings(env=url, group_size=4, groups_per_step=2), "cpu")
+    assert (whole.per_device_train_batch_size, whole.gradient_accumulation_steps) == (8, 1)
+    with pytest.raises(ValueError, match="give a divisor of 8"):
+        build_config(TrainSettings(env=url, group_size=4, groups_per_step=2, micro_batch_rows=3), "cpu")
+    with pytest.raises(ValueError, match="at least 4"):
+        build_config(TrainSettings(env=url, group_size=4, micro_batch_rows=2, beta_dpo=1, dpo_pairs_per_step=2), "cpu")

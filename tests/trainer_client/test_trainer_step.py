@@ -370,3 +370,34 @@ def test_a_step_on_bf16_weights_keeps_them_and_adamws_state_in_bf16(tmp_path, to
     assert any(not torch.equal(p, start[name]) for name, p in model.named_parameters())
     moments = [t for state in trainer.optimizer.state.values() for t in state.values() if torch.is_tensor(t)]
     assert moments and {t.dtype for t in moments if t.dim() > 0} == {torch.bfloat16}
+
+
+def test_a_step_of_four_accumulated_micro_batches_equals_one_whole_batch_in_all_three_channels(
+    tmp_path, tokenizer, trajectories, episode_tokens
+):
+    """--micro-batch-rows: Dr.GRPO divides each micro-batch's token sum by its rows x L_max and by the accumulation
+    steps, SDPO alike, and each micro-batch takes its slice of the step's DPO pairs, so the sums add up to the whole
+    batch's. Before, each micro-batch drew a whole batch of pairs: DPO trained on 4x the pairs at 4x the weight."""
+    from regrow.benchmarks.training import synthetic_pairs
+    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
+
+    base = tiny_qwen2(tokenizer).double()  # in fp32, other padding widths sum in another order: 0.5% of the update
+    pairs = synthetic_pairs(tokenizer, base, count=4, context_turns=1)
+    updates = {}
+    for rows, steps in ((4, 1), (1, 4)):
+        args = config(
+            tmp_path / str(steps), RegrowGRPOConfig, optim="sgd", alpha_sdpo=1.0, beta_dpo=1.0, dpo_beta=0.5,
+            per_device_train_batch_size=rows, gradient_accumulation_steps=steps, steps_per_generation=steps,
+        )  # fmt: skip
+        trainer = build(
+            RegrowGRPOTrainer, args, copy.deepcopy(base), tokenizer, trajectories, episode_tokens,
+            pair_batches=PairBatches(pairs, 4, micro_batches=steps),
+        )  # fmt: skip
+        trainer.train()
+        logged = next(e for e in trainer.state.log_history if "dpo/pairs" in e)
+        assert logged["dpo/pairs"] == 4 / steps and logged["sdpo/distilled_tokens"] > 0
+        before = dict(base.named_parameters())
+        updates[steps] = torch.cat([(p - before[n]).flatten() for n, p in trainer.model.named_parameters()])
+    gap = float((updates[4] - updates[1]).norm() / updates[1].norm())
+    assert gap < 1e-6, gap  # float64: about 1e-9; each micro-batch taking the whole pair batch gave 3.0

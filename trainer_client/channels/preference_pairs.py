@@ -1,5 +1,6 @@
 """Replay preference pairs: the JSONL `regrow replay` writes and the DPO channel reads."""
 
+import itertools
 import random
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -149,11 +150,19 @@ class PairBatches(Iterator[list[PreferencePair]]):
     """Endless batches of pairs, reshuffled each pass, drawn beside the rollout batches.
 
     Every rank of a multi-process run draws the same step batch (one seed) and keeps its share, every `world`th pair
-    from its `rank`: together the ranks train on the batch one process would, each pair once.
+    from its `rank`: together the ranks train on the batch one process would, each pair once. With `micro_batches`
+    (gradient accumulation) each `next` gives the next slice of that share, so a step's micro-batches train on the
+    step batch once between them.
     """
 
     def __init__(
-        self, pairs: Sequence[PreferencePair], batch_size: int, seed: int = 0, rank: int = 0, world: int = 1
+        self,
+        pairs: Sequence[PreferencePair],
+        batch_size: int,
+        seed: int = 0,
+        rank: int = 0,
+        world: int = 1,
+        micro_batches: int = 1,
     ) -> None:
         if not pairs:
             raise ValueError("PairBatches needs at least one pair; check the --pairs file")
@@ -166,9 +175,26 @@ class PairBatches(Iterator[list[PreferencePair]]):
         self._rng = random.Random(seed)
         self._order: list[int] = []
         self._rank, self._world = rank, world
+        if batch_size < world * micro_batches:
+            raise ValueError(
+                f"{batch_size} pairs a step leave some of {world} processes x {micro_batches} micro-batches without a "
+                f"pair: give at least {world * micro_batches}"
+            )
+        self._micro_batches = micro_batches
+        self._slices: list[list[PreferencePair]] = []
         self.passes = 0
 
     def __next__(self) -> list[PreferencePair]:
+        if not self._slices:
+            share = self._step_share()
+            size, extra = divmod(len(share), self._micro_batches)
+            bounds = [0]
+            for index in range(self._micro_batches):
+                bounds.append(bounds[-1] + size + (index < extra))
+            self._slices = [share[start:end] for start, end in itertools.pairwise(bounds)]
+        return self._slices.pop(0)
+
+    def _step_share(self) -> list[PreferencePair]:
         batch: list[PreferencePair] = []
         while len(batch) < self._batch_size:
             if not self._order:

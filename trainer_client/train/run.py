@@ -137,14 +137,35 @@ def local_groups(settings: TrainSettings, world: int) -> int:
     return settings.groups_per_step // world
 
 
+def accumulation_steps(settings: TrainSettings, world: int) -> int:
+    """How many micro-batches of --micro-batch-rows make a rank's share of a step (1 without micro-batches)."""
+    rows = settings.group_size * local_groups(settings, world)
+    micro = settings.micro_batch_rows or rows
+    if rows % micro:
+        raise ValueError(
+            f"--micro-batch-rows {micro} does not divide a rank's {rows} rows a step (--group-size x --groups-per-step "
+            f"/ processes): give a divisor of {rows}"
+        )
+    steps = rows // micro
+    if settings.beta_dpo and settings.dpo_pairs_per_step < world * steps:
+        raise ValueError(
+            f"--dpo-pairs-per-step {settings.dpo_pairs_per_step} leaves some of the {world * steps} micro-batches "
+            f"({world} processes x {steps}) without a pair: give at least {world * steps}"
+        )
+    return steps
+
+
 def build_config(settings: TrainSettings, device: str, world: int = 1) -> "RegrowGRPOConfig":
     from trainer_client.rollout.vllm_sampler import server_mode_config
     from trainer_client.train.grpo_trainer import CHANNEL_SETTINGS, RegrowGRPOConfig
 
     vllm = server_mode_config(settings.vllm_server, settings.vllm_timeout_s) if settings.vllm_server else {}
+    accumulation = accumulation_steps(settings, world)
     return RegrowGRPOConfig(
         output_dir=str(settings.output_dir),
-        per_device_train_batch_size=settings.group_size * local_groups(settings, world),
+        per_device_train_batch_size=settings.group_size * local_groups(settings, world) // accumulation,
+        gradient_accumulation_steps=accumulation,
+        steps_per_generation=accumulation,  # a generation batch is the whole step: GRPO's groups stay whole
         num_generations=settings.group_size,
         max_completion_length=settings.max_completion_tokens,
         max_steps=settings.steps,
@@ -287,7 +308,14 @@ def run_training(
                 "scoring the reference of %d pair(s) again at %s, the precision training uses", stale, precision
             )
             pairs = rescored_at(pairs, model, tokenizer, precision)
-        pair_batches = PairBatches(pairs, settings.dpo_pairs_per_step, seed=settings.seed, rank=rank, world=world)
+        pair_batches = PairBatches(
+            pairs,
+            settings.dpo_pairs_per_step,
+            seed=settings.seed,
+            rank=rank,
+            world=world,
+            micro_batches=accumulation_steps(settings, world),
+        )
     if settings.lora_r:  # after the reference check, which hashes the weights as `regrow replay` loaded them
         from trainer_client.policy.lora_adapter import with_lora
 

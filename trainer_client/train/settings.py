@@ -53,6 +53,12 @@ class TrainSettings(BaseSettings):
     steps: int = Field(default=100, ge=1, description="Optimizer steps.")
     group_size: int = Field(default=4, ge=2, description="Episodes per task in a GRPO group.")
     groups_per_step: int = Field(default=2, ge=1, description="Groups in one optimizer step.")
+    micro_batch_rows: int | None = Field(
+        default=None,
+        ge=1,
+        description="Rows (episodes) of a rank's share of a step in one forward and backward; the rest accumulate "
+        "(TRL's per-device batch and gradient accumulation). Default: the whole share at once. Less memory, same step.",
+    )
     workers: int = Field(default=4, ge=1, description="Concurrent rollout workers (env sessions).")
     max_staleness: int = Field(default=1, ge=0, description="Drop groups started more than this many updates ago.")
     uniform_groups: Literal["auto", "drop", "keep"] = Field(
