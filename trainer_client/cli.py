@@ -78,7 +78,7 @@ def train(settings: TrainSettings) -> None:
 
 def show_plan(settings: TrainSettings) -> None:
     """Print the memory plan of SETTINGS per GPU (with --device cpu, on this host); exit 1 when it does not fit."""
-    from trainer_client.train.memory_plan import host_memory_gib, plan_memory, run_shape, shape_of
+    from trainer_client.train.memory_plan import fitted_plan, host_memory_gib, run_shape, shape_of
 
     try:
         shape = shape_of(settings.model)
@@ -89,7 +89,7 @@ def show_plan(settings: TrainSettings) -> None:
         run, capacity = run_shape(settings, 1, "none", "cpu"), host_memory_gib()[0]
     else:
         run, capacity = run_shape(settings, settings.plan_gpus, settings.plan_sharding), settings.plan_gpu_gib
-    plan = plan_memory(shape, run, capacity)
+    plan = fitted_plan(shape, run, capacity)
     Console(soft_wrap=True).print("\n".join(plan.lines()), markup=False, highlight=False)
     if not plan.fits:
         raise typer.Exit(1)
@@ -113,6 +113,9 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
             console.print(recipe_summary(recipe, settings, rung), markup=False, highlight=False)
             if recipe.launch:
                 console.print(f"launched as: {recipe.launch}", markup=False, highlight=False)
+        if settings.plan:  # what each arm's training would hold per GPU; nothing is loaded or played
+            show_plan(settings)
+            return
         with console.status(checking) if console.is_terminal else contextlib.nullcontext() as status:
             show: Callable[[str], None] = (
                 status.update if status is not None else PlainProgress(console, settings.progress_interval_s)
@@ -125,8 +128,8 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
                 # the arm in training and its rollouts, live: a step of minutes is no frozen bar
                 on_progress=lambda arm, progress: show(f"{arm}: {progress.line()}"),
             )
-    except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
-        console.print(f"[bold red]error:[/] {error}")
+    except (ValidationError, EnvError, OSError, ValueError, RuntimeError, TimeoutError) as error:
+        console.print(f"[bold red]error:[/] {error}")  # OSError: weights missing from a --model folder, say
         raise typer.Exit(1) from None
     Console().print(Markdown(table.markdown()))
     console.print(f"table in {rung.out / 'ladder.md'} and {rung.out / 'ladder.json'}")

@@ -66,3 +66,45 @@ def test_the_cpu_recipe_fits_a_24_gib_host_in_the_measured_cpu_plan():
     recipe = RECIPES["cpu-demo"]
     settings = TrainSettings(env=["http://127.0.0.1:9"], model="smollm2", alpha_sdpo=1.0, **recipe.train)
     assert plan_memory(shape_of("smollm2"), run_shape(settings, 1, "none", "cpu"), 24).fits
+
+
+def test_every_gpu_recipe_fits_its_machine_in_the_plan_with_the_micro_batches_it_gets():
+    """Before, a rank's whole share of a step was one forward: gpu-1x80gb planned 232 GiB, gpu-node-8x80gb 417."""
+    from trainer_client.train.memory_plan import fitted_plan, plan_memory, run_shape, shape_of
+
+    for recipe in (RECIPES["gpu-1x80gb"], RECIPES["gpu-node-8x80gb"]):
+        settings = TrainSettings(env=["http://127.0.0.1:9"], model=recipe.model_shape, **recipe.train)
+        run = run_shape(settings, settings.plan_gpus, settings.plan_sharding)
+        plan = fitted_plan(shape_of(recipe.model_shape), run, 80.0)
+        assert plan.fits and plan.run.forward_rows < run.rows, (recipe.name, plan.lines())
+        assert not plan_memory(shape_of(recipe.model_shape), run, 80.0).fits  # all rows at once would not
+
+
+@pytest.mark.parametrize(
+    ("model", "options", "gpus", "sharding"),
+    [("qwen2.5-7b", {"lora_r": 16}, 1, "none"), ("qwen2.5-1.5b", {}, 1, "none"), ("qwen2.5-7b", {}, 8, "fsdp")],
+)
+def test_the_targets_fit_80_gib_gpus_at_the_trainers_defaults(model, options, gpus, sharding):
+    """7B LoRA and 1.5B full on one 80 GB GPU, 7B full over eight under FSDP (before: 232, 119 and 60+ GiB)."""
+    from trainer_client.train.memory_plan import fitted_plan, run_shape, shape_of
+
+    settings = TrainSettings(env=["http://127.0.0.1:9"], model=model, **options)
+    plan = fitted_plan(shape_of(model), run_shape(settings, gpus, sharding), 80.0)
+    assert plan.fits, plan.lines()
+
+
+def test_regrow_ladder_plan_says_whether_a_recipe_fits_without_loading_anything(tmp_path):
+    import json
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "qwen-0.5b"  # a config alone: --plan reads the shape and loads no weight
+    folder.mkdir()
+    shapes = Path(__file__).resolve().parents[2] / "trainer_client" / "train" / "model_shapes"
+    shutil.copy(shapes / "qwen2.5-0.5b.json", folder / "config.json")
+    assert json.loads((folder / "config.json").read_text())["hidden_size"] > 0
+    result = CliRunner().invoke(
+        app, ["ladder", "--recipe", "gpu-1x80gb", "--model", str(folder), "--plan", "--out", str(tmp_path / "out")]
+    )
+    assert result.exit_code == 0, result.output
+    assert "fits" in result.output and "at once" in result.output

@@ -40,7 +40,7 @@ def test_1_5b_full_fits_one_gpu_with_checkpointing_even_with_an_ema_teacher():
     assert plan.fits
     assert plan.parts["SDPO teacher copy"] == pytest.approx(4 * shape.parameters)
     without = plan_memory(shape, RunShape(**STEP), 80)
-    assert not without.fits and without.remedy().startswith("--gradient-checkpointing")
+    assert not without.fits and without.remedy().startswith("--micro-batch-rows 1; or --gradient-checkpointing")
 
 
 def test_plan_needs_no_env_and_exits_1_with_the_remedy_when_it_does_not_fit():
@@ -79,7 +79,7 @@ def test_a_cpu_step_holds_its_activations_in_fp32_and_more_than_a_gpus():
     on_cpu = plan_memory(shape, RunShape(**STEP, activation_bytes=4, on_gpu=False), 24)
     assert on_cpu.parts["activations"] > 2 * on_gpu.parts["activations"]
     assert "this CPU host" in on_cpu.lines()[0]
-    assert on_cpu.remedy().startswith("fewer tokens a step (--max-completion-tokens")
+    assert on_cpu.remedy().startswith("--micro-batch-rows 1; or fewer tokens a step (--max-completion-tokens")
 
 
 # Peak RSS of one forward and backward of SmolLM2-135M (fp32, 30 layers, sdpa) on this 2-core host, 2 rows, the last
@@ -105,15 +105,18 @@ def test_a_cpu_run_past_the_host_memory_is_refused_before_the_model_loads():
     from trainer_client.train.run import check_memory
 
     # the run the kernel killed 9 minutes in, at 23 GiB: 2 groups of 4 at the default 4,096 completion tokens
-    with pytest.raises(RuntimeError, match="on this host, per process and there are 24 GiB: try fewer tokens"):
-        check_memory(_cpu_settings(group_size=4, groups_per_step=2), "cpu", host_gib=(24.0, 20.0))
+    whole = _cpu_settings(group_size=4, groups_per_step=2, micro_batch_rows=8)
+    with pytest.raises(RuntimeError, match="on this host, per process and there are 24 GiB: try --micro-batch-rows"):
+        check_memory(whole, "cpu", host_gib=(24.0, 20.0))
+    # with no --micro-batch-rows it runs the step in micro-batches small enough to fit
+    assert check_memory(_cpu_settings(group_size=4, groups_per_step=2), "cpu", host_gib=(24.0, 20.0)) < 8
 
 
 def test_the_cpu_run_the_kernel_killed_at_24_gib_after_a_plan_of_18_is_refused():
     from trainer_client.train.run import check_memory
 
     # 2 groups of 2, 1,536 completion tokens: planned 17.9 GiB before the CPU figures were measured, killed at 24 GiB
-    killed = _cpu_settings(group_size=2, groups_per_step=2, max_completion_tokens=1536)
+    killed = _cpu_settings(group_size=2, groups_per_step=2, max_completion_tokens=1536, micro_batch_rows=4)
     with pytest.raises(RuntimeError, match="on this host, per process and there are 24 GiB"):
         check_memory(killed, "cpu", host_gib=(24.0, 23.0))
 

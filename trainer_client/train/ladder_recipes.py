@@ -95,6 +95,8 @@ RECIPES = {
                 "max_turn_tokens": 512,
                 "max_completion_tokens": 8192,
                 "bf16": True,
+                "plan_gpus": 7,  # what --plan holds each GPU to: the 7 that train, under FSDP
+                "plan_sharding": "fsdp",
             },
             ladder={"seeds": 3, "eval_tasks": 64, "k": 4},
             step_s=153.0,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -117,6 +117,7 @@ class RunShape:
 
     rows: int  # sequences in one optimizer step on this GPU
     tokens_per_row: int
+    rows_at_once: int | None = None  # sequences in one forward and backward (--micro-batch-rows); None: all rows
     turn_tokens: int = 384  # the longest turn: the logits held at once
     gpus: int = 1
     sharding: Sharding = "none"
@@ -126,6 +127,11 @@ class RunShape:
     weight_bytes: int = 4  # 2 with --weights-dtype bfloat16: its gradients and AdamW state too
     activation_bytes: int = 2  # 4 where the step runs in fp32: on a CPU, or a GPU with --no-bf16
     on_gpu: bool = True  # False: the plan is held against a CPU host's memory
+
+    @property
+    def forward_rows(self) -> int:
+        """The rows whose activations and logits are held at once: a micro-batch's, or the whole step's."""
+        return min(self.rows_at_once or self.rows, self.rows)
 
     @property
     def teacher_copy(self) -> bool:
@@ -152,9 +158,12 @@ class MemoryPlan:
 
     def remedy(self) -> str:
         """What would make a run that does not fit fit, the cheapest first."""
-        if not self.run.on_gpu:  # on a CPU the activations are nearly all of it
-            return "fewer tokens a step (--max-completion-tokens, --groups-per-step, --group-size)"
         steps = []
+        if self.run.forward_rows > 1:
+            steps.append("--micro-batch-rows 1")
+        if not self.run.on_gpu:  # on a CPU the activations are nearly all of it
+            steps.append("fewer tokens a step (--max-completion-tokens, --groups-per-step, --group-size)")
+            return "; or ".join(steps)
         if not self.run.gradient_checkpointing:
             steps.append("--gradient-checkpointing (with --vllm-server)")
         if not self.run.lora_r:
@@ -168,7 +177,8 @@ class MemoryPlan:
         verdict = "fits" if self.fits else f"does not fit: try {self.remedy()}"
         where = f"each of {self.run.gpus} GPU(s)" if self.run.on_gpu else "this CPU host"
         header = (
-            f"{self.model}: {self.run.rows} rows x {self.run.tokens_per_row} tokens on {where}, "
+            f"{self.model}: {self.run.rows} rows ({self.run.forward_rows} at once) x {self.run.tokens_per_row} tokens "
+            f"on {where}, "
             f"sharding {self.run.sharding}, "
             + (f"LoRA r={self.run.lora_r}" if self.run.lora_r else "full fine-tune")
             + (", gradient checkpointing" if self.run.gradient_checkpointing else "")
@@ -191,7 +201,7 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     plan.parts["optimizer (AdamW)"] = 2 * width * trained / shard
     if run.teacher_copy:
         plan.parts["SDPO teacher copy"] = width * params
-    tokens = run.rows * run.tokens_per_row
+    tokens = run.forward_rows * run.tokens_per_row
     per_layer_token = run.activation_bytes * (8 * shape.hidden + 4 * shape.intermediate)
     if run.gradient_checkpointing:
         activations = tokens * (shape.layers * run.activation_bytes * shape.hidden + per_layer_token)
@@ -201,10 +211,10 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
         cpu_layer_token = run.activation_bytes * (
             CPU_HIDDEN_FACTOR * shape.hidden + CPU_INTERMEDIATE_FACTOR * shape.intermediate
         )
-        square = run.rows * run.tokens_per_row**2 * CPU_SQUARE_BYTES
+        square = run.forward_rows * run.tokens_per_row**2 * CPU_SQUARE_BYTES
         activations = shape.layers * (tokens * cpu_layer_token + square)
     plan.parts["activations"] = activations
-    plan.parts["logits (fp32)"] = run.rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
+    plan.parts["logits (fp32)"] = run.forward_rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
     slack = "CUDA context, slack" if run.on_gpu else "allocator, slack"
     plan.parts[slack] = 0.1 * plan.total_bytes + 1.5 * GIB
     return plan
@@ -216,6 +226,7 @@ def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding, device: st
     rows = settings.group_size * settings.groups_per_step
     return RunShape(
         rows=-(-rows // gpus),
+        rows_at_once=settings.micro_batch_rows,
         tokens_per_row=PROMPT_TOKENS + settings.max_completion_tokens,
         turn_tokens=settings.max_turn_tokens,
         gpus=gpus,
@@ -227,6 +238,20 @@ def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding, device: st
         activation_bytes=2 if device == "cuda" and settings.bf16 else 4,
         on_gpu=device == "cuda",
     )
+
+
+def fitted_plan(shape: ModelShape, run: RunShape, capacity_gib: float) -> MemoryPlan:
+    """The plan of `run`, with the most rows at once (a divisor of its rows) that fits when it names none: the
+    whole step where it fits, else micro-batches of fewer rows; at one row when none fits."""
+    if run.rows_at_once is not None:
+        return plan_memory(shape, run, capacity_gib)
+    plan = None
+    for rows in sorted((d for d in range(1, run.rows + 1) if run.rows % d == 0), reverse=True):
+        plan = plan_memory(shape, replace(run, rows_at_once=rows), capacity_gib)
+        if plan.fits:
+            return plan
+    assert plan is not None  # a run has at least one row
+    return plan
 
 
 def host_memory_gib() -> tuple[float, float]:

@@ -184,15 +184,16 @@ def build_config(settings: TrainSettings, device: str, world: int = 1) -> "Regro
     )
 
 
-def check_memory(settings: TrainSettings, device: str, host_gib: tuple[float, float] | None = None) -> None:
-    """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy. On a CPU the
-    plan (an upper bound: every row at --max-completion-tokens) is held against the host's RAM, shared by the
-    processes launched on it: past all of it the run is refused, past what is free now it is warned of."""
+def check_memory(settings: TrainSettings, device: str, host_gib: tuple[float, float] | None = None) -> int | None:
+    """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy; else the
+    rows a forward takes at once (--micro-batch-rows, or the most that fit when it is not given). On a CPU the plan
+    (an upper bound: every row at --max-completion-tokens) is held against the host's RAM, shared by the processes
+    launched on it: past all of it the run is refused, past what is free now it is warned of."""
     from trainer_client.train.memory_plan import (
         GIB,
+        fitted_plan,
         host_memory_gib,
         launched_sharding,
-        plan_memory,
         run_shape,
         shape_of,
     )
@@ -200,14 +201,14 @@ def check_memory(settings: TrainSettings, device: str, host_gib: tuple[float, fl
     try:
         shape = shape_of(settings.model)
     except FileNotFoundError:
-        return  # a GGUF file: its shape is in the weights; the load itself will say what is wrong
+        return None  # a GGUF file: its shape is in the weights; the load itself will say what is wrong
     gpus, sharding = process_rank()[1], launched_sharding()
     if device == "cuda":
         capacity, available, held = _device_gib(), None, "each GPU"
     else:
         total, free = host_gib or host_memory_gib()
         capacity, available, held = total / local_processes(), free / local_processes(), "this host, per process"
-    plan = plan_memory(shape, run_shape(settings, gpus, sharding, device), capacity)
+    plan = fitted_plan(shape, run_shape(settings, gpus, sharding, device), capacity)
     logger.info("memory plan:\n%s", "\n".join(plan.lines()))
     needed = plan.total_bytes / GIB
     if not plan.fits:
@@ -224,6 +225,7 @@ def check_memory(settings: TrainSettings, device: str, host_gib: tuple[float, fl
             available,
             plan.remedy(),
         )
+    return plan.run.forward_rows
 
 
 def _device_gib() -> float:
@@ -285,7 +287,9 @@ def run_training(
     device = resolve_device(settings.device)
     placement = rank_device(device)  # before the memory check reads the current device's size
     if settings.memory_check:
-        check_memory(settings, device)
+        rows_at_once = check_memory(settings, device)
+        if settings.micro_batch_rows is None and rows_at_once is not None:  # the most rows at once that fit
+            settings = settings.model_copy(update={"micro_batch_rows": rows_at_once})
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
     model, tokenizer = load_policy(settings.model, placement, settings.weights_dtype)

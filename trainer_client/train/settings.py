@@ -57,7 +57,8 @@ class TrainSettings(BaseSettings):
         default=None,
         ge=1,
         description="Rows (episodes) of a rank's share of a step in one forward and backward; the rest accumulate "
-        "(TRL's per-device batch and gradient accumulation). Default: the whole share at once. Less memory, same step.",
+        "(TRL's per-device batch and gradient accumulation): less memory, the same step. Default: the most rows, a "
+        "divisor of the share, whose memory plan fits the device (the whole share where it fits).",
     )
     workers: int = Field(default=4, ge=1, description="Concurrent rollout workers (env sessions).")
     max_staleness: int = Field(default=1, ge=0, description="Drop groups started more than this many updates ago.")
