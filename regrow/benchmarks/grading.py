@@ -90,6 +90,8 @@ def run_grade_bench(tasks_dir: Path, repetitions: int, max_tasks: int) -> dict:
                 "tests": len(task.record.FAIL_TO_PASS) + len(task.record.PASS_TO_PASS),
             }
         )
+    if not rows:
+        raise ValueError(f"{tasks_dir} holds no task to grade: give a store made by `regrow synth`")
     return {
         "tasks": rows,
         "repetitions": repetitions,
