@@ -114,6 +114,8 @@ def test_regrow_train_runs_two_steps_against_the_stack(stack, tmp_path):
             "none",
             "--device",
             "cpu",
+            "--uniform-groups",  # the random policy's groups are all 0: dropping them only plays more episodes
+            "keep",
         ],
         capture_output=True,
         text=True,
