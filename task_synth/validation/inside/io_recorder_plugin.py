@@ -142,14 +142,23 @@ def inputs_text(receiver, arguments):
     """(receiver, arguments) as a base64 pickle a fresh interpreter can load, or None when they do not pickle small.
     `arguments` is (args, kwargs) where they are no literals, else None (the check's literal text holds them)."""
     try:
-        buffer = io.BytesIO()
-        _FunctionsAsRecipes(buffer, protocol=4).dump((receiver, arguments))
-        data = buffer.getvalue()
+        data = _pickled((receiver, arguments))
         if len(data) > MAX_INPUTS or type(pickle.loads(data)[0]) is not type(receiver):
             return None
     except Exception:  # locks, lambdas, open files: no check of this call
         return None
     return base64.b64encode(data).decode()
+
+
+def _pickled(value):
+    """pickle's own bytes where they do, else with functions as recipes: the recipe pickler calls back into Python for
+    every object, which a receiver pickled at every call cannot afford."""
+    try:
+        return pickle.dumps(value, protocol=4)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        buffer = io.BytesIO()
+        _FunctionsAsRecipes(buffer, protocol=4).dump(value)
+        return buffer.getvalue()
 
 
 class _FunctionsAsRecipes(pickle.Pickler):
