@@ -369,6 +369,45 @@ def drawn(generator, take, raised=None):
     return text if len(text) <= MAX_DESCRIPTION else None
 
 
+def drawn_in_turn(calls, take, raised=None):
+    """The calls' generators drawn one item each in turn, `take` items each at most: a tuple of their `drawn`
+    outcomes as literal text, or None when an item has no description. A call that raises at once ends with that
+    raise at its first item, as a generator that raises when first drawn."""
+    iterators, items, ends = [], [], []
+    for call in calls:
+        try:
+            iterators.append(iter(call()))
+            ends.append(None)
+        except Exception as error:
+            iterators.append(None)
+            ends.append(_ended_by(error, raised))
+        items.append([])
+    while any(end is None and len(got) < take for end, got in zip(ends, items)):
+        for index, iterator in enumerate(iterators):
+            if ends[index] is not None or len(items[index]) >= take:
+                continue
+            try:
+                item = next(iterator)
+            except StopIteration:
+                ends[index] = "ended"
+                continue
+            except Exception as error:
+                ends[index] = _ended_by(error, raised)
+                continue
+            text = described_text(item)
+            if text is None:
+                return None
+            items[index].append(text)
+    text = f"({''.join(drawn_text(got, end) + ', ' for got, end in zip(items, ends))})"
+    return text if len(text) <= MAX_DESCRIPTION else None
+
+
+def _ended_by(error, raised):
+    if raised is not None:
+        raised[type(error).__name__] = bases_of(error)
+    return ("raised", type(error).__name__)
+
+
 def built(recipe):
     """The value an argument recipe stands for, made anew: `('lit', value)`, `('range', start, stop, step)`,
     `('iter', recipe)`, `('list' | 'tuple', recipes)`, `('dict', ((key, value) recipes))`, `('module', name)`,
@@ -445,14 +484,15 @@ def _arguments(args_text, kwargs_text, recipes):
     return tuple(built(recipe) for recipe in args), {name: built(recipe) for name, recipe in kwargs.items()}, literal
 
 
-def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, recipes=False):
+def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, recipes=False, beside=None):
     """Run one recorded call anew, within `limit` seconds, and say what it gave as data: `returned` (described; with
     `kind`, its type's name, where no description stands for it), `raised` (an Exception's class name, with `bases`
     the names of the classes above it), `timeout`,
     `state` (a receiver's attributes after), `args_after` (pickled arguments after) and `changed_args` (literal
     arguments the call changed). A generator's items are drawn, `take` at most. With `recipes`, the texts hold a
-    recipe per argument (see `built`). Synthesis records with it and a grading container checks with it, so the two
-    replay a call alike."""
+    recipe per argument (see `built`). With `beside`, a second call's `(args, kwargs)` text on the same receiver, the
+    two generators are drawn in turn (`drawn_in_turn`). Synthesis records with it and a grading container checks
+    with it, so the two replay a call alike."""
     found, raised = {}, {}
     receiver = arguments = args = kwargs = before = literal = None
     try:
@@ -469,15 +509,12 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
                 for part in qualname.split("."):
                     function = getattr(function, part)
             before = tuple(map(literal_text, literal)) if literal is not None else None
-            result = function(*args, **kwargs)
-            if inspect.iscoroutine(result):  # an async function's outcome is what awaiting it gives, as its tests see
-                result = _awaited(result)
-            if take is not None and _iterable(result):  # a list serves a test that draws from it as well
-                found["returned"] = drawn(iter(result), take, raised)
+            if beside is not None:
+                other_args, other_kwargs, _ = _arguments(*map(repr, _literal_eval(beside)), recipes)
+                calls = (lambda: function(*args, **kwargs), lambda: function(*other_args, **other_kwargs))
+                found["returned"] = drawn_in_turn(calls, take or 0, raised)
             else:
-                found["returned"] = described_text(result)
-            if found["returned"] is None:
-                found["kind"] = type(result).__name__
+                found.update(_returned(function(*args, **kwargs), take, raised))
     except Overtime:
         found["timeout"] = True
     except Exception as error:
@@ -496,6 +533,16 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
     elif before is not None and tuple(map(literal_text, literal)) != before:
         found["changed_args"] = True
     return found
+
+
+def _returned(result, take, raised):
+    if inspect.iscoroutine(result):  # an async function's outcome is what awaiting it gives, as its tests see
+        result = _awaited(result)
+    if take is not None and _iterable(result):  # a list serves a test that draws from it as well
+        returned = drawn(iter(result), take, raised)
+    else:
+        returned = described_text(result)
+    return {"returned": returned} if returned is not None else {"returned": None, "kind": type(result).__name__}
 
 
 MAX_STEPS = 24  # calls of one program of a deleted class

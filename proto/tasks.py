@@ -71,6 +71,13 @@ class IoCheck(BaseModel):
         "literal spells (a range, an iterator, a function by its name or by value), which every replay builds anew "
         "(proto.call_values.built).",
     )
+    beside: str | None = Field(
+        default=None,
+        description="For a generator method: a second call's `(args, kwargs)` as literal text, made on the same "
+        "receiver right after the first; the replay then draws from the two in turn, `take` items each at most, and "
+        "`result` is the pair of their `('generated', items, end)` outcomes. Two consumers of one object (two "
+        "cursors over one shared source) reach states that no single call does.",
+    )
     steps: str | None = Field(
         default=None,
         description="For a deleted class: the program one test ran on its instances, as a tuple literal of steps "

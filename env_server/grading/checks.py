@@ -50,6 +50,7 @@ def check_inputs(checks: list[IoCheck]) -> list[dict[str, object]]:
             "reads": c.reads,
             "take": c.take,
             "recipes": c.recipes,
+            "beside": c.beside,
         }
         for c in checks
     ]
@@ -97,7 +98,7 @@ def judge(check: IoCheck, record: dict[str, Any] | None) -> CheckResult:
     readable, value = _literal(record.get("returned"))
     _, expected = _literal(check.result)
     if check.take is not None and readable:
-        value = _drawn_as(expected, value, _bases_of(record))
+        value = _drawn_as(expected, value, _bases_of(record), pair=check.beside is not None)
     got = f"returned {record.get('returned')!s:.200}" if readable else f"returned a {record.get('kind', '?')!s:.60}"
     if not readable or not agrees(expected, value):
         return CheckResult(check, "failed", got)
@@ -135,9 +136,13 @@ def _raised_agrees(expected: Any, got: Any, bases_of: dict[str, list[str]]) -> b
     return expected[1] == got[1] or expected[1] in bases_of.get(got[1], ())
 
 
-def _drawn_as(expected: Any, got: Any, bases_of: dict[str, list[str]]) -> Any:
+def _drawn_as(expected: Any, got: Any, bases_of: dict[str, list[str]], pair: bool = False) -> Any:
     """A generator's draws with their end read as the caller sees it: a subclass of the class that ended the
-    original's stands for it."""
+    original's stands for it. With `pair`, each of two generators drawn in turn."""
+    if pair:
+        if not all(type(value) is tuple and len(value) == 2 for value in (expected, got)):
+            return got
+        return tuple(_drawn_as(mine, theirs, bases_of) for mine, theirs in zip(expected, got, strict=True))
     shaped = all(type(value) is tuple and len(value) == 3 for value in (expected, got))
     if shaped and _raised_agrees(expected[2], got[2], bases_of):
         return (*got[:2], expected[2])

@@ -70,7 +70,8 @@ def run_calls(
     MUTANTS_JSON holds, all run by one command (a forked child each) instead of one command per mutant. With
     `reach_files`, the lines each call runs in those files go to REACH_OUT."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
-    rows = [[c.module, c.qualname, c.args, c.kwargs, c.inputs, c.steps, c.reads, c.take, c.recipes] for c in checks]
+    fields = ("module", "qualname", "args", "kwargs", "inputs", "steps", "reads", "take", "recipes", "beside")
+    rows = [[getattr(check, name) for name in fields] for check in checks]
     sb.write_file(calls, json.dumps(rows))
     limits = [str(call_s), str(budget_s)]
     arguments = [*(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]

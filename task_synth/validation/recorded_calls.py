@@ -76,7 +76,7 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         return None
     if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
         return None
-    if check.take is not None and not _is_drawn(literal_value(check.result or "None"), check.take):
+    if check.take is not None and not _drawn_outcome(check):
         return None
     method = "." in check.qualname
     if (method and (check.inputs is None or check.state is None)) or (check.args_after and check.inputs is None):
@@ -97,7 +97,8 @@ def check_key(check: IoCheck) -> tuple[str, str, str, str]:
     steps = canonical(literal_value(check.steps)) if check.steps is not None else ""
     take = "" if check.take is None else f"|{check.take}"  # a test that drew 2 items and one that drew all differ
     recipes = "|recipes" if check.recipes else ""
-    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}|{steps}{take}{recipes}")
+    beside = "" if check.beside is None else f"|beside {canonical(literal_value(check.beside))}"
+    return (check.module, check.qualname, args, f"{kwargs}|{check.inputs or ''}|{steps}{take}{recipes}{beside}")
 
 
 def unique_calls(calls: list[Call]) -> list[Call]:
@@ -205,6 +206,18 @@ def _is_outcome(outcome: object) -> bool:
     )
 
 
+def _drawn_outcome(check: IoCheck) -> bool:
+    """Whether a generator's check holds what its replay gives: one `_is_drawn` outcome, or with `beside` a pair of
+    them and a second call's literal `(args, kwargs)`."""
+    result = literal_value(check.result or "None")
+    if check.beside is None:
+        return _is_drawn(result, check.take or 0)
+    beside = literal_value(check.beside)
+    if type(beside) is not tuple or len(beside) != 2 or type(beside[0]) is not tuple or type(beside[1]) is not dict:
+        return False
+    return type(result) is tuple and len(result) == 2 and all(_is_drawn(part, check.take or 0) for part in result)
+
+
 def _is_drawn(result: object, take: int) -> bool:
     """Whether `result` is what a generator's replay gives: `('generated', items, end)`, no more than `take` items."""
     if type(result) is not tuple or len(result) != 3 or result[0] != "generated" or type(result[1]) is not tuple:
@@ -219,8 +232,8 @@ def raised_in(call: Call) -> set[str]:
     """The exception classes a call raised: its own, any step's of a program, or what ended a generator."""
     if call.check.take is not None:
         drawn: Any = literal_value(call.check.result or "None")  # ('generated', items, end): parsed_call checked it
-        end = drawn[2]
-        return {end[1]} if type(end) is tuple else set()
+        ends = [part[2] for part in drawn] if call.check.beside is not None else [drawn[2]]
+        return {end[1] for end in ends if type(end) is tuple}
     if call.check.steps is None:
         return {call.check.raises} if call.check.raises else set()
     outcomes: Any = literal_value(call.check.result or "()")  # a tuple of outcomes: parsed_call checked it

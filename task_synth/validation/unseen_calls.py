@@ -16,6 +16,8 @@ from task_synth.validation.recorded_calls import Call, canonical, check_key, sel
 
 MAX_UNSEEN = 8  # checks of calls no visible test makes
 MAX_PROBES = 48  # perturbed calls run to find the unseen checks among
+MAX_BESIDE = 3  # second calls drawn in turn with one generator method's call
+BESIDE_TAKE = 16  # items drawn from each of two generators in turn: enough for one to move the other's source
 # What a perturbed call may raise for its new argument's type or the interpreter's limits rather than the unit's rules.
 NOISE_EXCEPTIONS = {"TypeError", "RecursionError", "MemoryError"}
 # The arguments of recorded calls (args, kwargs), or a program's steps ("steps", their text), by (module, qualname);
@@ -190,6 +192,7 @@ def perturbed_calls(
                 pool = (receivers or {}).get((check.module, check.qualname.rpartition(".")[0]), [])
                 mine += [("receiver", state) for state in pool if state != check.inputs]
             rng.shuffle(mine)
+            mine = _with_beside(mine, _beside_calls(check, recorded, rng))
         if check.args_after is None:  # pickled arguments are not perturbed
             variants.append([(check, arguments) for arguments in mine])
     chosen: dict[tuple[str, str, str, str], IoCheck] = {}
@@ -198,6 +201,9 @@ def perturbed_calls(
         if len(chosen) >= limit or probe is None or check_key(probe) in chosen:
             continue
         mark: tuple[object, ...] = ("steps", canonical(arguments[1])) if arguments[0] == "steps" else arguments
+        if arguments[0] == "beside":
+            chosen[check_key(probe)] = probe  # no test draws two at once: never a recorded call
+            continue
         if arguments[0] == "receiver":
             mark = ("receiver", check.args, check.kwargs, arguments[1])
         elif check.recipes:
@@ -257,11 +263,50 @@ def _repeated(steps: tuple, index: int, again: tuple) -> tuple:
     return (*steps[: index + 1], again, *later)
 
 
+def _beside_calls(check: IoCheck, recorded: Arguments, rng: random.Random) -> list[tuple[object, object]]:
+    """For a generator method: second calls on the same receiver, to draw in turn with the check's own (the method's
+    other recorded arguments first, then its own perturbed): a cursor that another consumer of the object moves
+    while it is suspended is behaviour that no call alone shows."""
+    if check.take is None or check.inputs is None or "." not in check.qualname or check.recipes:
+        return []
+    args: Any = literal_value(check.args)
+    kwargs: Any = literal_value(check.kwargs)
+    others = [
+        pair for pair in recorded.get((check.module, check.qualname), ())
+        if len(pair) == 2 and type(pair[0]) is tuple and type(pair[1]) is dict and pair != (args, kwargs)
+    ]  # fmt: skip
+    others = list({canonical(pair): pair for pair in others}.values())
+    rng.shuffle(others)
+    own = [(changed, kwargs) for changed in _changed_args(args)][:2]
+    found: list[tuple[object, object]] = [("beside", pair) for pair in [*others[:2], *own]]
+    return found[:MAX_BESIDE]
+
+
+def _with_beside(mine: list, beside: list) -> list:
+    """The check's variants with its second calls spread among them: one first, then one after every three."""
+    spread, rest = beside[:1], beside[1:]
+    for at, variant in enumerate(mine):
+        spread.append(variant)
+        if at % 3 == 2 and rest:
+            spread.append(rest.pop(0))
+    return spread + rest
+
+
 def _probe(check: IoCheck, arguments: tuple[object, object]) -> IoCheck | None:
     """The check's call with other arguments (or a program with other steps); None when they spell no literal."""
+    if arguments[0] == "beside":
+        beside = literal_text(arguments[1])
+        if beside is None:
+            return None
+        return IoCheck(
+            module=check.module, qualname=check.qualname, args=check.args, kwargs=check.kwargs, inputs=check.inputs,
+            take=BESIDE_TAKE, beside=beside,
+        )  # fmt: skip
     if arguments[0] == "receiver":
-        fields = {"args": check.args, "kwargs": check.kwargs, "take": check.take, "recipes": check.recipes}
-        return IoCheck(module=check.module, qualname=check.qualname, inputs=arguments[1], **fields)
+        return IoCheck(
+            module=check.module, qualname=check.qualname, args=check.args, kwargs=check.kwargs, take=check.take,
+            recipes=check.recipes, inputs=arguments[1],
+        )  # fmt: skip
     if arguments[0] == "steps":
         steps = repr(arguments[1])  # read from a literal, so it reads back
         if len(steps) > MAX_PROGRAM_TEXT:

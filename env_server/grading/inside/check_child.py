@@ -34,7 +34,8 @@ def outcome(call, limit):
     if call.get("steps") is not None:
         return replay_program(call["module"], call["qualname"], call["steps"], call.get("reads", []), limit)
     inputs, take, recipes = call.get("inputs"), call.get("take"), call.get("recipes") is True
-    return replay(call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take, recipes)
+    arguments = (call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take, recipes)
+    return replay(*arguments, call.get("beside"))
 
 
 def read_channel(read_end, deadline):

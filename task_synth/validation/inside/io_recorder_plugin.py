@@ -424,8 +424,9 @@ def pytest_unconfigure(config):
 
 
 def call_outcome(
-    module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=(), take=None, recipes=False
-):
+    module, qualname, args_text, kwargs_text, limit, inputs=None, steps=None, reads=(), take=None, recipes=False,
+    beside=None,
+):  # fmt: skip
     """(result, raises, state, arguments after) of one call, or one program of a class, replayed; None unless it
     returned a describable value or raised an Exception, left literal arguments as they were, and its receiver and
     pickled arguments are describable after."""
@@ -433,7 +434,7 @@ def call_outcome(
         found = replay_program(module, qualname, steps, reads, limit)
         returned, state = found.get("returned"), found.get("state")
         return None if returned is None or state is None else (returned, None, state, None)
-    found = replay(module, qualname, args_text, kwargs_text, inputs, limit, take, recipes)
+    found = replay(module, qualname, args_text, kwargs_text, inputs, limit, take, recipes, beside)
     if (found.get("returned"), found.get("raised")) == (None, None) or found.get("changed_args"):
         return None
     if ("state" in found and found["state"] is None) or ("args_after" in found and found["args_after"] is None):
@@ -452,11 +453,11 @@ def import_modules(calls):
 
 
 def print_call_outcomes(calls, limit, budget, tag=()):
-    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take, recipes] lists) in turn, each under
-    `limit` seconds once their modules are imported, while `budget` seconds last; print a JSON line [*tag, index,
-    result, raises, state, args after] per call with an outcome, as soon as it has one. With REGROW_REACH_FILES (a
-    JSON list of paths) set, each call's lines in those files go to REGROW_REACH_OUT as a JSON line [index, {path:
-    [line, ...]}]."""
+    """Run `calls` ([module, qualname, args, kwargs, inputs, steps, reads, take, recipes, beside] lists) in turn,
+    each under `limit` seconds once their modules are imported, while `budget` seconds last; print a JSON line [*tag,
+    index, result, raises, state, args after] per call with an outcome, as soon as it has one. With
+    REGROW_REACH_FILES (a JSON list of paths) set, each call's lines in those files go to REGROW_REACH_OUT as a JSON
+    line [index, {path: [line, ...]}]."""
     stdout = sys.stdout
     sys.stdout = io.StringIO()  # what importing prints is not an outcome either
     try:
@@ -474,7 +475,7 @@ def print_call_outcomes(calls, limit, budget, tag=()):
         reach = LineReach(reach_files) if reach_out else contextlib.nullcontext()
         try:
             with reach:
-                found = call_outcome(*call[:4], limit, *call[4:9])
+                found = call_outcome(*call[:4], limit, *call[4:10])
         except BaseException:  # past its time, exiting, or no such function
             found = None
         finally:
