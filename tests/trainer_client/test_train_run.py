@@ -67,11 +67,12 @@ def _scalar_tags(folder) -> set[str]:
 
 
 def test_a_run_shows_its_rollouts_while_it_collects_them(scripted_env_url, tiny_policy_dir, tmp_path):
+    """With gradient checkpointing on, too: the in-process sampler keeps its KV cache."""
     from trainer_client.train.run import run_training
 
     readings = []
     settings = settings_for(scripted_env_url, tiny_policy_dir, tmp_path, steps=2).model_copy(
-        update={"logger": "none", "save_steps": 10}
+        update={"logger": "none", "save_steps": 10, "gradient_checkpointing": True}
     )
 
     summary = run_training(settings, show_progress=readings.append)

@@ -45,7 +45,8 @@ class _DrGRPOConfig(GRPOConfig):
     gradient_checkpointing: bool = field(
         default=False,
         metadata={
-            "help": "Off: rollout workers generate with the live model, and checkpointing disables its KV cache."
+            "help": "Recompute activations in the backward; the in-process sampler keeps its KV cache "
+            "(trainer_client.policy.grad_checkpointing)."
         },
     )
     sdpo_ema_decay: float = field(default=0.99, metadata={"help": "EMA decay when sdpo_teacher='ema'."})

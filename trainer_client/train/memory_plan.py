@@ -165,7 +165,7 @@ class MemoryPlan:
             steps.append("fewer tokens a step (--max-completion-tokens, --groups-per-step, --group-size)")
             return "; or ".join(steps)
         if not self.run.gradient_checkpointing:
-            steps.append("--gradient-checkpointing (with --vllm-server)")
+            steps.append("--gradient-checkpointing")
         if not self.run.lora_r:
             steps.append("--lora-r 16")
         if self.run.sharding == "none" or self.run.gpus == 1:

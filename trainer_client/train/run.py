@@ -293,6 +293,10 @@ def run_training(
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
     model, tokenizer = load_policy(settings.model, placement, settings.weights_dtype)
+    if settings.gradient_checkpointing and not settings.vllm_server:  # the sampler generates from this model
+        from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording
+
+        checkpoint_only_while_recording(model)
     tokens = EpisodeTokenizer(tokenizer)
     pair_batches = None
     if settings.beta_dpo:

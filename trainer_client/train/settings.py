@@ -241,15 +241,6 @@ class TrainSettings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _checkpointing_needs_vllm(self) -> "TrainSettings":
-        if self.gradient_checkpointing and not self.vllm_server:
-            raise ValueError(
-                "--gradient-checkpointing turns off the KV cache that the HF sampler generates turns with; use it "
-                "with --vllm-server, or save memory with --lora-r instead"
-            )
-        return self
-
-    @model_validator(mode="after")
     def _vllm_needs_cuda(self) -> "TrainSettings":
         if self.vllm_server and self.device == "cpu":
             raise ValueError(
