@@ -116,3 +116,51 @@ def trajectories(scripted_env_url, tokenizer, episode_tokens):
     from tests.trainer_client.conftest import play_scripts
 
     return play_scripts(scripted_env_url, tokenizer, episode_tokens, SCRIPTS)
+
+
+@pytest.mark.parametrize("weights", [TeacherWeights.initial, TeacherWeights.ema])
+def test_no_turn_is_sampled_while_the_teacher_computes_with_the_policys_own_adapter_swapped(tokenizer, weights):
+    """The initial teacher switches the live adapter off and the EMA one loads its average into it; the sampler
+    thread, which generates from the same model, waits for the swap to end instead of sampling from the teacher."""
+    import threading
+    import time
+
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    from trainer_client.rollout.hf_sampler import HFTurnSampler
+
+    model = with_lora(tiny_qwen2(tokenizer), r=4, alpha=None, dropout=0.0, target_modules="all-linear")
+    with torch.no_grad():  # an adapter that computes something, so that the EMA average differs from it
+        for parameter in adapter_parameters(model).values():
+            parameter.normal_(0, 0.1)
+    lock = threading.Lock()
+    teacher = SDPOTeacher(weights, model, ema_decay=0.5, weights_lock=lock)
+    if weights is TeacherWeights.ema:
+        with torch.no_grad():
+            for parameter in adapter_parameters(model).values():
+                parameter.add_(1.0)  # the live adapter moves away from the average the teacher keeps
+    live = {name: p.detach().clone() for name, p in adapter_parameters(model).items()}
+
+    def as_live() -> bool:
+        layers = [module for module in model.modules() if isinstance(module, BaseTunerLayer)]
+        switched_on = not any(layer.disable_adapters for layer in layers)
+        same = all(torch.equal(p, live[name]) for name, p in adapter_parameters(model).items())
+        return switched_on and same
+
+    sampled_from = []
+    hook = model.register_forward_pre_hook(
+        lambda module, args: (
+            sampled_from.append(as_live()) if threading.current_thread() is not threading.main_thread() else None
+        )
+    )
+    sampler = HFTurnSampler(model, tokenizer.pad_token_id, [tokenizer.eos_token_id], weights_lock=lock)
+    turns = []
+    thread = threading.Thread(target=lambda: turns.extend(sampler.generate_batch([[5, 6, 7]], [3])))
+    with teacher.teacher(model):
+        assert not as_live()  # the teacher's weights are in the model now
+        thread.start()
+        time.sleep(0.5)
+    thread.join(timeout=60)
+    hook.remove()
+
+    assert turns and sampled_from and all(sampled_from)

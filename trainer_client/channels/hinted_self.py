@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -76,10 +77,18 @@ class SDPOTeacher:
     """Runs the teacher forward. A full model keeps its own copy of the weights unless the teacher is the live policy;
     a LoRA policy keeps none: its initial weights are the adapter switched off, an EMA teacher averages the adapter."""
 
-    def __init__(self, weights: TeacherWeights, policy: PreTrainedModel, ema_decay: float = 0.99):
+    def __init__(
+        self,
+        weights: TeacherWeights,
+        policy: PreTrainedModel,
+        ema_decay: float = 0.99,
+        weights_lock: threading.Lock | None = None,
+    ):
         if not 0.0 < ema_decay < 1.0:
             raise ValueError(f"the EMA decay must be in (0, 1), got {ema_decay}")
         self.weights = TeacherWeights(weights)
+        # The in-process sampler's lock: held while the policy's own adapter computes as the teacher.
+        self.weights_lock = weights_lock or threading.Lock()
         self.ema_decay = ema_decay
         self._copy = None
         self._adapter_average: dict[str, torch.Tensor] | None = None
@@ -101,10 +110,13 @@ class SDPOTeacher:
         elif self.weights is TeacherWeights.live:
             yield policy
         elif self._adapter_average is not None:
-            with adapter_weights(policy, self._adapter_average):
+            with self.weights_lock, adapter_weights(policy, self._adapter_average):
                 yield policy
         else:
-            with cast(Any, policy).disable_adapter():  # a peft model's; PreTrainedModel's stubs lack it
+            with (
+                self.weights_lock,
+                cast(Any, policy).disable_adapter(),
+            ):  # a peft model's; PreTrainedModel's stubs lack it
                 yield policy
 
     @torch.no_grad()

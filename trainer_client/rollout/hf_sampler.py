@@ -6,6 +6,7 @@ recorded: the same quantity GRPOTrainer computes for the policy.
 
 import asyncio
 import logging
+import threading
 from dataclasses import dataclass
 
 import torch
@@ -25,8 +26,18 @@ class _Request:
 class HFTurnSampler:
     """Generates turns with a live transformers model; requests queued together are generated as one batch."""
 
-    def __init__(self, model, pad_token_id: int, stop_ids: list[int], temperature: float = 1.0, max_batch: int = 16):
+    def __init__(
+        self,
+        model,
+        pad_token_id: int,
+        stop_ids: list[int],
+        temperature: float = 1.0,
+        max_batch: int = 16,
+        weights_lock: "threading.Lock | None" = None,
+    ):
         self.model = model
+        # Held over each forward: a teacher that swaps the model's adapter holds it too, so no turn is sampled from it.
+        self.weights_lock = weights_lock or threading.Lock()
         self.pad_token_id = pad_token_id
         self.stop_ids = list(stop_ids)
         self.temperature = temperature
@@ -81,13 +92,14 @@ class HFTurnSampler:
         limits = torch.tensor(max_new_tokens, device=device)
         finished = torch.zeros(len(contexts), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
-        output = self.model(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
-            position_ids=position_ids,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        with self.weights_lock:
+            output = self.model(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                use_cache=True,
+                logits_to_keep=1,
+            )
         for step in range(max(max_new_tokens)):
             step_logprobs = torch.log_softmax(output.logits[:, -1].float() / self.temperature, dim=-1)
             token = torch.multinomial(step_logprobs.exp(), 1).squeeze(-1)
@@ -103,13 +115,14 @@ class HFTurnSampler:
                 raise RuntimeError(
                     "the policy returned no KV cache; turn gradient checkpointing off for streamed rollouts"
                 )
-            output = self.model(
-                input_ids=token.unsqueeze(-1),
-                attention_mask=attention_mask,
-                position_ids=position_ids,
-                past_key_values=output.past_key_values,
-                use_cache=True,
-            )
+            with self.weights_lock:
+                output = self.model(
+                    input_ids=token.unsqueeze(-1),
+                    attention_mask=attention_mask,
+                    position_ids=position_ids,
+                    past_key_values=output.past_key_values,
+                    use_cache=True,
+                )
         new_tokens = torch.stack(tokens, dim=1).cpu()
         new_logprobs = torch.stack(logprobs, dim=1).cpu()
         turns = []

@@ -13,6 +13,7 @@ and the multipliers follow the norms each step measures (`sdpo/weight`, `dpo/wei
 """
 
 import logging
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -114,12 +115,17 @@ class RegrowGRPOTrainer(GRPOTrainer):
     args: RegrowGRPOConfig
 
     def __init__(
-        self, model, args: RegrowGRPOConfig, pair_batches: Iterator[list[PreferencePair]] | None = None, **kwargs
+        self,
+        model,
+        args: RegrowGRPOConfig,
+        pair_batches: Iterator[list[PreferencePair]] | None = None,
+        weights_lock: "threading.Lock | None" = None,
+        **kwargs,
     ):
-        # The teacher copies the weights before GRPOTrainer patches the model's forward.
-        self.sdpo_teacher = (
-            SDPOTeacher(TeacherWeights(args.sdpo_teacher), model, args.sdpo_ema_decay) if args.alpha_sdpo else None
-        )
+        # The teacher copies the weights before GRPOTrainer patches the model's forward; it holds the in-process
+        # sampler's `weights_lock` while it swaps the policy's adapter.
+        teacher = TeacherWeights(args.sdpo_teacher)
+        self.sdpo_teacher = SDPOTeacher(teacher, model, args.sdpo_ema_decay, weights_lock) if args.alpha_sdpo else None
         if args.beta_dpo and pair_batches is None:
             raise ValueError("beta_dpo > 0 needs preference pairs: pass --pairs pairs.jsonl")
         self.pair_batches = pair_batches if args.beta_dpo else None

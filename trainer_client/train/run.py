@@ -5,6 +5,7 @@ import hashlib
 import itertools
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -338,11 +339,17 @@ def run_training(
             model, settings.lora_r, settings.lora_alpha, settings.lora_dropout, settings.lora_target_modules
         )
     sampler: TurnSampler
+    weights_lock = threading.Lock()  # the sampler's forwards and the teacher's adapter swaps, one at a time
     if settings.vllm_server:
         sampler = VLLMTurnSampler.connect(settings.vllm_server, tokens.stop_ids, settings.temperature, settings.workers)
     else:
         sampler = HFTurnSampler(
-            model, tokenizer.pad_token_id, tokens.stop_ids, settings.temperature, max_batch=settings.workers
+            model,
+            tokenizer.pad_token_id,
+            tokens.stop_ids,
+            settings.temperature,
+            max_batch=settings.workers,
+            weights_lock=weights_lock,
         )
     limits = EpisodeLimits(
         max_turns=settings.max_turns,
@@ -385,6 +392,7 @@ def run_training(
             stream, tokens, settings.episode_timeout_s, on_group=planner.observe if planner else None
         ),
         pair_batches=pair_batches,
+        weights_lock=weights_lock,
     )
     curves = curves_dir(settings.output_dir) if settings.logger == "tensorboard" else None
     if curves is not None:
