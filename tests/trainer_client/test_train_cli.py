@@ -110,6 +110,18 @@ def test_lora_without_a_learning_rate_gets_the_lora_default_and_a_given_rate_win
     assert TrainSettings(env="http://127.0.0.1:9", lora_r=16).learning_rate == 2e-6
 
 
+def test_weights_load_in_bf16_on_a_gpu_and_fp32_on_a_cpu_unless_asked_or_the_dpo_pairs_say_otherwise():
+    from trainer_client.train.memory_plan import run_shape
+
+    settings = TrainSettings(env="http://127.0.0.1:9")
+    assert (settings.weights_dtype_on("cuda"), settings.weights_dtype_on("cpu")) == ("bfloat16", "float32")
+    assert settings.weights_dtype_on("cuda", pairs_dtype="float32") == "float32"  # the reference's own dtype
+    asked = TrainSettings(env="http://127.0.0.1:9", weights_dtype="float32")
+    assert asked.weights_dtype_on("cuda", pairs_dtype="bfloat16") == "float32"  # then the pairs check refuses
+    assert run_shape(settings, 1, "none", "cuda").weight_bytes == 2
+    assert run_shape(settings, 1, "none", "cpu").weight_bytes == 4
+
+
 def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
     """Before, every rank loaded its copy of the policy onto GPU 0: 8 copies on one card under `accelerate launch`."""
     torch = pytest.importorskip("torch")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from trainer_client.train.settings import TrainSettings
 
 if TYPE_CHECKING:  # grpo_trainer loads torch and TRL; this module imports them only when a run starts
+    from trainer_client.channels.preference_pairs import PreferencePair
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig
     from trainer_client.train.progress import RolloutProgress
 
@@ -264,11 +265,28 @@ def save_final(trainer: Any, tokenizer: Any, final: Path, sharded: bool = False)
     tokenizer.save_pretrained(str(final))
 
 
+def read_dpo_pairs(settings: TrainSettings, world: int) -> "list[PreferencePair]":
+    """The DPO channel's pairs, read before the policy loads (their reference dtype is the one it loads in); none
+    without --beta-dpo."""
+    from trainer_client.channels.preference_pairs import read_pairs
+
+    if not settings.beta_dpo:
+        return []
+    if settings.dpo_pairs_per_step < world:
+        raise ValueError(
+            f"--dpo-pairs-per-step {settings.dpo_pairs_per_step} gives some of the {world} processes no pair: "
+            f"give at least {world}"
+        )
+    if settings.pairs is None:
+        raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
+    return read_pairs(settings.pairs)
+
+
 def run_training(
     settings: TrainSettings, show_progress: "Callable[[RolloutProgress], None] | None" = None
 ) -> TrainSummary:
     """Train for `settings.steps` optimizer steps; resumes from the last checkpoint when asked."""
-    from trainer_client.channels.preference_pairs import PairBatches, read_pairs
+    from trainer_client.channels.preference_pairs import PairBatches
     from trainer_client.channels.reference_policy import check_reference_policy, rescored_at, training_precision
     from trainer_client.policy.policy_loading import load_policy
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
@@ -293,7 +311,10 @@ def run_training(
             settings = settings.model_copy(update={"micro_batch_rows": rows_at_once})
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
-    model, tokenizer = load_policy(settings.model, placement, settings.weights_dtype)
+    pairs = read_dpo_pairs(settings, world)
+    pairs_dtypes = sorted({pair.reference_dtype for pair in pairs})
+    dtype = settings.weights_dtype_on(device, pairs_dtypes[0] if len(pairs_dtypes) == 1 else None)
+    model, tokenizer = load_policy(settings.model, placement, dtype)
     if settings.gradient_checkpointing and not settings.vllm_server:  # the sampler generates from this model
         from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording
 
@@ -301,14 +322,7 @@ def run_training(
     tokens = EpisodeTokenizer(tokenizer)
     pair_batches = None
     if settings.beta_dpo:
-        if settings.dpo_pairs_per_step < world:
-            raise ValueError(
-                f"--dpo-pairs-per-step {settings.dpo_pairs_per_step} gives some of the {world} processes no pair: "
-                f"give at least {world}"
-            )
-        if settings.pairs is None:
-            raise ValueError("--beta-dpo needs --pairs pairs.jsonl (from `regrow replay`)")
-        pairs = read_pairs(settings.pairs)
+        assert settings.pairs is not None  # read_dpo_pairs refused a run without them
         check_reference_policy(pairs, model, settings.model, str(settings.pairs))
         precision = training_precision(device, settings.bf16)
         stale = sum(pair.reference_precision != precision for pair in pairs)

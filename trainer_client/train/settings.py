@@ -127,10 +127,11 @@ class TrainSettings(BaseSettings):
         default="all-linear",
         description="Layers that get an adapter: 'all-linear' or comma-separated names (q_proj,v_proj).",
     )
-    weights_dtype: Literal["float32", "bfloat16"] = Field(
-        default="float32",
+    weights_dtype: Literal["auto", "float32", "bfloat16"] = Field(
+        default="auto",
         description="bfloat16 keeps the weights, their gradients and AdamW's state in bf16: half the memory, but "
-        "updates smaller than bf16's resolution of a weight are lost. Pairs for --beta-dpo must be scored in it too.",
+        "updates smaller than bf16's resolution of a weight are lost. auto: bfloat16 on a GPU and float32 on a CPU; "
+        "with --beta-dpo, the dtype the pairs' reference was scored in (`regrow replay` loads float32).",
     )
     gradient_checkpointing: bool = Field(
         default=False, description="Recompute activations in the backward pass: less memory, about a third slower."
@@ -225,6 +226,15 @@ class TrainSettings(BaseSettings):
     def drops_uniform_groups(self) -> bool:
         """Whether the stream drops groups whose rewards are all equal (see `uniform_groups`)."""
         return self.uniform_groups == "drop" or (self.uniform_groups == "auto" and not self.alpha_sdpo)
+
+    def weights_dtype_on(self, device: str, pairs_dtype: str | None = None) -> str:
+        """The dtype the policy's weights load in on `device`: as asked, else the DPO pairs' reference dtype
+        (their logprobs must be the loaded policy's), else bfloat16 on a GPU and float32 on a CPU."""
+        if self.weights_dtype != "auto":
+            return self.weights_dtype
+        if pairs_dtype is not None:
+            return pairs_dtype
+        return "bfloat16" if device == "cuda" else "float32"
 
     @property
     def lora_rate_by_default(self) -> bool:
