@@ -266,3 +266,7 @@ class DockerBackend:
             return True
         except docker.errors.ImageNotFound:
             return False
+
+    def image_id(self, image: str) -> str:
+        """The image's content ID (`sha256:...`): what a tag names may change, this does not."""
+        return str(self.api.inspect_image(image)["Id"])

@@ -7,16 +7,22 @@ import ast
 import bisect
 import hashlib
 import io
+import logging
+import os
+import pickle
 import re
 import tarfile
 import zipfile
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from proto.python_ast import parse_python
 from sandbox import DockerBackend
 from sandbox.layout import CACHE_NAMES as CACHE_NAME_GLOBS
 from task_synth.candidates.deletion import Deletion
+
+log = logging.getLogger(__name__)
 
 TOKEN = re.compile(rb"[A-Za-z_][A-Za-z0-9_]{3,63}")
 MIN_IDENTIFIER = 5
@@ -124,6 +130,35 @@ def index_image(backend: DockerBackend, image: str, packages: list[str]) -> tupl
         for path, data in with_zip_members(outer, outer_data):
             index.add(data)
             hits += _forbidden(path, installed)
+    return index, hits
+
+
+INDEX_FORMAT = 1  # bumped whenever what an index holds changes, so that no older one is read
+
+
+def cached_index(
+    backend: DockerBackend, image: str, packages: list[str], cache_dir: Path
+) -> tuple[ImageIndex, list[Hit]]:
+    """`index_image`, kept under `cache_dir` by the image's content ID: a run on a repository image that an earlier
+    run read (a rerun, a resumed run, the next kind of unit) loads it in a second instead of reading the whole image
+    again (17 s for a small project)."""
+    key = hashlib.sha256(f"{INDEX_FORMAT}|{backend.image_id(image)}|{sorted(packages)}".encode()).hexdigest()[:32]
+    path = cache_dir / "image-index" / f"{key}.pickle"
+    try:
+        tokens, lines, hits = pickle.loads(path.read_bytes())
+        return ImageIndex(tokens, lines), hits
+    except FileNotFoundError:
+        pass
+    except Exception as error:  # a truncated or foreign file: read the image again and write it anew
+        log.info("the image index cached in %s does not load (%s); reading the image again", path, error)
+    index, hits = index_image(backend, image, packages)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.partial")
+        partial.write_bytes(pickle.dumps((index.tokens, index.lines, hits), protocol=pickle.HIGHEST_PROTOCOL))
+        partial.replace(path)  # whole or absent: a run stopped mid-write leaves no half of it
+    except OSError as error:
+        log.info("the image index could not be cached in %s: %s", path, error)
     return index, hits
 
 

@@ -27,7 +27,7 @@ from task_synth.repository.wheelhouse import build_wheelhouse
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.stage_clock import StageClock
 from task_synth.validation.baseline import Baseline, run_baseline
-from task_synth.validation.canary_scan import Hit, ImageIndex, index_image
+from task_synth.validation.canary_scan import Hit, ImageIndex, cached_index
 from task_synth.validation.fork_server import start_fork_server
 from task_synth.validation.suite_runs import SERVER_ENV
 
@@ -105,10 +105,10 @@ def with_project_options(settings: SynthSettings, root: Path) -> SynthSettings:
 
 
 def _timed_image_scan(
-    backend: DockerBackend, image: str, packages: list[str], clock: StageClock
+    backend: DockerBackend, image: str, packages: list[str], clock: StageClock, cache_dir: Path
 ) -> tuple[ImageIndex, list[Hit]]:
     with clock.stage(IMAGE_SCAN_BESIDE):
-        index, hits = index_image(backend, image, packages)
+        index, hits = cached_index(backend, image, packages, cache_dir)
         index.sorted_tokens  # noqa: B018 -- sorted here, once, rather than by the first jobs at once
         return index, hits
 
@@ -170,7 +170,7 @@ def prepare_repo(
     )
     # The image is read while the install and the baseline run tests in containers: neither needs the other.
     with ThreadPoolExecutor(1, thread_name_prefix="image-scan") as beside:
-        scan = beside.submit(_timed_image_scan, backend, tag, layout.top_packages, clock)
+        scan = beside.submit(_timed_image_scan, backend, tag, layout.top_packages, clock, settings.cache_dir)
         stage("editable install")
         context.capture_editable_install()
         stage("baseline")

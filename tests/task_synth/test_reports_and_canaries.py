@@ -95,3 +95,36 @@ def test_a_unit_too_small_for_a_distinctive_name_is_marked_by_its_lines():
     index = ImageIndex()
     index.add(copy)  # a line the image holds anyway marks nothing
     assert b"return product // gcd(a, b)" not in canaries_for(deletion, remaining, {b"product"}, index.lines).lines
+
+
+class _Image:
+    """An engine that holds one image, read whole on every `image_files` call: the calls are counted."""
+
+    def __init__(self, files: dict[str, bytes], image_id: str = "sha256:aa"):
+        self.files, self.id, self.reads = files, image_id, 0
+
+    def image_id(self, image):
+        return self.id
+
+    def image_files(self, image):
+        self.reads += 1
+        yield from self.files.items()
+
+
+def test_the_image_index_is_read_once_per_image_and_a_damaged_cache_is_read_again(tmp_path):
+    from task_synth.validation.canary_scan import cached_index
+
+    engine = _Image({"opt/venv/lib/python3.11/site-packages/minilib/ops.py": b"def clamp_range_value(): pass\n"})
+    first, hits = cached_index(engine, "repo:1", ["minilib"], tmp_path)  # type: ignore[arg-type]
+    again, hits_again = cached_index(engine, "repo:1", ["minilib"], tmp_path)  # type: ignore[arg-type]
+    assert engine.reads == 1 and b"clamp_range_value" in again.tokens
+    assert (again.tokens, again.lines, hits_again) == (first.tokens, first.lines, hits) and hits  # the copy is a hit
+
+    engine.id = "sha256:bb"  # the tag now names a rebuilt image
+    cached_index(engine, "repo:1", ["minilib"], tmp_path)  # type: ignore[arg-type]
+    assert engine.reads == 2
+    for cached in (tmp_path / "image-index").iterdir():
+        cached.write_bytes(b"not a pickle")
+    index, _ = cached_index(engine, "repo:1", ["minilib"], tmp_path)  # type: ignore[arg-type]
+    assert engine.reads == 3 and b"clamp_range_value" in index.tokens
+    assert not list((tmp_path / "image-index").glob("*.partial"))
