@@ -12,6 +12,7 @@ import os
 import pickle
 import re
 import tarfile
+import threading
 import zipfile
 from collections.abc import Iterable, Iterator, Set
 from dataclasses import dataclass, field
@@ -120,13 +121,22 @@ def archive_files(archive: bytes) -> Iterator[tuple[str, bytes]]:
                 yield member.name.lstrip("./"), handle.read() if handle else b""
 
 
-def index_image(backend: DockerBackend, image: str, packages: list[str]) -> tuple[ImageIndex, list[Hit]]:
+class ScanStopped(Exception):
+    """The run that wanted the image's index stopped while the image was read."""
+
+
+def index_image(
+    backend: DockerBackend, image: str, packages: list[str], stop: threading.Event | None = None
+) -> tuple[ImageIndex, list[Hit]]:
     """One read of the repository image: every token and long line (zip members too), and what must never be in it,
-    an installed copy of the package or a cache under a scrubbed root."""
+    an installed copy of the package or a cache under a scrubbed root. Raises ScanStopped at the next file once
+    `stop` is set: a run stopped during its baseline waits for this thread, and a whole read took minutes under load."""
     index = ImageIndex()
     hits: list[Hit] = []
     installed = _installed_pattern(packages)
     for outer, outer_data in backend.image_files(image):
+        if stop is not None and stop.is_set():
+            raise ScanStopped(f"the read of {image} was stopped")
         for path, data in with_zip_members(outer, outer_data):
             index.add(data)
             hits += _forbidden(path, installed)
@@ -137,7 +147,7 @@ INDEX_FORMAT = 1  # bumped whenever what an index holds changes, so that no olde
 
 
 def cached_index(
-    backend: DockerBackend, image: str, packages: list[str], cache_dir: Path
+    backend: DockerBackend, image: str, packages: list[str], cache_dir: Path, stop: threading.Event | None = None
 ) -> tuple[ImageIndex, list[Hit]]:
     """`index_image`, kept under `cache_dir` by the image's content ID: a run on a repository image that an earlier
     run read (a rerun, a resumed run, the next kind of unit) loads it in a second instead of reading the whole image
@@ -151,7 +161,7 @@ def cached_index(
         pass
     except Exception as error:  # a truncated or foreign file: read the image again and write it anew
         log.info("the image index cached in %s does not load (%s); reading the image again", path, error)
-    index, hits = index_image(backend, image, packages)
+    index, hits = index_image(backend, image, packages, stop)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_suffix(f".{os.getpid()}.partial")

@@ -7,6 +7,7 @@ import logging
 import queue
 import shlex
 import shutil
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -105,10 +106,10 @@ def with_project_options(settings: SynthSettings, root: Path) -> SynthSettings:
 
 
 def _timed_image_scan(
-    backend: DockerBackend, image: str, packages: list[str], clock: StageClock, cache_dir: Path
+    backend: DockerBackend, image: str, packages: list[str], clock: StageClock, cache_dir: Path, stop: threading.Event
 ) -> tuple[ImageIndex, list[Hit]]:
     with clock.stage(IMAGE_SCAN_BESIDE):
-        index, hits = cached_index(backend, image, packages, cache_dir)
+        index, hits = cached_index(backend, image, packages, cache_dir, stop)
         index.sorted_tokens  # noqa: B018 -- sorted here, once, rather than by the first jobs at once
         return index, hits
 
@@ -169,20 +170,25 @@ def prepare_repo(
         backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock
     )
     # The image is read while the install and the baseline run tests in containers: neither needs the other.
+    stop = threading.Event()  # set when the run stops or fails here: leaving the `with` waits for the scan
     with ThreadPoolExecutor(1, thread_name_prefix="image-scan") as beside:
-        scan = beside.submit(_timed_image_scan, backend, tag, layout.top_packages, clock, settings.cache_dir)
-        stage("editable install")
-        context.capture_editable_install()
-        stage("baseline")
-        with context.sandbox() as sb:
-            context.baseline = run_baseline(
-                sb,
-                layout,
-                settings.test_command,
-                settings.baseline_runs,
-                settings.test_timeout_s,
-                settings.max_baseline_failure_fraction,
-            )
+        scan = beside.submit(_timed_image_scan, backend, tag, layout.top_packages, clock, settings.cache_dir, stop)
+        try:
+            stage("editable install")
+            context.capture_editable_install()
+            stage("baseline")
+            with context.sandbox() as sb:
+                context.baseline = run_baseline(
+                    sb,
+                    layout,
+                    settings.test_command,
+                    settings.baseline_runs,
+                    settings.test_timeout_s,
+                    settings.max_baseline_failure_fraction,
+                )
+        except BaseException:
+            stop.set()
+            raise
         stage("image scan")
         context.image_index, hits = scan.result()
     if hits:

@@ -128,3 +128,28 @@ def test_the_image_index_is_read_once_per_image_and_a_damaged_cache_is_read_agai
     index, _ = cached_index(engine, "repo:1", ["minilib"], tmp_path)  # type: ignore[arg-type]
     assert engine.reads == 3 and b"clamp_range_value" in index.tokens
     assert not list((tmp_path / "image-index").glob("*.partial"))
+
+
+def test_a_stopped_run_stops_the_image_read_at_the_next_file():
+    """A run stopped during its baseline waited for the whole image read beside it: minutes under load."""
+    import threading
+
+    import pytest
+
+    from task_synth.validation.canary_scan import ScanStopped, index_image
+
+    stop = threading.Event()
+    engine = _Image({f"opt/file{n}.py": b"x = 1\n" for n in range(1000)})
+    read = []
+
+    def files(image):
+        for item in engine.files.items():
+            read.append(item[0])
+            if len(read) == 3:
+                stop.set()
+            yield item
+
+    engine.image_files = files  # type: ignore[method-assign]
+    with pytest.raises(ScanStopped):
+        index_image(engine, "repo:1", ["minilib"], stop)  # type: ignore[arg-type]
+    assert len(read) == 3  # the file read when the stop came is the last
