@@ -41,7 +41,7 @@ def test_the_scorer_stores_the_logprobs_of_the_policy_as_training_loads_it(bf16_
     assert scorer.score(messages, text).logp == pytest.approx(expected, abs=1e-5)
 
 
-def _train_with(pairs, model_dir, tmp_path):
+def _train_with(pairs, model_dir, tmp_path, **overrides):
     from trainer_client.train.run import run_training
     from trainer_client.train.settings import TrainSettings
 
@@ -61,6 +61,7 @@ def _train_with(pairs, model_dir, tmp_path):
         device="cpu",
         logger="none",
         episode_timeout_s=20,
+        **overrides,
     )
     return run_training(settings)
 
@@ -74,5 +75,6 @@ def test_training_refuses_pairs_scored_by_another_model(tiny_model_dir, tmp_path
 def test_training_refuses_pairs_scored_in_another_dtype(tiny_model_dir, tmp_path):
     model, _ = load_policy(str(tiny_model_dir))
     in_bf16 = make_pair().model_copy(update={"reference_weights": weights_sha256(model), "reference_dtype": "bfloat16"})
+    # asked for float32 (with auto the weights would load in the pairs' bf16, and the hash would differ instead)
     with pytest.raises(ValueError, match=r"in bfloat16, but --model .* trains in float32"):
-        _train_with([in_bf16], tiny_model_dir, tmp_path)
+        _train_with([in_bf16], tiny_model_dir, tmp_path, weights_dtype="float32")
