@@ -351,22 +351,25 @@ def drawn(generator, take, raised=None):
     that ended it goes into `raised` (a dict) with its bases."""
     items, end = [], None
     while len(items) < take:
-        try:
-            item = next(generator)
-        except StopIteration:
-            end = "ended"
+        text, end = _next_drawn(generator, raised)
+        if end is not None:
             break
-        except Exception as error:
-            end = ("raised", type(error).__name__)
-            if raised is not None:
-                raised[end[1]] = bases_of(error)
-            break
-        text = described_text(item)
         if text is None:
             return None
         items.append(text)
     text = drawn_text(items, end)
     return text if len(text) <= MAX_DESCRIPTION else None
+
+
+def _next_drawn(iterator, raised):
+    """(the next item described, None), or (None, how the iterator ended)."""
+    try:
+        item = next(iterator)
+    except StopIteration:
+        return None, "ended"
+    except Exception as error:
+        return None, _ended_by(error, raised)
+    return described_text(item), None
 
 
 def drawn_in_turn(calls, take, raised=None):
@@ -386,15 +389,9 @@ def drawn_in_turn(calls, take, raised=None):
         for index, iterator in enumerate(iterators):
             if ends[index] is not None or len(items[index]) >= take:
                 continue
-            try:
-                item = next(iterator)
-            except StopIteration:
-                ends[index] = "ended"
+            text, ends[index] = _next_drawn(iterator, raised)
+            if ends[index] is not None:
                 continue
-            except Exception as error:
-                ends[index] = _ended_by(error, raised)
-                continue
-            text = described_text(item)
             if text is None:
                 return None
             items[index].append(text)
@@ -474,7 +471,10 @@ def _function(module, qualname, code, defaults, keyword_defaults, closure, names
 def _arguments(args_text, kwargs_text, recipes):
     """A call's (args, kwargs) from its texts, built from recipes where it has them; and their literal part, which
     the call must leave as it was (an iterator a recipe builds is there to be used up)."""
-    args, kwargs = _literal_eval(args_text), _literal_eval(kwargs_text)
+    return _built_arguments(_literal_eval(args_text), _literal_eval(kwargs_text), recipes)
+
+
+def _built_arguments(args, kwargs, recipes):
     if not recipes:
         return args, kwargs, (args, kwargs)
     literal = (
@@ -510,7 +510,7 @@ def replay(module, qualname, args_text, kwargs_text, inputs, limit, take=None, r
                     function = getattr(function, part)
             before = tuple(map(literal_text, literal)) if literal is not None else None
             if beside is not None:
-                other_args, other_kwargs, _ = _arguments(*map(repr, _literal_eval(beside)), recipes)
+                other_args, other_kwargs, _ = _built_arguments(*_literal_eval(beside), recipes)
                 calls = (lambda: function(*args, **kwargs), lambda: function(*other_args, **other_kwargs))
                 found["returned"] = drawn_in_turn(calls, take or 0, raised)
             else:
