@@ -305,16 +305,17 @@ def run_training(
     check_sharding(settings, launched_sharding())
     device = resolve_device(settings.device)
     placement = rank_device(device)  # before the memory check reads the current device's size
+    pairs = read_dpo_pairs(settings, world)
+    pairs_dtypes = sorted({pair.reference_dtype for pair in pairs})
+    dtype = settings.weights_dtype_on(device, pairs_dtypes[0] if len(pairs_dtypes) == 1 else None)
+    settings = settings.model_copy(update={"weights_dtype": dtype})  # the plan and the load read the same dtype
     if settings.memory_check:
         rows_at_once = check_memory(settings, device)
         if settings.micro_batch_rows is None and rows_at_once is not None:  # the most rows at once that fit
             settings = settings.model_copy(update={"micro_batch_rows": rows_at_once})
     if settings.vllm_server:
         check_vllm_ready(settings.vllm_server, device, settings.vllm_timeout_s)  # before the slow model load
-    pairs = read_dpo_pairs(settings, world)
-    pairs_dtypes = sorted({pair.reference_dtype for pair in pairs})
-    dtype = settings.weights_dtype_on(device, pairs_dtypes[0] if len(pairs_dtypes) == 1 else None)
-    model, tokenizer = load_policy(settings.model, placement, dtype)
+    model, tokenizer = load_policy(settings.model, placement, settings.weights_dtype)
     if settings.gradient_checkpointing and not settings.vllm_server:  # the sampler generates from this model
         from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording
 
