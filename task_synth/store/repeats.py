@@ -1,5 +1,9 @@
 """Duplicates are not yield: a task that deletes the same lines as a kept task of its snapshot, or whose FAIL_TO_PASS
-set is the same, teaches nothing new (a stub and a removal of one function, say), so it is rejected as `duplicate`."""
+set is the same, teaches nothing new (a stub and a removal of one function, say), so it is rejected as `duplicate`.
+
+One exception: a candidate that deletes everything a kept task deletes and more asks for more, with more evidence of its
+own (a class's constructor alone, then the constructor with the generator that holds its logic), so the same tests do
+not make it a repeat."""
 
 from __future__ import annotations
 
@@ -22,7 +26,7 @@ class KeptTasks:
 
     def __init__(self, records: Iterable[TaskRecord] = ()):
         self._by_lines: dict[tuple[str, frozenset], str] = {}
-        self._by_tests: dict[tuple[str, frozenset], str] = {}
+        self._by_tests: dict[tuple[str, frozenset], list[tuple[frozenset, str]]] = {}
         for record in records:
             self.add(record)
 
@@ -52,12 +56,14 @@ class KeptTasks:
     def _repeated(self, lines, tests, itself: str | None) -> str | None:
         if lines is not None and self._by_lines.get(lines, itself) != itself:
             return f"deletes the same lines as {self._by_lines[lines]}"
-        if self._by_tests.get(tests, itself) != itself:
-            return f"has the FAIL_TO_PASS tests of {self._by_tests[tests]}"
+        deleted = lines[1] if lines is not None else frozenset()
+        for kept_lines, kept in self._by_tests.get(tests, []):
+            if kept != itself and not kept_lines < deleted:
+                return f"has the FAIL_TO_PASS tests of {kept}"
         return None
 
     def add(self, record: TaskRecord) -> None:
         lines, tests = self._keys(record)
         if record.deleted:
             self._by_lines.setdefault(lines, record.instance_id)
-        self._by_tests.setdefault(tests, record.instance_id)
+        self._by_tests.setdefault(tests, []).append((lines[1], record.instance_id))

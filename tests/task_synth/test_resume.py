@@ -142,6 +142,28 @@ def test_a_validated_candidate_is_known_for_a_repeat_before_its_task_is_built():
     assert kept.repeated_before_build("other@0", [("pkg/m.py", 3, 9)], ["t1", "t2"]) is None
 
 
+def test_a_group_that_holds_a_kept_task_and_more_is_not_its_repeat_though_the_same_tests_fail():
+    """more-itertools: `bucket.__init__` alone was kept, and the group of it with `_get_values` (where the logic and
+    the checks that kill its mutants are) was rejected for having its FAIL_TO_PASS tests."""
+    from proto.tasks import DeletedUnit
+    from task_synth.store.repeats import KeptTasks
+
+    init = DeletedUnit(path="pkg/m.py", qualname="B.__init__", kind="method", start_line=3, end_line=9)
+    kept = KeptTasks([_record("task-1").model_copy(update={"FAIL_TO_PASS": ["t1", "t2"], "deleted": [init]})])
+    snapshot = f"{_record('x').repo}@{_record('x').source_commit}"
+    group = [("pkg/m.py", 3, 9), ("pkg/m.py", 11, 20)]
+    assert kept.repeated_before_build(snapshot, group, ["t1", "t2"]) is None
+    assert "task-1" in (kept.repeated_before_build(snapshot, [("pkg/m.py", 11, 20)], ["t1", "t2"]) or "")
+    values = DeletedUnit(path="pkg/m.py", qualname="B._get_values", kind="method", start_line=11, end_line=20)
+    # and a group kept first makes its member alone a repeat
+    assert "task-2" in (
+        KeptTasks(
+            [_record("task-2").model_copy(update={"FAIL_TO_PASS": ["t1"], "deleted": [init, values]})]
+        ).repeated_before_build(snapshot, [("pkg/m.py", 3, 9)], ["t1"])
+        or ""
+    )
+
+
 def test_a_candidate_that_deletes_a_kept_tasks_lines_is_a_duplicate_without_being_validated():
     from proto.tasks import DeletedUnit
     from task_synth.candidates.units import Unit
