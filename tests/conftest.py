@@ -1,11 +1,19 @@
-"""Shared fixtures: the real Docker engine, the base image, and a leak check after the suite."""
+"""Shared fixtures: the real Docker engine, the base image, the train extra's gate, and a leak check after the suite."""
 
+import importlib.util
 import os
+import re
 import time
 
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+# The train extra is gated here and nowhere else (`make test-unit` runs on the core install, without it).
+TRAIN_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "gguf")
+TRAIN_EXTRA = all(importlib.util.find_spec(name) is not None for name in TRAIN_PACKAGES)
+WITHOUT_TRAIN_EXTRA = "needs the train extra (torch, transformers, trl): `make setup` installs it"
+_MISSING_MODULE = re.compile(r"No module named '([\w.]+)'")
+_MARKED_TRAIN = re.compile(r"^pytestmark = .*pytest\.mark\.train", re.MULTILINE)
 
 
 def _docker_or_fail_or_skip():
@@ -34,12 +42,41 @@ def base_image(docker_backend) -> str:
     return BASE_IMAGE
 
 
+@pytest.fixture(scope="session")
+def train_extra() -> None:
+    """Requested by every fixture that builds a model or a tokenizer: without the train extra, its tests skip."""
+    if not TRAIN_EXTRA:
+        pytest.skip(WITHOUT_TRAIN_EXTRA)
+
+
 def pytest_collection_modifyitems(config, items):
-    """A test that reaches the engine through any fixture carries the docker marker, so `make test-fast` leaves it
-    out."""
+    """A test that reaches the engine (or the train extra) through any fixture carries the docker (or train) marker,
+    so `make test-unit` leaves it out; without the train extra, a test marked train skips."""
     for item in items:
-        if "docker_backend" in getattr(item, "fixturenames", ()):
+        fixtures = getattr(item, "fixturenames", ())
+        if "docker_backend" in fixtures:
             item.add_marker(pytest.mark.docker)
+        if "train_extra" in fixtures:
+            item.add_marker(pytest.mark.train)
+        if not TRAIN_EXTRA and item.get_closest_marker("train"):
+            item.add_marker(pytest.mark.skip(reason=WITHOUT_TRAIN_EXTRA))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(collector):
+    """A test module that imports the train extra at its top skips whole where the extra is absent."""
+    report = yield
+    if report.failed and not TRAIN_EXTRA and isinstance(collector, pytest.Module):
+        missing = _MISSING_MODULE.search(str(report.longrepr))
+        if missing and missing.group(1).split(".")[0] in TRAIN_PACKAGES:
+            if _MARKED_TRAIN.search(collector.path.read_text(encoding="utf-8")):
+                report.outcome = "skipped"
+                report.longrepr = (str(collector.path), 0, f"Skipped: {WITHOUT_TRAIN_EXTRA}")
+            else:  # unmarked, `-m train` would never pick it up, and no lane would run it
+                report.longrepr = (
+                    f"{collector.path} imports the train extra at its top: mark it `pytestmark = pytest.mark.train`"
+                )
+    return report
 
 
 def _leftovers(client, owner_filters) -> list[dict]:

@@ -28,6 +28,8 @@ ARTIFACTS = Path(
 )
 WIDTH, HEIGHT = 1400, 1000
 
+pytestmark = pytest.mark.browser
+
 
 @pytest.fixture(scope="module")
 def served(memory_task_store, tmp_path_factory):

@@ -25,9 +25,9 @@ def test_a_store_without_tasks_is_refused_with_the_remedy(tmp_path):
     assert outcome.exit_code == 1 and "regrow synth" in outcome.output
 
 
+@pytest.mark.train
 def test_sft_on_the_demonstrations_lowers_the_policys_loss_on_them(server, demo_task_store, tmp_path):
     """The warm start: the demonstrator's episodes, exported, fine-tune the tiny policy through TRL's SFTTrainer."""
-    pytest.importorskip("trl", reason="the train extra is not installed")
     from env_server.traces.export import export_traces
     from proto.dataset_files import DatasetFormat
     from tests.trainer_client.tiny_policy import save_tiny_policy

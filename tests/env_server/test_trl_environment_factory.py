@@ -11,6 +11,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from transformers import utils as transformers_utils
 
 from proto.actions import TOOL_ARGS
 from proto.traces import EpisodeTrace
@@ -18,8 +19,6 @@ from proto.transcript import observation_text
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS, TWIN_TASK_ID
 from trainer_client.env.trl_environment import URL_VARIABLE, RegrowCodingEnv, task_dataset
 
-transformers_utils = pytest.importorskip("transformers.utils", reason="the train extra is not installed")
-pytest.importorskip("trl", reason="the train extra is not installed")
 pytestmark = [pytest.mark.train]  # the engine where a test grades (its fixtures say so)
 
 

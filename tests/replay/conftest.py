@@ -6,9 +6,8 @@ import pytest
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
+def tiny_model_dir(train_extra, tmp_path_factory) -> Path:
     """The policy: a random-init tiny Qwen2 and its freshly trained tokenizer."""
-    pytest.importorskip("torch")
     from tests.replay.tiny_model import build_tiny_chat_model
     from tests.replay.tool_caller import WHOLE_REPLIES
 

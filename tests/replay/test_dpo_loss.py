@@ -3,10 +3,9 @@
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from trainer_client.channels.dpo_loss import completion_logps, sigmoid_dpo_loss  # noqa: E402
+from trainer_client.channels.dpo_loss import completion_logps, sigmoid_dpo_loss
 
 pytestmark = pytest.mark.train
 

@@ -1,17 +1,16 @@
 """The DPO reference is the policy training starts from, loaded as training loads it; other pairs are refused."""
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from proto.transcript import format_tool_call, transcript  # noqa: E402
-from tests.replay.recorded_traces import recorded_traces  # noqa: E402
-from tests.replay.test_preference_pairs import make_pair  # noqa: E402
-from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
-from trainer_client.channels.preference_pairs import completion_ids, write_pairs  # noqa: E402
-from trainer_client.channels.reference_policy import weights_dtype, weights_sha256  # noqa: E402
-from trainer_client.policy.policy_loading import load_policy  # noqa: E402
-from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
+from proto.transcript import format_tool_call, transcript
+from tests.replay.recorded_traces import recorded_traces
+from tests.replay.test_preference_pairs import make_pair
+from trainer_client.channels.dpo_loss import completion_logps
+from trainer_client.channels.preference_pairs import completion_ids, write_pairs
+from trainer_client.channels.reference_policy import weights_dtype, weights_sha256
+from trainer_client.policy.policy_loading import load_policy
+from trainer_client.replay.policy_scorer import PolicyScorer
 
 pytestmark = pytest.mark.train
 

@@ -12,8 +12,6 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-pytest.importorskip("torch")
-
 from regrow.cli import app as regrow_app
 from tests.live_process import free_port, wait_healthy
 from tests.replay.tool_caller import READ_CORE

@@ -4,21 +4,20 @@ import asyncio
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-
-from proto.actions import ToolCall  # noqa: E402
-from proto.transcript import ASSISTANT_TEXT_KEY, PARSE_ERROR_KEY, TURN_KEY, format_tool_call, transcript  # noqa: E402
-from tests.replay.recorded_traces import recorded_traces  # noqa: E402
-from tests.replay.tool_caller import READ_CORE  # noqa: E402
-from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
-from trainer_client.channels.preference_pairs import encode_pair  # noqa: E402
-from trainer_client.replay.action_key import action_key  # noqa: E402
-from trainer_client.replay.policy_scorer import PolicyScorer  # noqa: E402
-from trainer_client.replay.replay_run import ReplayRun, ReplaySettings, turn_starts  # noqa: E402
-from trainer_client.replay.spending import SpendingCap  # noqa: E402
-from trainer_client.replay.teachers import open_teacher  # noqa: E402
-from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig  # noqa: E402
+from proto.actions import ToolCall
+from proto.transcript import ASSISTANT_TEXT_KEY, PARSE_ERROR_KEY, TURN_KEY, format_tool_call, transcript
+from tests.replay.recorded_traces import recorded_traces
+from tests.replay.tool_caller import READ_CORE
+from trainer_client.channels.dpo_loss import completion_logps
+from trainer_client.channels.preference_pairs import encode_pair
+from trainer_client.replay.action_key import action_key
+from trainer_client.replay.policy_scorer import PolicyScorer
+from trainer_client.replay.replay_run import ReplayRun, ReplaySettings, turn_starts
+from trainer_client.replay.spending import SpendingCap
+from trainer_client.replay.teachers import open_teacher
+from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig
 
 pytestmark = pytest.mark.train
 

@@ -4,6 +4,8 @@ the wheelhouse: a suite whose tests import them would otherwise fail at collecti
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from task_synth.repository.declared_test_deps import declared_test_deps, dependency_groups, poetry_groups, tox_deps
 from task_synth.repository.wheelhouse import build_only, build_wheelhouse
 
@@ -81,12 +83,14 @@ def test_declared_test_deps_are_not_taken_for_build_only_requirements(tmp_path):
     assert build_only(root, ["six", "sniffio"]) == {"setuptools"}
 
 
+@pytest.mark.pypi
 def test_the_wheelhouse_holds_every_declared_test_requirement(tmp_path):
     wheelhouse = build_wheelhouse(_project(tmp_path / "tiny"), tmp_path / "cache")
     names = {wheel.name.split("-")[0].lower() for wheel in wheelhouse.glob("*.whl")}
     assert {"idna", "six", "tomli", "wcwidth", "sniffio"} <= names, textwrap.shorten(str(sorted(names)), 300)
 
 
+@pytest.mark.pypi
 def test_a_declared_requirement_that_does_not_resolve_leaves_the_wheelhouse_to_the_project(tmp_path):
     root = _project(tmp_path / "tiny")
     (root / "tox.ini").write_text("[testenv]\ndeps =\n    regrow-no-such-package-anywhere==0.0.1\n")

@@ -38,6 +38,7 @@ def test_the_metadata_header_is_read_not_the_description(tmp_path):
     assert wheel_requires_python(wheel) == ("idna", "3.10", None)
 
 
+@pytest.mark.pypi
 def test_a_dependency_that_dropped_the_images_python_is_pinned_back(tmp_path):
     root = tmp_path / "tiny"
     (root / "tiny").mkdir(parents=True)

@@ -11,9 +11,8 @@ TEMPLATE = (
 
 
 @pytest.fixture(scope="module")
-def random_model_endpoint(tmp_path_factory):
+def random_model_endpoint(train_extra, tmp_path_factory):
     """`transformers serve` on an untrained tiny model: its greedy answer is special tokens only, so empty text."""
-    pytest.importorskip("torch")
     from tests.openai_serve import transformers_serve
     from tests.replay.tiny_model import build_tiny_chat_model
 

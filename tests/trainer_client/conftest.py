@@ -26,8 +26,7 @@ class ScriptedSampler:
 
 
 @pytest.fixture(scope="session")
-def tokenizer():
-    pytest.importorskip("transformers")
+def tokenizer(train_extra):
     from tests.trainer_client.tiny_policy import train_tokenizer
 
     return train_tokenizer()

@@ -2,9 +2,6 @@
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("gguf")
-
 pytestmark = pytest.mark.train
 
 

@@ -6,18 +6,15 @@ import tomllib
 from pathlib import Path
 
 import pytest
+import torch
+from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
+from typer.testing import CliRunner
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-
-from packaging.requirements import Requirement  # noqa: E402
-from packaging.specifiers import SpecifierSet  # noqa: E402
-from typer.testing import CliRunner  # noqa: E402
-
-from proto import EpisodeTokens  # noqa: E402
-from regrow.benchmarks import gpu  # noqa: E402
-from regrow.benchmarks.gpu import version_ok  # noqa: E402
-from regrow.benchmarks.gpu_replay import (  # noqa: E402
+from proto import EpisodeTokens
+from regrow.benchmarks import gpu
+from regrow.benchmarks.gpu import version_ok
+from regrow.benchmarks.gpu_replay import (
     RECORDING,
     ShapeRun,
     policy_spans,
@@ -26,7 +23,7 @@ from regrow.benchmarks.gpu_replay import (  # noqa: E402
     rewards_that_train,
     stretched,
 )
-from regrow.cli import app  # noqa: E402
+from regrow.cli import app
 
 pytestmark = pytest.mark.train
 

@@ -4,13 +4,11 @@ generates from the same model in training mode, keeps its KV cache."""
 import threading
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer  # noqa: E402
-from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording  # noqa: E402
-from trainer_client.rollout.hf_sampler import HFTurnSampler  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer
+from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording
+from trainer_client.rollout.hf_sampler import HFTurnSampler
 
 pytestmark = pytest.mark.train
 

@@ -9,14 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-torch = pytest.importorskip("torch")
-
-from regrow.cli import app as regrow_app  # noqa: E402
-from tests.live_process import free_port, served_subprocess  # noqa: E402
-from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
-from tests.trainer_client.tiny_policy import save_tiny_policy  # noqa: E402
-from trainer_client.train.ladder import ARMS, LadderSettings, run_arm  # noqa: E402
-from trainer_client.train.settings import TrainSettings  # noqa: E402
+from regrow.cli import app as regrow_app
+from tests.live_process import free_port, served_subprocess
+from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store
+from tests.trainer_client.tiny_policy import save_tiny_policy
+from trainer_client.train.ladder import ARMS, LadderSettings, run_arm
+from trainer_client.train.settings import TrainSettings
 
 pytestmark = pytest.mark.train
 

@@ -2,9 +2,8 @@
 cap, Cohere's scale, Granite's divisor) get the same transform in `head_logits` as in their forward."""
 
 import pytest
-
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
+import torch
+import transformers
 
 pytestmark = pytest.mark.train
 

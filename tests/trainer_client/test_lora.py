@@ -5,15 +5,12 @@ import copy
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-pytest.importorskip("peft")
-
-from tests.trainer_client.test_trainer_step import SCRIPTS, build, config  # noqa: E402
-from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights  # noqa: E402
-from trainer_client.policy.lora_adapter import adapter_parameters, causal_lm, with_lora  # noqa: E402
+from tests.trainer_client.test_trainer_step import SCRIPTS, build, config
+from tests.trainer_client.tiny_policy import tiny_qwen2
+from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights
+from trainer_client.policy.lora_adapter import adapter_parameters, causal_lm, with_lora
 
 pytestmark = pytest.mark.train
 

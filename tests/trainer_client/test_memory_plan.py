@@ -63,8 +63,8 @@ def test_bf16_weights_halve_what_the_weights_their_gradients_and_adamw_hold():
     assert half.parts["optimizer (AdamW)"] == pytest.approx(4 * shape.parameters)
 
 
+@pytest.mark.train
 def test_the_policy_loads_in_bf16_when_asked(tmp_path):
-    pytest.importorskip("torch")
     from tests.trainer_client.tiny_policy import save_tiny_policy
     from trainer_client.policy.policy_loading import load_policy
 

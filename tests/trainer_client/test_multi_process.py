@@ -7,11 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-
-from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer
 
 pytestmark = pytest.mark.train
 

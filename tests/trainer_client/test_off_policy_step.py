@@ -5,14 +5,12 @@ import copy
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-
-from tests.trainer_client import test_trainer_step  # noqa: E402
-from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.rollout.agent_loop import Trajectory  # noqa: E402
-from trainer_client.rollout.rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows  # noqa: E402
+from tests.trainer_client import test_trainer_step
+from tests.trainer_client.tiny_policy import tiny_qwen2
+from trainer_client.rollout.agent_loop import Trajectory
+from trainer_client.rollout.rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows
 
 pytestmark = pytest.mark.train
 

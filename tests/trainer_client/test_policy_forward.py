@@ -3,16 +3,14 @@
 import dataclasses
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.channels.dpo_loss import completion_logps  # noqa: E402
-from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row  # noqa: E402
-from trainer_client.policy.policy_forward import head_logits, left_padded, pair_logps  # noqa: E402
-from trainer_client.policy.prefix_cache import recorded_forward  # noqa: E402
-from trainer_client.rollout.rows import HintedTurn  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2
+from trainer_client.channels.dpo_loss import completion_logps
+from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row
+from trainer_client.policy.policy_forward import head_logits, left_padded, pair_logps
+from trainer_client.policy.prefix_cache import recorded_forward
+from trainer_client.rollout.rows import HintedTurn
 
 pytestmark = pytest.mark.train
 

@@ -7,9 +7,6 @@ import sys
 
 import pytest
 
-pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
 pytestmark = pytest.mark.train
 
 POLICY_IN_A_FRESH_INTERPRETER = (

@@ -1,10 +1,11 @@
 """SDPO's divergence: zero when student and teacher agree, positive when they differ, and bounded weights."""
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
+from trainer_client.channels.sdpo_loss import generalized_jsd, sdpo_token_loss, top_k_with_tail
 
-from trainer_client.channels.sdpo_loss import generalized_jsd, sdpo_token_loss, top_k_with_tail  # noqa: E402
+pytestmark = pytest.mark.train
 
 
 def logits(seed: int, n: int = 6, vocab: int = 50):

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-pytest.importorskip("transformers", reason="the train extra is not installed")
-
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 from trainer_client.train.sft import SftSettings, read_exported, sft_examples
+
+pytestmark = pytest.mark.train
 
 CALL = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
 MESSAGES = [

@@ -2,11 +2,8 @@
 
 import pytest
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-
-from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.rollout.rows import EPISODE_SLOT  # noqa: E402
+from tests.trainer_client.tiny_policy import tiny_qwen2
+from trainer_client.rollout.rows import EPISODE_SLOT
 
 pytestmark = pytest.mark.train
 

@@ -42,7 +42,6 @@ def test_a_missing_env_url_is_a_clear_error():
 
 @pytest.mark.train
 def test_every_setting_the_trainer_config_shares_reaches_it():
-    pytest.importorskip("trl")
     from trainer_client.train.run import build_config
 
     changed = {
@@ -122,9 +121,11 @@ def test_weights_load_in_bf16_on_a_gpu_and_fp32_on_a_cpu_unless_asked_or_the_dpo
     assert run_shape(settings, 1, "none", "cpu").weight_bytes == 4
 
 
+@pytest.mark.train
 def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
     """Before, every rank loaded its copy of the policy onto GPU 0: 8 copies on one card under `accelerate launch`."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from trainer_client.train.run import rank_device
 
     monkeypatch.setenv("LOCAL_RANK", "1")
@@ -157,7 +158,6 @@ def test_a_sharded_run_refuses_what_would_hang_or_read_shards_as_whole_weights()
 
 @pytest.mark.train
 def test_micro_batch_rows_become_trls_per_device_batch_and_accumulation():
-    pytest.importorskip("trl")
     from trainer_client.train.run import build_config
 
     url = "http://127.0.0.1:9"

@@ -10,16 +10,14 @@ from pathlib import Path
 
 import httpx
 import pytest
+import torch
 
 from env_server.traces.export import export_traces
 from proto.dataset_files import DatasetFormat
 from proto.traces import EpisodeTokens
-
-torch = pytest.importorskip("torch")
-
-from tests.live_process import free_port, stop, wait_healthy  # noqa: E402
-from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store  # noqa: E402
-from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_run_settings  # noqa: E402
+from tests.live_process import free_port, stop, wait_healthy
+from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store
+from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_run_settings
 
 pytestmark = [pytest.mark.docker, pytest.mark.train]
 

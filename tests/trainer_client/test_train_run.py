@@ -2,8 +2,6 @@
 
 import pytest
 
-pytest.importorskip("torch")
-
 from tests.trainer_client.tiny_policy import save_tiny_policy, tiny_run_settings
 
 pytestmark = pytest.mark.train

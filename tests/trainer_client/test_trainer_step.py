@@ -4,13 +4,11 @@ import copy
 import math
 
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("trl")
-
-from tests.trainer_client.conftest import play_scripts  # noqa: E402
-from tests.trainer_client.tiny_policy import tiny_qwen2  # noqa: E402
-from trainer_client.rollout.rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows  # noqa: E402
+from tests.trainer_client.conftest import play_scripts
+from tests.trainer_client.tiny_policy import tiny_qwen2
+from trainer_client.rollout.rows import EPISODE_SLOT, env_reward, episode_slots, trajectory_rows
 
 pytestmark = pytest.mark.train
 

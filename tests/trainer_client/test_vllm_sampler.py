@@ -14,8 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("torch")
-
 from tests.live_process import free_port, served_in_thread, served_subprocess
 from tests.trainer_client.tiny_policy import tiny_qwen2
 from trainer_client.rollout.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn
