@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, CliPositionalArg, SettingsConfigDict
 from rich.console import Console
 
 from task_synth.settings import SynthSettings
+from task_synth.tasks_cli import print_difficulty, tasks_app
 
 console = Console(stderr=True)
 MODES_HELP = "Deletion mode: stub, remove or file; repeat for several (tasks alternate between them)."
@@ -73,22 +74,6 @@ def _print_summary(console, title: str, report_rows: list[tuple[str, object]]) -
     table.add_column("value", justify="right")
     for name, value in report_rows:
         table.add_row(name, str(value))
-    console.print(table)
-
-
-def print_difficulty(console, records) -> None:
-    from rich.table import Table
-
-    from task_synth.store.difficulty import spread
-
-    signals = spread(records)
-    if not signals:
-        return
-    table = Table(title=f"difficulty of {len(records)} tasks")
-    for column in ("signal", "min", "median", "max"):
-        table.add_column(column, justify="left" if column == "signal" else "right")
-    for name, values in signals.items():
-        table.add_row(name, *(f"{values[key]:g}" for key in ("min", "median", "max")))
     console.print(table)
 
 
@@ -241,6 +226,4 @@ def _synth_many(console, repos: Path, out: Path, settings, progress, update, on_
 
 
 def register(app: typer.Typer) -> None:
-    from task_synth.tasks_cli import tasks_app
-
     app.add_typer(tasks_app, name="tasks")

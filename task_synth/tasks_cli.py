@@ -1,4 +1,5 @@
-"""`regrow tasks`: commands on task stores (`regrow tasks export`, `regrow tasks merge`)."""
+"""`regrow tasks`: commands on task stores (`regrow tasks export`, `regrow tasks merge`), and the difficulty table
+that `regrow synth` prints too."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 
 from proto.dataset_files import DatasetFormat
+from proto.tasks import TaskRecord
 
 console = Console(stderr=True)
 tasks_app = typer.Typer(help="Task stores.", no_args_is_help=True)
@@ -47,7 +49,6 @@ def tasks_export(
         raise typer.Exit(1) from None
     console.print(f"exported {count} tasks to {out} ({format})")
     from proto.task_files import read_records
-    from task_synth.cli import print_difficulty
 
     print_difficulty(console, read_records(store))
 
@@ -70,3 +71,20 @@ def tasks_merge(
         added, there = report.added[str(shard)], report.already_there[str(shard)]
         console.print(f"{shard}: {added} task(s) added, {there} already there")
     console.print(f"{out}: {report.total} tasks")
+
+
+def print_difficulty(console: Console, records: list[TaskRecord]) -> None:
+    """Print the spread (min, median, max) of the tasks' difficulty signals; nothing when no task has one."""
+    from rich.table import Table
+
+    from task_synth.store.difficulty import spread
+
+    signals = spread(records)
+    if not signals:
+        return
+    table = Table(title=f"difficulty of {len(records)} tasks")
+    for column in ("signal", "min", "median", "max"):
+        table.add_column(column, justify="left" if column == "signal" else "right")
+    for name, values in signals.items():
+        table.add_row(name, *(f"{values[key]:g}" for key in ("min", "median", "max")))
+    console.print(table)
