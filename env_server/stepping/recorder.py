@@ -4,19 +4,29 @@ trace store and the event log."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from env_server.grading.change_set import ChangeSet
 from env_server.observability.event_log import log_event
 from env_server.observability.live_stats import LiveStats
 from env_server.observability.metrics import ServerMetrics
+from env_server.task_store import Task
 from env_server.traces.store import TraceStore
 from proto.actions import TOOL_ARGS
 from proto.observations import RewardDetails
-from proto.traces import StepTrace
+from proto.traces import EpisodeTrace, StepTrace
+from sandbox import Sandbox
 
-if TYPE_CHECKING:
-    from env_server.stepping.episode import Episode
+
+class RecordedEpisode(Protocol):
+    """What the recorder reads of an episode (stepping/episode.py's Episode), so that the recorder does not import
+    the stepping that calls it."""
+
+    id: str
+    task: Task
+    sandbox: Sandbox
+    trace: EpisodeTrace
+    details: RewardDetails | None
 
 
 class StepRecorder:
@@ -25,11 +35,11 @@ class StepRecorder:
     def __init__(self, metrics: ServerMetrics, live_stats: LiveStats, traces: TraceStore):
         self.metrics, self.live_stats, self.traces = metrics, live_stats, traces
 
-    def started(self, episode: Episode) -> None:
+    def started(self, episode: RecordedEpisode) -> None:
         self.traces.start_episode(episode.trace)
         log_event("episode.start", episode.id, task_id=episode.task.id, sandbox=episode.sandbox.id[:12])
 
-    def step(self, episode: Episode, step: StepTrace) -> None:
+    def step(self, episode: RecordedEpisode, step: StepTrace) -> None:
         """One step taken (its action as recorded, its observation and its timing)."""
         tool = step.action.tool
         self.metrics.step_seconds.labels(tool if tool in TOOL_ARGS else "unknown").observe(step.duration_s)
@@ -44,7 +54,7 @@ class StepRecorder:
             done=step.observation.done,
         )
 
-    def graded(self, episode: Episode, details: RewardDetails, changes: ChangeSet | None = None) -> None:
+    def graded(self, episode: RecordedEpisode, details: RewardDetails, changes: ChangeSet | None = None) -> None:
         """The reward, the tripwires it tripped, for an impossible twin whether it was forged, and the change set
         graded (kept so that `regrow traces regrade` can grade it again)."""
         if changes is not None:
@@ -59,14 +69,14 @@ class StepRecorder:
             self.metrics.twins_graded.labels("forged" if forged else "held").inc()
             self.live_stats.record_twin(forged)
 
-    def finished(self, episode: Episode, status: str) -> None:
+    def finished(self, episode: RecordedEpisode, status: str) -> None:
         """The episode ended: `submitted`, `budget_exhausted` or `aborted`."""
         self.traces.end_episode(episode.id, status, datetime.now(UTC), episode.details)
         self.metrics.episodes_total.labels(status).inc()
         self.live_stats.record_end()
         log_event("episode.end", episode.id, status=status, reward=episode.details.reward if episode.details else None)
 
-    def aborted(self, episode: Episode, reason: str) -> None:
+    def aborted(self, episode: RecordedEpisode, reason: str) -> None:
         log_event("episode.abort", episode.id, reason=reason)
 
     def sandbox_failed(self, operation: str) -> None:
