@@ -210,7 +210,7 @@ def bench_rollouts(
 ) -> None:
     """Episodes per minute against a live env server; with groups, the share whose rewards are all equal per sampler."""
     from regrow.benchmarks.training import run_rollout_bench
-    from trainer_client.env.client import EnvError
+    from trainer_client.env.errors import EnvError
 
     unknown = sorted(set(sampler) - {"uniform", "frontier"})
     if unknown:

@@ -39,7 +39,7 @@ def train(settings: TrainSettings) -> None:
     from rich.live import Live
     from rich.text import Text
 
-    from trainer_client.env.client import EnvError
+    from trainer_client.env.errors import EnvError
     from trainer_client.rollout.vllm_sampler import check_vllm_answers
 
     if settings.plan:
@@ -100,7 +100,7 @@ def ladder(rung: LadderSettings, settings: TrainSettings) -> None:
     from pydantic import ValidationError
     from rich.markdown import Markdown
 
-    from trainer_client.env.client import EnvError
+    from trainer_client.env.errors import EnvError
     from trainer_client.train.ladder import run_ladder
 
     checking = "checking the env, the model and the pairs"

@@ -411,7 +411,7 @@ async def when_a_slot_frees(attempt: Callable[[], Awaitable[float]], wait_s: flo
     to `wait_s`; then its EnvAtCapacity goes to the caller."""
     import asyncio
 
-    from trainer_client.env.client import EnvAtCapacity
+    from trainer_client.env.errors import EnvAtCapacity
 
     deadline, pause = time.monotonic() + wait_s, 0.25
     while True:

@@ -15,7 +15,8 @@ from proto import coding_env_pb2_grpc as pb_grpc
 from proto.actions import ToolCall
 from sandbox.layout import WORKSPACE
 from tests.task_fixture import DEMO_TASK_ID
-from trainer_client.env.client import EnvClient, EnvRequestError
+from trainer_client.env.client import EnvClient
+from trainer_client.env.errors import EnvRequestError
 
 pytestmark = pytest.mark.docker
 

@@ -5,7 +5,7 @@ import asyncio
 import pytest
 
 from regrow.benchmarks.training import when_a_slot_frees
-from trainer_client.env.client import EnvAtCapacity
+from trainer_client.env.errors import EnvAtCapacity
 
 
 def _refused_then(refusals: int):

@@ -10,7 +10,8 @@ import pytest
 from proto import ToolCall
 from tests.trainer_client.conftest import ScriptedSampler
 from tests.trainer_client.scripted_env import serve_scripted_env
-from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvTransportError, refusal_code
+from trainer_client.env.client import EnvClient
+from trainer_client.env.errors import EnvAtCapacity, EnvTransportError, refusal_code
 from trainer_client.rollout.agent_loop import EpisodeLimits
 from trainer_client.rollout.stream import RolloutStream
 

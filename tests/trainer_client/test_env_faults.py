@@ -21,7 +21,8 @@ from proto import ToolCall
 from tests.live_process import free_port, wait_healthy
 from tests.trainer_client.conftest import ScriptedSampler
 from tests.trainer_client.scripted_env import ScriptedCodingEnv, serve_scripted_env
-from trainer_client.env.client import EnvClient, EnvEpisodeLost, EnvRequestError, EnvTransportError
+from trainer_client.env.client import EnvClient
+from trainer_client.env.errors import EnvEpisodeLost, EnvRequestError, EnvTransportError
 from trainer_client.rollout.agent_loop import EpisodeLimits
 from trainer_client.rollout.stream import RolloutStream
 

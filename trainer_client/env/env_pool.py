@@ -14,7 +14,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
-from trainer_client.env.client import EnvAtCapacity, EnvClient, EnvUnavailable, Episode
+from trainer_client.env.client import EnvClient, Episode
+from trainer_client.env.errors import EnvAtCapacity, EnvUnavailable
 from trainer_client.env.server_pool import HealthRead, ServerPool, health_read, is_ip_literal, url_per_address
 
 logger = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ import grpc
 from proto import ENVIRONMENT_FAILURES, CodingObservation, ToolCall
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
-from trainer_client.env.client import (
+from trainer_client.env.errors import (
     CAPACITY_REACHED,
     EnvAtCapacity,
     EnvRequestError,

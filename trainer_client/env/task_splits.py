@@ -6,7 +6,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from trainer_client.env.client import EnvError
+from trainer_client.env.errors import EnvError
 
 
 def split_sizes(url: str, timeout_s: float = 10.0) -> dict[str, int] | None:

@@ -13,7 +13,7 @@ import httpx
 from proto.actions import TOOL_ARGS, tool_description
 from proto.observations import CodingObservation
 from proto.transcript import observation_text
-from trainer_client.env.client import EnvError
+from trainer_client.env.errors import EnvError
 
 if TYPE_CHECKING:
     from datasets import Dataset

@@ -14,7 +14,8 @@ from unidiff.errors import UnidiffParseError
 
 from proto.actions import ToolCall
 from proto.tasks import TaskRecord
-from trainer_client.env.client import EnvClient, EnvError
+from trainer_client.env.client import EnvClient
+from trainer_client.env.errors import EnvError
 
 logger = logging.getLogger(__name__)
 

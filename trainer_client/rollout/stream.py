@@ -21,7 +21,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from trainer_client.env.client import (
+from trainer_client.env.env_pool import EnvPool
+from trainer_client.env.errors import (
     EnvAtCapacity,
     EnvEpisodeLost,
     EnvError,
@@ -29,7 +30,6 @@ from trainer_client.env.client import (
     EnvTransportError,
     EnvUnavailable,
 )
-from trainer_client.env.env_pool import EnvPool
 from trainer_client.env.server_pool import env_urls
 from trainer_client.rollout.agent_loop import EpisodeLimits, GeneratedTurn, Trajectory, TurnSampler, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
