@@ -11,7 +11,7 @@ from tests.replay.tool_caller import READ_CORE, RUN_TESTS, replay_contexts
 from trainer_client.replay.action_key import action_key
 from trainer_client.replay.hf_teacher import HFTeacher
 from trainer_client.replay.openai_teacher import OpenAITeacher
-from trainer_client.replay.teachers import TeacherError, worst_case_cost_usd
+from trainer_client.replay.teacher_call import TeacherError, worst_case_cost_usd
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig
 from trainer_client.rollout.chat_format import parse_tool_calls
 

@@ -3,7 +3,7 @@
 import pytest
 
 from trainer_client.replay.spending import BudgetExhausted, SpendingCap
-from trainer_client.replay.teachers import call_cost_usd, worst_case_cost_usd
+from trainer_client.replay.teacher_call import call_cost_usd, worst_case_cost_usd
 from trainer_client.replay.teachers_config import HFTeacherConfig, OpenAITeacherConfig, load_teachers_file
 
 TEACHERS_YAML = """

@@ -5,7 +5,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, cast
 
-from trainer_client.replay.teachers import TeacherError, TeacherReply, call_cost_usd
+from trainer_client.replay.teacher_call import TeacherError, TeacherReply, call_cost_usd
 from trainer_client.replay.teachers_config import HFTeacherConfig
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from typing import Any, cast
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionMessage, ChatCompletionMessageParam
 
-from trainer_client.replay.teachers import TeacherError, TeacherReply, call_cost_usd, worst_case_tokens
+from trainer_client.replay.teacher_call import TeacherError, TeacherReply, call_cost_usd, worst_case_tokens
 from trainer_client.replay.teachers_config import OpenAITeacherConfig
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,8 @@ from trainer_client.replay.pair_decision import Outcome, StepDecision, TeacherVo
 from trainer_client.replay.policy_scorer import ActionScore, PolicyScorer
 from trainer_client.replay.replay_report import ReplayReport, TeacherTally, TraceTally, summarize_latency
 from trainer_client.replay.spending import BudgetExhausted, Reservation, SpendingCap
-from trainer_client.replay.teachers import Teacher, TeacherError, worst_case_cost_usd
+from trainer_client.replay.teacher_call import TeacherError, worst_case_cost_usd
+from trainer_client.replay.teachers import Teacher
 from trainer_client.replay.teachers_config import TeacherConfig
 from trainer_client.rollout.chat_format import parse_tool_calls
 
