@@ -21,7 +21,7 @@ import typer
 from rich.table import Table
 
 from regrow.output import console, fail
-from regrow.stack_cli import StackError, check_manager, docker, ensure_image
+from regrow.swarm import StackError, check_manager, docker, ensure_image, remove_sandboxes_of
 
 log = logging.getLogger(__name__)
 BATCH_LABEL = "regrow.synth.batch"
@@ -152,8 +152,6 @@ def wait_jobs(jobs: list[SynthJob], retries: int, timeout_s: float, on_poll=None
 
 def remove_jobs(jobs: list[SynthJob]) -> int:
     """Remove the jobs' services and the sandboxes their killed tries left; returns how many sandboxes that was."""
-    from regrow.stack_cli import remove_sandboxes_of
-
     containers = set().union(*(job_containers(job) for job in jobs)) if jobs else set()
     services = [job.service for job in jobs if service_exists(job.service)]
     if services:

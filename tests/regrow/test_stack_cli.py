@@ -1,8 +1,6 @@
-"""`regrow stack`'s own logic, with the `docker` CLI answered by hand: which nodes it waits for and what it refuses."""
+"""`regrow stack`'s own logic, with the `docker` CLI answered by hand: which nodes it waits for, at which URLs."""
 
 import json
-
-import pytest
 
 from regrow import stack_cli
 
@@ -42,25 +40,3 @@ def test_only_ready_active_nodes_are_waited_for_and_a_manager_at_0000_is_named_b
 def test_node_urls_bracket_ipv6():
     assert stack_cli.node_url(stack_cli.Node("a", "127.0.0.1"), 8000) == "http://127.0.0.1:8000"
     assert stack_cli.node_url(stack_cli.Node("b", "fd00::1"), 8000) == "http://[fd00::1]:8000"
-
-
-@pytest.mark.parametrize(
-    ("info", "remedy"),
-    [("inactive false", "docker swarm init"), ("active false", "on a manager"), ("pending false", "docker swarm init")],
-)
-def test_stack_commands_refuse_an_engine_that_is_no_swarm_manager(monkeypatch, info, remedy):
-    answer(monkeypatch, {"info": info})
-    with pytest.raises(stack_cli.StackError, match=remedy):
-        stack_cli.check_manager()
-
-
-def test_the_sandboxes_of_removed_servers_are_removed_and_counted(docker_backend, base_image):
-    """On the engine; the 'server' here is a running container, so that no other test's reaper takes its sandbox
-    first (a reaper takes a sandbox once its owner container stops)."""
-    from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
-
-    with docker_backend.create(base_image) as server, docker_backend.create(base_image) as bystander:
-        left = docker_backend.create(base_image, labels={OWNER_CONTAINER_LABEL: server.id})
-        assert stack_cli.remove_sandboxes_of({server.id}) == 1
-        assert not docker_backend.container_running(left.id)
-        assert docker_backend.container_running(server.id) and docker_backend.container_running(bystander.id)
