@@ -10,9 +10,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from env_server.traces.store import TraceStore
+from env_server.traces.store import PASSED, TraceStore
 
-PASSED = 1.0 - 1e-9  # a reward this high passed every test it was graded on
 # Bin edges of the reward histogram: 0 and 1 are bins of their own, the rest are tenths.
 REWARD_BINS = ["0", "0-0.1", "0.1-0.2", "0.2-0.3", "0.3-0.4", "0.4-0.5", "0.5-0.6", "0.6-0.7", "0.7-0.8", "0.8-0.9",
                "0.9-1", "1"]  # fmt: skip

@@ -13,7 +13,6 @@ import time
 import uuid
 from datetime import UTC, datetime
 
-from env_server.dashboard.trace_summaries import PASSED
 from env_server.frontier_sampler import Graded, PassRates, frontier_pick
 from env_server.lifecycle.engine_watch import EngineWatch, server_health
 from env_server.lifecycle.prefix_replay import PrefixRefused, described, replayed_steps, same_answer
@@ -34,7 +33,7 @@ from env_server.stepping.errors import (
 from env_server.stepping.recorder import StepRecorder
 from env_server.stepping.tools import ToolResult, call_tool
 from env_server.task_store import Task, TaskStore, UnknownTask
-from env_server.traces.store import TraceStore
+from env_server.traces.store import PASSED, TraceStore
 from proto.actions import TOOL_ARGS, ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation
