@@ -36,7 +36,7 @@ def _use_json_logs() -> None:
 
 def serve(settings: ServerSettings) -> None:
     """Serve until SIGINT or SIGTERM, logging JSON lines; a bad store or an unreachable engine is one error line."""
-    from env_server.lifecycle.server import serve as run_server
+    from env_server.server import serve as run_server
     from sandbox import SandboxError
 
     _use_json_logs()

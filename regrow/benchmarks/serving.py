@@ -15,7 +15,7 @@ import grpc
 from websockets.sync.client import connect
 
 from env_server.lifecycle.provisioning import seed
-from env_server.lifecycle.server import start_in_background
+from env_server.server import start_in_background
 from env_server.settings import ServerSettings
 from env_server.task_store import TaskStore
 from proto import coding_env_pb2 as pb

@@ -63,7 +63,7 @@ def runtime(docker_backend, demo_task_store, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(docker_backend, demo_task_store, tmp_path_factory):
     """The whole server (HTTP, WebSocket, gRPC) on free local ports, stopped after the module."""
-    from env_server.lifecycle.server import start_in_background
+    from env_server.server import start_in_background
 
     settings = make_settings(demo_task_store, tmp_path_factory.mktemp("srv"), host="127.0.0.1", port=0, grpc_port=0)
     with start_in_background(settings, docker_backend) as running:
@@ -100,7 +100,7 @@ def memory_runtime(memory_task_store, tmp_path_factory):
 @pytest.fixture(scope="module")
 def memory_server(memory_task_store, tmp_path_factory):
     """The whole server (HTTP, WebSocket, gRPC) on the in-memory backend: the wire with no engine."""
-    from env_server.lifecycle.server import start_in_background
+    from env_server.server import start_in_background
 
     backend = memory_backend()
     settings = make_settings(
@@ -113,7 +113,7 @@ def memory_server(memory_task_store, tmp_path_factory):
 @pytest.fixture(scope="module")
 def two_task_memory_server(tmp_path_factory):
     """The whole server on the in-memory backend over a store of two tasks (the demo task and its twin)."""
-    from env_server.lifecycle.server import start_in_background
+    from env_server.server import start_in_background
     from tests.task_fixture import DEMO_TASK_ID, TWIN_TASK_ID, build_memory_task_store
 
     store = build_memory_task_store(tmp_path_factory.mktemp("two-tasks"), (DEMO_TASK_ID, TWIN_TASK_ID))

@@ -27,7 +27,7 @@ if sys.argv[0].endswith("check_child.py"):
 @contextmanager
 def served_with_token(backend, store: Path, folder: Path, token: str, refresh_s: float) -> Iterator:
     """A whole server on free local ports whose pages need `token`, its dashboard refreshed every `refresh_s`."""
-    from env_server.lifecycle.server import start_in_background
+    from env_server.server import start_in_background
 
     settings = make_settings(
         store, folder, host="127.0.0.1", port=0, grpc_port=0, api_token=token, dashboard_refresh_s=refresh_s

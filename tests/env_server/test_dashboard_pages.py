@@ -140,7 +140,7 @@ def test_an_unknown_episode_is_a_404_page(browser):
 
 
 def test_a_server_stops_while_a_dashboard_holds_its_event_stream_open(memory_task_store, tmp_path):
-    from env_server.lifecycle.server import start_in_background
+    from env_server.server import start_in_background
 
     settings = make_settings(
         memory_task_store, tmp_path, host="127.0.0.1", port=0, grpc_port=0, warm_pool_total=0, dashboard_refresh_s=0.2

@@ -26,7 +26,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from websockets.sync.client import connect
 
 from env_server.lifecycle.runtime import SERVER_LABEL
-from env_server.lifecycle.server import RunningServer, start_in_background
+from env_server.server import RunningServer, start_in_background
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, ENVIRONMENT_FAILURES, ServerHealth

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from env_server.frontier_sampler import FLOOR, Graded, PassRates, frontier_pick
-from env_server.lifecycle.server import start_in_background
+from env_server.server import start_in_background
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from proto.observations import RewardDetails

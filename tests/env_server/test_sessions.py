@@ -16,7 +16,7 @@ import pytest
 from websockets.sync.client import connect
 
 from env_server.lifecycle.runtime import SERVER_LABEL
-from env_server.lifecycle.server import start_in_background
+from env_server.server import start_in_background
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from sandbox.lifecycle.owner import MANAGED_LABEL

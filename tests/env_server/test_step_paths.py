@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from env_server.lifecycle.server import start_in_background
+from env_server.server import start_in_background
 from tests.env_server.conftest import make_settings, memory_backend
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
