@@ -1,1 +1,2 @@
-"""The repository stage: its checkout, layout, wheelhouse, image and editable install, before any deletion."""
+"""The repository stage: its checkout, layout, wheelhouse, image and editable install (prepared_repo.py), before any
+deletion."""

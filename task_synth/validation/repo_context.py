@@ -1,4 +1,5 @@
-"""Everything per repository that every candidate shares: checkout, layout, repo image, baseline, sandboxes."""
+"""Everything per repository that every candidate shares: the prepared repository (repository/prepared_repo.py) with
+its baseline, the index of its repo image and the sandboxes validation runs in; and how `prepare_repo` makes it."""
 
 from __future__ import annotations
 
@@ -14,16 +15,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandbox import DockerBackend, Limits, Sandbox
+from sandbox import DockerBackend, Sandbox
 from sandbox.layout import WORKSPACE
 from sandbox.lifecycle.base_image import BASE_IMAGE
 from task_synth.errors import SynthError
-from task_synth.repository.editable_install import capture_install, install_workspace, seed_workspace, tree_archive
+from task_synth.repository.editable_install import seed_workspace, tree_archive
 from task_synth.repository.image_python import image_python_version
+from task_synth.repository.prepared_repo import SANDBOX_LIMITS, PreparedRepo
 from task_synth.repository.pytest_compat import dropped_doctests, kept_options, project_addopts
 from task_synth.repository.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
-from task_synth.repository.repo_layout import RepoLayout, read_layout
-from task_synth.repository.source import Checkout, checkout
+from task_synth.repository.repo_layout import read_layout
+from task_synth.repository.source import checkout
 from task_synth.repository.wheelhouse import build_wheelhouse
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.stage_clock import StageClock
@@ -36,23 +38,13 @@ log = logging.getLogger(__name__)
 
 # The whole image scan, run beside the install and the baseline; the stage "image scan" is what is left to wait for.
 IMAGE_SCAN_BESIDE = "image scan (beside baseline)"
-SANDBOX_LIMITS = Limits(memory_bytes=2048 << 20, pids=512, file_size_bytes=512 << 20)
 
 
-@dataclass
-class RepoContext:
+@dataclass(kw_only=True)
+class RepoContext(PreparedRepo):
     """One repository at one commit, ready for candidates to be validated against its baseline."""
 
-    backend: DockerBackend
-    checkout: Checkout
-    layout: RepoLayout
-    repo_image: str
     baseline: Baseline
-    settings: SynthSettings
-    wheelhouse: Path | None = None
-    clock: StageClock = field(default_factory=StageClock)
-    # What `pip install -e` of the checkout adds to the venv (gzipped tar at /): every task's reset writes it.
-    install_archive: bytes = b""
     image_index: ImageIndex = field(default_factory=ImageIndex)
 
     def sandbox(self) -> Sandbox:
@@ -69,15 +61,6 @@ class RepoContext:
             sb.destroy()
             raise
         return sb
-
-    def capture_editable_install(self) -> None:
-        """Install the checkout editable in the build stage, once, and keep the files the install adds."""
-        sb = self.backend.create(
-            build_stage_tag(self.repo_image), limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "install"}, workdir=WORKSPACE
-        )
-        with sb:
-            install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
-            self.install_archive = capture_install(sb)
 
     @contextmanager
     def sandbox_pool(self, size: int) -> Iterator[queue.Queue[Sandbox]]:
@@ -167,7 +150,7 @@ def prepare_repo(
     if build_repo_image(backend, tag, wheelhouse):
         created_images += [tag, build_stage_tag(tag)]
     context = RepoContext(
-        backend, checked, layout, tag, Baseline(set(), set(), {}, [], {}), settings, wheelhouse, clock
+        backend, checked, layout, tag, settings, wheelhouse, clock, baseline=Baseline(set(), set(), {}, [], {})
     )
     # The image is read while the install and the baseline run tests in containers: neither needs the other.
     stop = threading.Event()  # set when the run stops or fails here: leaving the `with` waits for the scan
