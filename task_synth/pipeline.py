@@ -2,8 +2,8 @@
 repository image.
 
 The recipe, stage by stage: prepare the repository and its baseline (repository/, validation/repo_context.py), delete
-each candidate unit (candidates/), validate the deletion (validation/), then build its task and write the store
-(store/).
+each candidate unit (candidates/), validate the deletion (validation/), assemble its workspace (store/), check the
+finished task (validation/task_checks.py), then write its record and the store (store/).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ from task_synth.settings import SynthSettings
 from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
 from task_synth.store.repeats import KeptTasks, snapshot
 from task_synth.store.store_writer import RepoFiles, StoreWriter
-from task_synth.store.task_builder import BuiltTask, build_task, repo_dir
+from task_synth.store.task_builder import BuiltTask, build_task, repo_dir, task_workspace
 from task_synth.store.twins import seeded_twin
 from task_synth.validation.repo_context import RepoContext, prepare_repo
+from task_synth.validation.task_checks import check_task
 from task_synth.validation.verdict import REJECTIONS, validate
 
 log = logging.getLogger(__name__)
@@ -219,7 +220,9 @@ def _candidate(context: RepoContext, pool, unit: Unit, mode: str, kept: KeptTask
     if repeated:  # known now, before the recording and mutants that make most of a task's cost
         log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
         return BuiltTask(None, "duplicate", None, verdict.test_executions, repeated), verdict.test_executions
-    built = build_task(context, deletion, verdict)
+    workspace = task_workspace(context, deletion)
+    checked = check_task(context, deletion, verdict, workspace.archive, workspace.patch)
+    built = build_task(context, deletion, workspace, checked)
     if built.rejection:
         log.info("%s (%s): %s %s", unit.key, mode, built.rejection, built.detail)
     return built, verdict.test_executions + built.test_executions

@@ -1,4 +1,5 @@
-"""Deletion units of a repository (functions, methods, classes, modules, features) and their ranking."""
+"""Deletion units of a repository (functions, methods, classes, modules, features), their ranking, and how a task
+record names what a deletion removes."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from proto.tasks import DeletedUnit
 from task_synth.repository.repo_layout import RepoLayout
 
 MIN_STATEMENTS = 3
@@ -251,3 +253,17 @@ def sample_units(weighted: list[tuple[Unit, float]], count: int, seed: int) -> l
             keyed.append((math.log(draw or 1e-300) / weight, unit.key, unit))
     keyed.sort(key=lambda item: (-item[0], item[1]))
     return [unit for _, _, unit in keyed[:count]]
+
+
+def deleted_units(unit: Unit) -> list[DeletedUnit]:
+    """The units a deletion removes, as the task record names them: a group's parts, or the unit itself."""
+    return [
+        DeletedUnit(
+            path=piece.path,
+            qualname=piece.qualname,
+            kind=piece.kind,  # type: ignore[arg-type]  # a piece is never a group
+            start_line=piece.start_line,
+            end_line=piece.end_line,
+        )
+        for piece in unit.pieces
+    ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 SKIPPED_DIRS = {".git", ".venv", "venv", "build", "dist", ".tox", ".nox", "node_modules", "__pycache__", "docs", "doc"}
@@ -45,6 +46,11 @@ class RepoLayout:
     @property
     def top_packages(self) -> list[str]:
         return sorted(set(self.roots) or {name.split(".")[0] for name in self.modules.values()})
+
+    @cached_property
+    def test_texts(self) -> dict[str, str]:
+        """The text of each test file (path -> text), read once."""
+        return {path: (self.root / path).read_text(encoding="utf-8", errors="replace") for path in self.test_files}
 
 
 # Top-level scripts of a flat layout that are never the project's single module.

@@ -196,9 +196,7 @@ def run_baseline(
     unmeasured = unmeasured_package_error(lines, layout, run.output_tail)
     if unmeasured:
         raise SynthError(unmeasured)
-    test_texts = {
-        path: (layout.root / path).read_text(encoding="utf-8", errors="replace") for path in layout.test_files
-    }
+    test_texts = layout.test_texts
     log.info("baseline: %d tests, %d stable, %d files with coverage", len(collected), len(stable), len(lines))
     packages = importable_packages(sb, layout.top_packages, timeout)
     imported = runner_imports(sb, layout.top_packages, timeout)

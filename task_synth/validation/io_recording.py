@@ -26,6 +26,7 @@ from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.candidates.deletion import Deletion
+from task_synth.candidates.units import deleted_units
 from task_synth.repository.editable_install import SCRATCH
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.settings import SynthSettings
@@ -49,7 +50,7 @@ from task_synth.validation.mutants import MAX_MUTANTS, mutants_of, site_lines
 from task_synth.validation.recorded_calls import Call, calls_in_both, check_key, linked_calls, parsed_call, raised_in
 from task_synth.validation.suite_runs import PLUGIN_DIR
 from task_synth.validation.task_strength import Strength
-from task_synth.validation.unit_checks import UNREACHED, UnitChecks, UnitKills, chosen_for_units, deleted_units
+from task_synth.validation.unit_checks import UNREACHED, UnitChecks, UnitKills, chosen_for_units
 from task_synth.validation.unseen_calls import (
     MAX_PROBES,
     Arguments,

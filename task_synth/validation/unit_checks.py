@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from proto.evidence import expected_outcome, has_secret_evidence, unit_key, unit_of
 from proto.tasks import DeletedUnit, IoCheck
-from task_synth.candidates.units import Unit
 from task_synth.validation.recorded_calls import MAX_CHECKS, Call, CallKey, check_key, selected_checks
 from task_synth.validation.task_strength import Strength, measured_strength, strongest
 from task_synth.validation.unseen_calls import MAX_UNSEEN, unseen_checks
@@ -23,20 +22,6 @@ UnitKills = list[tuple[str, set[CallKey]]]
 # The kill set of a mutant on a line no call runs: a key no check has, so the mutant survives every choice of checks
 # instead of counting as equivalent (a mutant that calls run and none tells apart).
 UNREACHED: CallKey = ("", "", "no call runs this line", "")
-
-
-def deleted_units(unit: Unit) -> list[DeletedUnit]:
-    """The units a deletion removes, as the task record names them: a group's parts, or the unit itself."""
-    return [
-        DeletedUnit(
-            path=piece.path,
-            qualname=piece.qualname,
-            kind=piece.kind,  # type: ignore[arg-type]  # a piece is never a group
-            start_line=piece.start_line,
-            end_line=piece.end_line,
-        )
-        for piece in unit.pieces
-    ]
 
 
 @dataclass

@@ -50,8 +50,8 @@ def test_a_copy_of_the_deleted_code_inside_a_wheel_is_scanned_and_found_vendored
     import io
     import zipfile
 
-    from task_synth.store.task_builder import removed_source
     from task_synth.validation.canary_scan import ImageIndex, is_vendored, scan_files, vendored_copy, with_zip_members
+    from task_synth.validation.task_checks import removed_source
 
     layout = read_layout(MINILIB)
     deletion = delete_unit(layout, _unit(layout, "feature", "slugify"), "remove")

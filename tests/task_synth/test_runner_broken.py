@@ -65,8 +65,8 @@ def test_a_package_that_does_not_import_before_any_deletion_is_left_out_of_the_i
 
 
 def test_an_oracle_run_that_wrote_no_report_says_how_pytest_stopped_not_that_every_test_failed():
-    from task_synth.store.task_builder import oracle_failure
     from task_synth.validation.suite_runs import SuiteRun
+    from task_synth.validation.task_checks import oracle_failure
 
     tests = [f"tests/test_x.py::test_{n}" for n in range(415)]
     died = SuiteRun(exit_code=137, output_tail="........................", oom_killed=True)

@@ -27,11 +27,12 @@ from task_synth.candidates.units import enumerate_units
 from task_synth.pipeline import synthesize
 from task_synth.repository.repo_layout import read_layout
 from task_synth.settings import SynthSettings
-from task_synth.store.task_builder import build_task, workspace_text
+from task_synth.store.task_builder import build_task, task_workspace
 from task_synth.validation.canary_scan import archive_files, canaries_for, index_image, scan_files, scan_image
 from task_synth.validation.recorded_calls import MAX_CHECKS, check_key
 from task_synth.validation.repo_context import prepare_repo
 from task_synth.validation.suite_runs import run_tests
+from task_synth.validation.task_checks import check_task, workspace_text
 from task_synth.validation.unseen_calls import MAX_UNSEEN
 from task_synth.validation.verdict import validate
 
@@ -196,7 +197,9 @@ def test_a_method_task_gets_checks_that_the_original_method_passes_on_the_record
     with context.sandbox() as sb:
         verdict = validate(sb, context.baseline, deletion, module, SETTINGS)
     assert verdict.rejection is None, verdict
-    built = build_task(context, deletion, verdict)
+    workspace = task_workspace(context, deletion)
+    checked = check_task(context, deletion, verdict, workspace.archive, workspace.patch)
+    built = build_task(context, deletion, workspace, checked)
     assert built.record is not None, (built.rejection, built.detail)
     stats = built.record.stats
     assert stats.hidden_checks == len(built.io_checks) > 0 and stats.mutants > 0, stats

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from proto.evidence import checks_by_unit, has_secret_evidence, module_of_path, unit_of, units_without_evidence
 from proto.tasks import DeletedUnit, IoCheck
-from task_synth.store.task_builder import evidence_rejection, rejected_units
 from task_synth.validation.io_recording import Recording
 from task_synth.validation.recorded_calls import MAX_CHECKS, Call, check_key
+from task_synth.validation.task_checks import evidence_rejection, rejected_units
 from task_synth.validation.task_strength import Strength
 from task_synth.validation.unit_checks import UnitChecks, chosen_for_units, with_evidence
 from task_synth.validation.unseen_calls import MAX_UNSEEN
