@@ -1,8 +1,15 @@
-"""The parts depend one way (proto <- env_server, trainer_client; sandbox <- env_server, task_synth), the rooms
-inside trainer_client too (env < rollout < policy < channels < train, replay), and only sandbox/ talks to Docker.
-Read from the imports themselves, with ast (no Docker)."""
+"""The parts depend one way (proto <- env_server, trainer_client; sandbox <- env_server, task_synth), and only sandbox/
+talks to Docker. Inside a part, each room imports only itself, the rooms to its left and the part's ground (top-level
+modules below every room: settings, errors, the task store's reader); the part's other top-level modules (its app,
+command line, recipe) sit above every room:
+    env_server: observability < grading < traces < stepping < lifecycle < dashboard, harbor
+    task_synth: repository < candidates < validation, store (validation decides; the store imports nothing of it)
+    trainer_client: env < rollout < policy < channels < train, replay
+No module imports itself back through others: there is no import circle. Read from the imports themselves, with ast
+(no Docker)."""
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -18,10 +25,24 @@ ALLOWED = {
     "trainer_client": {"trainer_client", "proto"},
     "regrow": set(PARTS),
 }
-# trainer_client's rooms, each importing only itself and the rooms to its left; its top-level cli.py sits above them.
-TRAINER_ROOMS = ("env", "rollout", "policy", "channels", "train", "replay")
-ROOM_ALLOWED = {room: set(TRAINER_ROOMS[: index + 1]) for index, room in enumerate(TRAINER_ROOMS)}
-ROOM_ALLOWED["replay"] -= {"train"}  # the two top rooms stand side by side: neither imports the other
+# Each part's rooms, from left to right. A new room comes with its place here.
+ROOMS = {
+    "env_server": ("observability", "grading", "traces", "stepping", "lifecycle", "dashboard", "harbor"),
+    "task_synth": ("repository", "candidates", "validation", "store"),
+    "trainer_client": ("env", "rollout", "policy", "channels", "train", "replay"),
+}
+# Rooms that stand beside the room to their left rather than above it: neither imports the other.
+BESIDE = {
+    "env_server": {"harbor": "dashboard"},
+    "task_synth": {"store": "validation"},
+    "trainer_client": {"replay": "train"},
+}
+# Each part's top-level modules below every room, which every room may import.
+GROUND = {
+    "env_server": {"settings", "task_store", "frontier_sampler"},
+    "task_synth": {"errors", "settings", "stage_clock", "task_evidence"},
+    "trainer_client": set(),
+}
 
 
 def _imports(path: Path) -> set[str]:
@@ -38,21 +59,81 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def _trainer_client_names(path: Path) -> set[str]:
-    """What the module imports of trainer_client, one level down: `trainer_client.rollout.stream` gives rollout."""
-    names = set()
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+# Every module of ours by its dotted name (generated ones too), so that an import resolves to the module it loads.
+OURS = {_module_name(path): path for part in PARTS for path in (ROOT / part).rglob("*.py")}
+
+
+def _package(path: Path) -> str:
+    module = _module_name(path)
+    return module if path.name == "__init__.py" else module.rpartition(".")[0]
+
+
+def _ours(name: str) -> str | None:
+    """The module of ours that importing `name` loads: itself, or the module that holds the name it imports."""
+    while name and name not in OURS:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def _import_from(node: ast.ImportFrom, package: str) -> list[str]:
+    """`from base import name`: base.name where that is a module, else base; a relative base is resolved."""
+    base = node.module or ""
+    if node.level:
+        anchor = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+        base = f"{anchor}.{base}" if base else anchor
+    return [f"{base}.{alias.name}" if f"{base}.{alias.name}" in OURS else base for alias in node.names]
+
+
+@functools.cache
+def _imported(path: Path) -> frozenset[str]:
+    """Every module of ours the file imports, wherever the import stands (under TYPE_CHECKING, inside a function)
+    and however it is written (relative, `from package import module`, importlib.import_module)."""
+    names = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
-            dotted = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            dotted = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
-        elif isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "import_module" and node.args:
-            argument = node.args[0]
-            dotted = [argument.value] if isinstance(argument, ast.Constant) and isinstance(argument.value, str) else []
-        else:
-            continue
-        names |= {name.split(".")[1] for name in dotted if name.startswith("trainer_client.")}
-    return names
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names += _import_from(node, _package(path))
+        elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+            called = getattr(node.func, "attr", getattr(node.func, "id", ""))
+            if called == "import_module" and isinstance(node.args[0].value, str):
+                names.append(node.args[0].value)
+    return frozenset(found for name in names if (found := _ours(name)) and found != _module_name(path))
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = list(graph[start])
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph[module]
+    return seen
+
+
+@functools.cache
+def _circles() -> list[list[str]]:
+    """The modules that import each other, directly or through others, one circle each (strongly connected
+    components of more than one module). A module importing its own package (the package's __init__) does not count."""
+    graph = {module: set(_imported(path)) - {_package(path)} for module, path in OURS.items()}
+    reached = {module: _reached(graph, module) for module in graph}
+    circles = {tuple(sorted(m for m in reached[module] if module in reached[m])) for module in graph}
+    return sorted(list(circle) for circle in circles if len(circle) > 1)
+
+
+def _room(module: str) -> str:
+    """The room (or top-level module) a module of a part is in: `env_server.grading.run` gives grading."""
+    return module.split(".")[1]
+
+
+def _rooms_imported(path: Path, part: str) -> set[str]:
+    return {_room(module) for module in _imported(path) if module.startswith(f"{part}.")}
 
 
 def _modules(part: str) -> list[Path]:
@@ -67,18 +148,32 @@ def test_each_part_imports_only_the_parts_below_it(part):
     assert {path: names for path, names in upward.items() if names} == {}
 
 
-def test_trainer_client_has_no_room_outside_the_order():
-    rooms = {path.parent.name for path in (ROOT / "trainer_client").glob("*/__init__.py")}
-    assert rooms == set(TRAINER_ROOMS)
+@pytest.mark.parametrize("part", PARTS)
+def test_no_module_of_a_part_imports_itself_back_through_others(part):
+    assert [circle for circle in _circles() if any(module.split(".")[0] == part for module in circle)] == []
 
 
-@pytest.mark.parametrize("room", TRAINER_ROOMS)
-def test_each_trainer_client_room_imports_only_the_rooms_left_of_it(room):
+@pytest.mark.parametrize("part", ROOMS)
+def test_each_part_has_no_room_outside_its_order(part):
+    rooms = {path.parent.name for path in (ROOT / part).glob("*/__init__.py")}
+    assert rooms == set(ROOMS[part])
+
+
+@pytest.mark.parametrize(("part", "room"), [(part, room) for part, rooms in ROOMS.items() for room in rooms])
+def test_each_room_imports_only_the_rooms_left_of_it_and_its_parts_ground(part, room):
+    order = ROOMS[part]
+    allowed = (set(order[: order.index(room) + 1]) - {BESIDE[part].get(room)}) | GROUND[part]
     rightward = {
-        str(path.relative_to(ROOT)): sorted(_trainer_client_names(path) - ROOM_ALLOWED[room])
-        for path in _modules(f"trainer_client/{room}")
+        str(path.relative_to(ROOT)): sorted(_rooms_imported(path, part) - allowed)
+        for path in _modules(f"{part}/{room}")
     }
     assert {path: names for path, names in rightward.items() if names} == {}
+
+
+@pytest.mark.parametrize("part", ROOMS)
+def test_a_parts_ground_imports_no_room_and_no_module_above_the_rooms(part):
+    upward = {name: sorted(_rooms_imported(ROOT / part / f"{name}.py", part) - GROUND[part]) for name in GROUND[part]}
+    assert {name: names for name, names in upward.items() if names} == {}
 
 
 @pytest.mark.parametrize("part", [part for part in PARTS if part != "sandbox"])
