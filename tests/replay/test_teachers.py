@@ -4,8 +4,6 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("torch")
-
 from tests.replay.fault_proxy import FaultProxy, Faults
 from tests.replay.tool_caller import READ_CORE, RUN_TESTS, replay_contexts
 from trainer_client.replay.action_key import action_key
