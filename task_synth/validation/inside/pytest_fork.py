@@ -85,86 +85,116 @@ def serve(path: str) -> int:
     """Accept clients until killed; returns only in a forked child, with that child's exit status."""
     import pytest  # noqa: F401  (the import every child is spared)
 
-    try:
-        os.unlink(path)
-    except FileNotFoundError:
-        pass
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path + ".partial")
-    listener.listen(64)
-    with open(path + ".env", "w") as out:
-        json.dump(startup_environment(os.environ), out)
-    os.rename(path + ".partial", path)  # a client connects only once the environment is on record
-    selector = selectors.DefaultSelector()
-    selector.register(listener, selectors.EVENT_READ, "listener")
-    # A child's exit wakes the loop at once (SIGCHLD writes to this pipe), so its status goes back without delay.
-    wake_read, wake_write = os.pipe()
-    os.set_blocking(wake_read, False)
-    os.set_blocking(wake_write, False)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
-    signal.set_wakeup_fd(wake_write)
-    selector.register(wake_read, selectors.EVENT_READ, "wake")
-    children: dict = {}  # pid -> client connection
-    while True:
-        for key, _events in selector.select(timeout=1.0):
-            if key.data == "wake":
-                while True:
-                    try:
-                        if not os.read(wake_read, 512):
-                            break
-                    except BlockingIOError:
-                        break
-            elif key.data == "listener":
-                conn, _ = listener.accept()
-                conn.settimeout(10)  # a client that connects and says nothing must not stall the others
-                try:
-                    request, fds = _read_message(conn)
-                except (ConnectionError, ValueError, OSError):
-                    conn.close()
-                    continue
-                conn.settimeout(None)
-                sys.stdout.flush()
-                sys.stderr.flush()
-                pid = os.fork()
-                if pid == 0:
-                    signal.set_wakeup_fd(-1)
-                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                    selector.close()
-                    listener.close()
-                    os.close(wake_read)
-                    os.close(wake_write)
-                    for other in children.values():
-                        other.close()
-                    return _child(conn, request, fds)
-                try:  # the child does this too: whichever runs first, a kill of its group finds it
-                    os.setpgid(pid, pid)
-                except OSError:
-                    pass
-                for fd in fds:
-                    os.close(fd)
-                print(f"run {pid}: {' '.join(request['argv'])[:200]}", file=sys.stderr, flush=True)
-                children[pid] = conn
-                selector.register(conn, selectors.EVENT_READ, pid)
-            else:  # a client spoke or went away: it never speaks, so its child is orphaned
-                pid, client_conn = key.data, children[key.data]
-                if not client_conn.recv(1):
-                    selector.unregister(client_conn)
-                    try:
-                        os.killpg(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-        while children:
+    return _Server(path).run()
+
+
+class _Server:
+    """The listening socket, the pipe a child's exit wakes it on, and each running child's client connection; one
+    handler per kind of event: a child exited (wake), a client connected (listener), a client spoke or went away."""
+
+    def __init__(self, path: str) -> None:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(path + ".partial")
+        self.listener.listen(64)
+        with open(path + ".env", "w") as out:
+            json.dump(startup_environment(os.environ), out)
+        os.rename(path + ".partial", path)  # a client connects only once the environment is on record
+        self.selector = selectors.DefaultSelector()
+        self.selector.register(self.listener, selectors.EVENT_READ, "listener")
+        # A child's exit wakes the loop at once (SIGCHLD writes to this pipe), so its status goes back without delay.
+        self.wake_read, self.wake_write = os.pipe()
+        os.set_blocking(self.wake_read, False)
+        os.set_blocking(self.wake_write, False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self.wake_write)
+        self.selector.register(self.wake_read, selectors.EVENT_READ, "wake")
+        self.children: dict = {}  # pid -> client connection
+
+    def run(self) -> int:
+        """Serve until killed; returns only in a forked child, with that child's exit status."""
+        handlers = {"wake": self._woken, "listener": self._accept}
+        while True:
+            for key, _events in self.selector.select(timeout=1.0):
+                code = handlers.get(key.data, self._client_spoke)(key.data)
+                if code is not None:  # in the forked child, its run done
+                    return code
+            self._reap_children()
+
+    def _woken(self, _data) -> None:
+        """A child exited: empty the wake-up pipe (the loop reaps it next)."""
+        while True:
+            try:
+                if not os.read(self.wake_read, 512):
+                    return
+            except BlockingIOError:
+                return
+
+    def _accept(self, _data):
+        """A client connected: fork its run. Returns the run's exit status in the child, None in the server."""
+        conn, _ = self.listener.accept()
+        conn.settimeout(10)  # a client that connects and says nothing must not stall the others
+        try:
+            request, fds = _read_message(conn)
+        except (ConnectionError, ValueError, OSError):
+            conn.close()
+            return None
+        conn.settimeout(None)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            self._close_in_child()
+            return _child(conn, request, fds)
+        try:  # the child does this too: whichever runs first, a kill of its group finds it
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        print(f"run {pid}: {' '.join(request['argv'])[:200]}", file=sys.stderr, flush=True)
+        self.children[pid] = conn
+        self.selector.register(conn, selectors.EVENT_READ, pid)
+        return None
+
+    def _close_in_child(self) -> None:
+        """What the server holds and a run must not: its signal wiring, its sockets, the other runs' clients."""
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        self.selector.close()
+        self.listener.close()
+        os.close(self.wake_read)
+        os.close(self.wake_write)
+        for other in self.children.values():
+            other.close()
+
+    def _client_spoke(self, pid) -> None:
+        """A client spoke or went away: it never speaks, so its child is orphaned and killed with its group."""
+        client_conn = self.children[pid]
+        if not client_conn.recv(1):
+            self.selector.unregister(client_conn)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _reap_children(self) -> None:
+        """Send each exited child's status to its client, and close the connection."""
+        while self.children:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                break
+                return
             if pid == 0:
-                break
-            conn = children.pop(pid, None)
+                return
+            conn = self.children.pop(pid, None)
             if conn is None:
                 continue
-            if _registered(selector, conn):
-                selector.unregister(conn)
+            if _registered(self.selector, conn):
+                self.selector.unregister(conn)
             code = os.waitstatus_to_exitcode(status)
             try:
                 conn.sendall(STATUS.pack(code if code >= 0 else 128 - code))
