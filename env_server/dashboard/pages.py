@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
+from enum import Enum
 from pathlib import Path
 
 from fastapi import FastAPI, HTTPException, Request
@@ -46,72 +47,83 @@ def _when(value: datetime) -> str:
 
 def add_dashboard(app: FastAPI, runtime: EpisodeRuntime) -> None:
     """Serve /dashboard, /dashboard/events, /dashboard/snapshot, /dashboard/static and /episodes/{id}/view."""
-    settings = runtime.settings
-    access = PageAccess(settings.api_token)
-    snapshots = SnapshotCache(runtime, settings.dashboard_refresh_s)
-    templates = Jinja2Templates(directory=HERE / "templates")
-    templates.env.filters.update(seconds=_seconds, reward=_reward, when=_when)
+    pages = DashboardPages(runtime)
     app.mount("/dashboard/static", StaticFiles(directory=HERE / "static"), name="dashboard-static")
+    html, tags = HTMLResponse, list[str | Enum](["Dashboard"])
+    app.add_api_route(
+        "/dashboard", pages.dashboard, tags=tags, summary="The live dashboard (HTML)", response_class=html
+    )
+    app.add_api_route(
+        "/dashboard/snapshot", pages.snapshot_json, tags=tags, summary="What the dashboard shows now, as JSON"
+    )
+    app.add_api_route(
+        "/dashboard/events", pages.events, tags=tags, summary="Server-sent events: one snapshot per refresh"
+    )
+    view_summary = "One episode, to read (HTML)"
+    app.add_api_route(
+        "/episodes/{episode_id}/view", pages.view_episode, tags=tags, summary=view_summary, response_class=html
+    )
 
-    def page(request: Request, template: str, status: int = 200, **context: object) -> HTMLResponse:
-        response = templates.TemplateResponse(request, template, context, status_code=status)
+
+class DashboardPages:
+    """The dashboard's routes, one method each, and what they share: the sign-in gate, the snapshot cache, the
+    templates."""
+
+    def __init__(self, runtime: EpisodeRuntime) -> None:
+        self.runtime, self.settings = runtime, runtime.settings
+        self.access = PageAccess(self.settings.api_token)
+        self.snapshots = SnapshotCache(runtime, self.settings.dashboard_refresh_s)
+        self.templates = Jinja2Templates(directory=HERE / "templates")
+        self.templates.env.filters.update(seconds=_seconds, reward=_reward, when=_when)
+
+    def page(self, request: Request, template: str, status: int = 200, **context: object) -> HTMLResponse:
+        response = self.templates.TemplateResponse(request, template, context, status_code=status)
         response.headers.update(SECURITY_HEADERS)
         return response
 
-    def gate(request: Request) -> Response | None:
+    def gate(self, request: Request) -> Response | None:
         """None when the request may see the page; else the sign-in redirect or the sign-in page."""
         given = request.query_params.get("token")
-        if given is not None and access.token_matches(given):
-            return access.sign_in(request)
-        if access.allowed(request):
+        if given is not None and self.access.token_matches(given):
+            return self.access.sign_in(request)
+        if self.access.allowed(request):
             return None
-        return page(request, "sign_in.html", status=401, wrong=given is not None)
+        return self.page(request, "sign_in.html", status=401, wrong=given is not None)
 
-    def demand(request: Request) -> None:
-        if not access.allowed(request):
+    def demand(self, request: Request) -> None:
+        if not self.access.allowed(request):
             raise HTTPException(401, "sign in at /dashboard?token=<REGROW_SERVER_API_TOKEN> or send a bearer token")
 
-    @app.get("/dashboard", tags=["Dashboard"], summary="The live dashboard (HTML)", response_class=HTMLResponse)
-    async def dashboard(request: Request) -> Response:
-        if (refused := gate(request)) is not None:
+    async def dashboard(self, request: Request) -> Response:
+        if (refused := self.gate(request)) is not None:
             return refused
-        snapshot, _ = await run_in_threadpool(snapshots.get)
-        return page(request, "dashboard.html", snapshot=snapshot)
+        snapshot, _ = await run_in_threadpool(self.snapshots.get)
+        return self.page(request, "dashboard.html", snapshot=snapshot)
 
-    @app.get("/dashboard/snapshot", tags=["Dashboard"], summary="What the dashboard shows now, as JSON")
-    async def snapshot_json(request: Request) -> Response:
-        demand(request)
-        _, body = await run_in_threadpool(snapshots.get)
+    async def snapshot_json(self, request: Request) -> Response:
+        self.demand(request)
+        _, body = await run_in_threadpool(self.snapshots.get)
         return Response(body, media_type="application/json", headers={"Cache-Control": "no-store"})
 
-    @app.get("/dashboard/events", tags=["Dashboard"], summary="Server-sent events: one snapshot per refresh")
-    async def events(request: Request) -> EventSourceResponse:
-        demand(request)
+    async def events(self, request: Request) -> EventSourceResponse:
+        self.demand(request)
+        return EventSourceResponse(self._snapshot_events(), headers={"Cache-Control": "no-store"}, sep="\n")
 
-        async def stream() -> AsyncIterator[ServerSentEvent]:
-            retry_ms = int(settings.dashboard_refresh_s * 2000)
-            ends = time.monotonic() + STREAM_LIFETIME_S
-            while time.monotonic() < ends and not runtime.stopping:
-                _, body = await run_in_threadpool(snapshots.get)
-                yield ServerSentEvent(
-                    body.decode() if isinstance(body, bytes) else body, event="snapshot", retry=retry_ms
-                )
-                await asyncio.sleep(settings.dashboard_refresh_s)
+    async def _snapshot_events(self) -> AsyncIterator[ServerSentEvent]:
+        retry_ms = int(self.settings.dashboard_refresh_s * 2000)
+        ends = time.monotonic() + STREAM_LIFETIME_S
+        while time.monotonic() < ends and not self.runtime.stopping:
+            _, body = await run_in_threadpool(self.snapshots.get)
+            yield ServerSentEvent(body.decode() if isinstance(body, bytes) else body, event="snapshot", retry=retry_ms)
+            await asyncio.sleep(self.settings.dashboard_refresh_s)
 
-        return EventSourceResponse(stream(), headers={"Cache-Control": "no-store"}, sep="\n")
-
-    @app.get(
-        "/episodes/{episode_id}/view",
-        tags=["Dashboard"],
-        summary="One episode, to read (HTML)",
-        response_class=HTMLResponse,
-    )
-    async def view_episode(request: Request, episode_id: str) -> Response:
-        if (refused := gate(request)) is not None:
+    async def view_episode(self, request: Request, episode_id: str) -> Response:
+        if (refused := self.gate(request)) is not None:
             return refused
-        trace = await run_in_threadpool(runtime.traces.get_episode, episode_id)
+        trace = await run_in_threadpool(self.runtime.traces.get_episode, episode_id)
         if trace is None:
-            return page(request, "not_found.html", status=404, episode_id=episode_id)
-        task = runtime.store.tasks.get(trace.task_id)
-        view = episode_view(trace, task.record.solution_patch if task else None, settings.show_solutions)
-        return page(request, "episode.html", view=view, show_solutions=settings.show_solutions)
+            return self.page(request, "not_found.html", status=404, episode_id=episode_id)
+        task = self.runtime.store.tasks.get(trace.task_id)
+        show = self.settings.show_solutions
+        view = episode_view(trace, task.record.solution_patch if task else None, show)
+        return self.page(request, "episode.html", view=view, show_solutions=show)
