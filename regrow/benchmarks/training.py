@@ -350,6 +350,7 @@ def run_rollout_bench(
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.rollout.stream_settings import StreamSettings
 
     model, tokenizer = bench_model(model_spec)
     tokens = EpisodeTokenizer(tokenizer)
@@ -368,17 +369,9 @@ def run_rollout_bench(
         if task_ids
         else ({"seed": seed * 1_000_003 + n, **drawn} for n in itertools.count())
     )
-    stream = RolloutStream(
-        env_url,
-        policy,
-        tokens,
-        limits,
-        options,
-        workers=workers,
-        group_size=group_size,
-        max_staleness=10**9,
-        max_buffered_groups=max(2, workers * 2 // group_size),
-    )
+    buffered = max(2, workers * 2 // group_size)
+    playing = StreamSettings(workers, group_size, max_staleness=10**9, max_buffered_groups=buffered)
+    stream = RolloutStream(env_url, policy, tokens, limits, options, playing)
     started = time.perf_counter()
     with stream:
         groups = stream.next_groups(max(1, episodes // group_size), policy_version=0)

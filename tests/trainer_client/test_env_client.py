@@ -14,6 +14,7 @@ from trainer_client.env.client import EnvClient
 from trainer_client.env.errors import EnvAtCapacity, EnvTransportError, refusal_code
 from trainer_client.rollout.agent_loop import EpisodeLimits
 from trainer_client.rollout.stream import RolloutStream
+from trainer_client.rollout.stream_settings import StreamSettings
 
 
 async def test_capacity_error_names_the_limit_and_the_remedy():
@@ -74,7 +75,9 @@ def test_stream_hands_out_whole_groups_of_one_task(scripted_env_url, tokenizer, 
     submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
     options = iter([{"task_id": f"task-{n}"} for n in range(100)])
-    stream = RolloutStream(scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=3, group_size=2)
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, StreamSettings(workers=3, group_size=2)
+    )
     with stream:
         groups = stream.next_groups(3, policy_version=0, timeout=60)
 
@@ -89,7 +92,9 @@ def test_a_group_drawn_by_a_sampler_plays_the_task_its_first_reset_drew(scripted
     submit = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
     options = iter([{"seed": n, "sampler": "frontier"} for n in range(100)])
-    stream = RolloutStream(scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=3, group_size=3)
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, StreamSettings(workers=3, group_size=3)
+    )
     with stream:
         groups = stream.next_groups(3, policy_version=0, timeout=60)
     drawn = [{t.task_id for t in group} for group in groups]
@@ -108,7 +113,9 @@ def test_a_prefix_group_starts_every_member_from_the_prefix_and_a_refused_one_pl
             {"prefix_of": "refused", "prefix_steps": 1, "fallback": {"task_id": "plain"}},
         ]
     )
-    stream = RolloutStream(scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=2, group_size=2)
+    stream = RolloutStream(
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, StreamSettings(workers=2, group_size=2)
+    )
     with stream:
         groups = stream.next_groups(2, policy_version=0, timeout=60)
         refused = stream.stats.prefix_refused
@@ -130,10 +137,7 @@ def test_stream_drops_groups_staler_than_allowed(scripted_env_url, tokenizer, ep
         episode_tokens,
         EpisodeLimits(),
         options,
-        workers=2,
-        group_size=2,
-        max_staleness=1,
-        max_buffered_groups=2,
+        StreamSettings(workers=2, group_size=2, max_staleness=1, max_buffered_groups=2),
     )
     with stream:
         stream.next_groups(2, policy_version=0, timeout=60)
@@ -154,7 +158,7 @@ def test_the_stream_stops_its_workers_every_time(tokenizer, episode_tokens):
         for _ in range(10):  # a cancel racing an instant reply was lost now and then, and the thread lived on
             sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [submit] * 100)
             options = iter([{"task_id": f"task-{n}"} for n in range(100)])
-            stream = RolloutStream(url, sampler, episode_tokens, EpisodeLimits(), options, workers=2)
+            stream = RolloutStream(url, sampler, episode_tokens, EpisodeLimits(), options, StreamSettings(workers=2))
             started = time.monotonic()
             with stream:
                 stream.next_groups(1, policy_version=0, timeout=60)
@@ -179,8 +183,8 @@ def test_a_group_whose_rewards_are_all_equal_is_dropped_and_another_played_until
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, turns)
     options = iter([{"task_id": f"task-{n}"} for n in range(100)])
     stream = RolloutStream(
-        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=1, group_size=2,
-        drop_uniform=True, uniform_patience=2,
+        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options,
+        StreamSettings(workers=1, group_size=2, drop_uniform=True, uniform_patience=2),
     )  # fmt: skip
     with stream:
         mixed, kept = stream.next_groups(2, policy_version=0, timeout=60)
@@ -212,7 +216,12 @@ def test_every_reset_of_a_stream_carries_its_origin_and_run(scripted_env_url, to
     tags = {"origin": "training", "run_id": run_id}
     ScriptedCodingEnv.reset_tags.clear()
     stream = RolloutStream(
-        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), options, workers=1, group_size=2, reset_tags=tags
+        scripted_env_url,
+        sampler,
+        episode_tokens,
+        EpisodeLimits(),
+        options,
+        StreamSettings(workers=1, group_size=2, reset_tags=tags),
     )
     with stream:
         stream.next_groups(1, policy_version=0, timeout=60)

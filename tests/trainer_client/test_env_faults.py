@@ -25,6 +25,7 @@ from trainer_client.env.client import EnvClient
 from trainer_client.env.errors import EnvEpisodeLost, EnvRequestError, EnvTransportError
 from trainer_client.rollout.agent_loop import EpisodeLimits
 from trainer_client.rollout.stream import RolloutStream
+from trainer_client.rollout.stream_settings import EnvRetries, StreamSettings
 
 REPO = Path(__file__).resolve().parents[2]
 SUBMIT = '<tool_call>\n{"name": "submit", "arguments": {}}\n</tool_call>'
@@ -86,23 +87,18 @@ def tasks() -> Iterator[dict]:
     return iter([{"task_id": f"task-{n}"} for n in range(1000)])
 
 
-def fast_stream(urls, sampler, episode_tokens, **overrides) -> RolloutStream:
-    """A stream that backs off briefly and reads health often, so that faults resolve in a second or two."""
-    settings = {
-        "workers": 2,
-        "group_size": 2,
-        "backoff_max_s": 0.5,
-        "health_interval_s": 0.2,
-        "outage_s": 120.0,
-        **overrides,
-    }
-    return RolloutStream(urls, sampler, episode_tokens, EpisodeLimits(), tasks(), **settings)
+def fast_stream(urls, sampler, episode_tokens, playing: dict | None = None, **retries) -> RolloutStream:
+    """A stream that backs off briefly and reads health often, so that faults resolve in a second or two; `playing`
+    and `retries` override its StreamSettings and EnvRetries."""
+    settings = StreamSettings(**{"workers": 2, "group_size": 2, **(playing or {})})
+    faults = EnvRetries(**{"backoff_max_s": 0.5, "health_interval_s": 0.2, "outage_s": 120.0, **retries})
+    return RolloutStream(urls, sampler, episode_tokens, EpisodeLimits(), tasks(), settings, faults)
 
 
 def test_workers_back_off_while_the_server_is_down_and_reconnect_when_it_is_back(tmp_path, tokenizer, episode_tokens):
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 1000)
     with scripted_env_processes(tmp_path, 1) as (server,):
-        stream = fast_stream(server.url, sampler, episode_tokens, max_buffered_groups=1)
+        stream = fast_stream(server.url, sampler, episode_tokens, playing={"max_buffered_groups": 1})
         with stream:
             stream.next_groups(1, policy_version=0, timeout=120)
             server.kill()
@@ -125,7 +121,7 @@ def test_an_episode_the_env_lost_is_replayed_and_counted_not_learned_as_reward_0
 ):
     # one worker plays the turns in order: the first episode loses its sandbox, its replay submits
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [LOSE] + [SUBMIT] * 100)
-    stream = fast_stream(scripted_env_url, sampler, episode_tokens, workers=1)
+    stream = fast_stream(scripted_env_url, sampler, episode_tokens, playing={"workers": 1})
     with stream:
         (group,) = stream.next_groups(1, policy_version=0, timeout=120)
 
@@ -139,7 +135,7 @@ def test_a_group_whose_episode_is_lost_past_the_retries_is_dropped_and_counted(
     scripted_env_url, tokenizer, episode_tokens
 ):
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [LOSE] * 3 + [SUBMIT] * 100)
-    stream = fast_stream(scripted_env_url, sampler, episode_tokens, workers=1, episode_retries=2)
+    stream = fast_stream(scripted_env_url, sampler, episode_tokens, playing={"workers": 1}, episode_retries=2)
     with stream:
         (group,) = stream.next_groups(1, policy_version=0, timeout=120)
 
@@ -159,7 +155,7 @@ def a_held_session(url: str) -> Iterator[None]:
 def test_capacity_reached_is_met_with_backoff_until_a_slot_frees(tokenizer, episode_tokens):
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
     with serve_scripted_env(max_sessions=1) as url:
-        stream = fast_stream(url, sampler, episode_tokens, workers=1)
+        stream = fast_stream(url, sampler, episode_tokens, playing={"workers": 1})
         held = contextlib.ExitStack()
         held.enter_context(a_held_session(url))  # before the stream starts, so that the test has the only slot
         with held, stream:
@@ -177,7 +173,7 @@ def test_a_reset_refused_for_want_of_an_episode_slot_is_waited_out(tokenizer, ep
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
     ScriptedCodingEnv.busy_resets = 3
     with serve_scripted_env() as url:
-        stream = fast_stream(url, sampler, episode_tokens, workers=1)
+        stream = fast_stream(url, sampler, episode_tokens, playing={"workers": 1})
         with stream:
             (group,) = stream.next_groups(1, policy_version=0, timeout=120)
 
@@ -188,7 +184,7 @@ def test_a_reset_refused_for_want_of_an_episode_slot_is_waited_out(tokenizer, ep
 def test_next_groups_gives_up_at_its_deadline_and_names_each_servers_state(tokenizer, episode_tokens):
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
     with serve_scripted_env(max_sessions=1) as url:
-        stream = fast_stream(url, sampler, episode_tokens, workers=1)
+        stream = fast_stream(url, sampler, episode_tokens, playing={"workers": 1})
         with a_held_session(url), stream:
             wait_for(lambda: stream.stats.capacity_waits >= 1, "a worker meeting the full server")
             started = time.monotonic()
@@ -236,7 +232,12 @@ def test_traffic_leaves_a_killed_server_and_comes_back_when_it_restarts(tmp_path
 def test_a_request_the_env_cannot_serve_stops_the_stream_at_once(scripted_env_url, tokenizer, episode_tokens):
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 100)
     stream = RolloutStream(
-        scripted_env_url, sampler, episode_tokens, EpisodeLimits(), iter([{"task_id": "no-such-task"}]), workers=1
+        scripted_env_url,
+        sampler,
+        episode_tokens,
+        EpisodeLimits(),
+        iter([{"task_id": "no-such-task"}]),
+        StreamSettings(1),
     )
     with stream, pytest.raises(EnvRequestError, match=r"rejected 'reset' \[EXECUTION_ERROR\]: unknown task"):
         stream.next_groups(1, policy_version=0, timeout=120)

@@ -10,6 +10,7 @@ from tests.trainer_client.conftest import ScriptedSampler
 from tests.trainer_client.scripted_env import ScriptedCodingEnv
 from trainer_client.rollout.agent_loop import EpisodeLimits, Trajectory
 from trainer_client.rollout.stream import RolloutStream
+from trainer_client.rollout.stream_settings import StreamSettings
 from trainer_client.rollout.token_log import TokenLog
 
 
@@ -111,7 +112,9 @@ def test_the_stream_logs_every_episode_it_keeps_under_the_envs_episode_id(tmp_pa
     log = TokenLog(tmp_path / "episode_tokens.jsonl")
     app = create_app(_EnvWithEpisodeIds, ToolCall, CodingObservation, max_concurrent_envs=8)
     with served_in_thread(app, "the scripted env server", ws="websockets-sansio") as url:
-        stream = RolloutStream(url, sampler, episode_tokens, EpisodeLimits(), options, workers=2, token_log=log)
+        stream = RolloutStream(
+            url, sampler, episode_tokens, EpisodeLimits(), options, StreamSettings(workers=2), token_log=log
+        )
         with stream:
             groups = stream.next_groups(2, policy_version=0, timeout=60)
 

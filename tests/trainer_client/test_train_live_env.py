@@ -224,6 +224,7 @@ def test_prefix_sampling_starts_a_group_that_passed_whole_from_a_failed_episodes
     from trainer_client.rollout.agent_loop import EpisodeLimits
     from trainer_client.rollout.prefix_planner import PrefixPlanner
     from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.rollout.stream_settings import StreamSettings
 
     def call(name: str, **arguments) -> str:
         return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
@@ -238,7 +239,12 @@ def test_prefix_sampling_starts_a_group_that_passed_whole_from_a_failed_episodes
     planner = PrefixPlanner(itertools.repeat({"task_id": DEMO_TASK_ID}), fraction=0.5)
     limits = EpisodeLimits(max_turns=4, max_turn_tokens=4096, max_completion_tokens=16384)
     stream = RolloutStream(
-        live_env[0], sampler, episode_tokens, limits, planner, workers=1, group_size=2, max_buffered_groups=1
+        live_env[0],
+        sampler,
+        episode_tokens,
+        limits,
+        planner,
+        StreamSettings(workers=1, group_size=2, max_buffered_groups=1),
     )
     groups: list = []
     with stream:  # the stream draws up to two groups ahead of the trainer, so the prefix group is the 4th or 5th

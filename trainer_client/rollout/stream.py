@@ -34,6 +34,7 @@ from trainer_client.env.server_pool import env_urls
 from trainer_client.rollout.agent_loop import EpisodeLimits, GeneratedTurn, Trajectory, TurnSampler, play_episode
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 from trainer_client.rollout.prefix_planner import FALLBACK
+from trainer_client.rollout.stream_settings import EnvRetries, StreamSettings
 from trainer_client.rollout.token_log import TokenLog
 
 logger = logging.getLogger(__name__)
@@ -115,39 +116,23 @@ class RolloutStream:
         tokens: EpisodeTokenizer,
         limits: EpisodeLimits,
         reset_options: Iterator[dict[str, Any]],
-        workers: int = 4,
-        group_size: int = 4,
-        max_staleness: int = 1,
-        max_buffered_groups: int = 4,
-        episode_retries: int = 2,
-        backoff_max_s: float = 30.0,
-        outage_s: float = 300.0,
-        health_interval_s: float = 5.0,
+        settings: StreamSettings | None = None,
+        retries: EnvRetries | None = None,
         token_log: TokenLog | None = None,
-        drop_uniform: bool = False,
-        uniform_patience: int = 4,
-        reset_tags: dict[str, Any] | None = None,
     ):
         self.sampler = sampler
         self.stats = StreamStats()
+        self.settings = settings or StreamSettings()
+        self.retries = retries or EnvRetries()
         self._env_urls = env_urls(env_url)
-        self._backoff_max_s = backoff_max_s
-        self._outage_s = outage_s
-        self._health_interval_s = health_interval_s
         self._outage_since: float | None = None  # when the current run of failed starts began
         self._env: EnvPool | None = None
         self._tokens = tokens
         self._limits = limits
         self._options = reset_options
-        self._workers = workers
-        self._group_size = group_size
-        self._max_staleness = max_staleness
-        self._episode_retries = episode_retries
-        self._max_buffered_groups = max_buffered_groups
         self._token_log = token_log
-        self._drop_uniform, self._uniform_patience = drop_uniform, uniform_patience
         self._uniform_in_a_row = 0
-        self._reset_tags = dict(reset_tags or {})  # sent with every reset: why and by which run it is played
+        self._reset_tags = dict(self.settings.reset_tags)  # sent with every reset: why and by which run it is played
         self._ready: queue.Queue[_Group | BaseException] = queue.Queue()
         self._buffer: asyncio.Semaphore | None = None  # groups in play or waiting for the trainer
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -160,7 +145,7 @@ class RolloutStream:
         return self._env
 
     def start(self) -> "RolloutStream":
-        self._env = EnvPool(self._env_urls, self._workers, self._health_interval_s)
+        self._env = EnvPool(self._env_urls, self.settings.workers, self.retries.health_interval_s)
         started = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(started,), name="rollout-workers", daemon=True)
         self._thread.start()
@@ -209,7 +194,7 @@ class RolloutStream:
                 raise item
             assert self._loop is not None and self._buffer is not None
             self._loop.call_soon_threadsafe(self._buffer.release)
-            if policy_version - item.version > self._max_staleness:
+            if policy_version - item.version > self.settings.max_staleness:
                 self.stats.groups_dropped_stale += 1
                 continue
             groups.append(item.episodes)
@@ -218,7 +203,7 @@ class RolloutStream:
     def _run(self, started: threading.Event) -> None:
         loop = self._loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        self._buffer = asyncio.Semaphore(self._max_buffered_groups)
+        self._buffer = asyncio.Semaphore(self.settings.max_buffered_groups)
         self._main = loop.create_task(self._play())
         started.set()
         try:
@@ -239,7 +224,7 @@ class RolloutStream:
         try:
             await env.start()
             tasks.append(asyncio.create_task(self._feed(jobs)))
-            tasks += [asyncio.create_task(self._work(env, jobs)) for _ in range(self._workers)]
+            tasks += [asyncio.create_task(self._work(env, jobs)) for _ in range(self.settings.workers)]
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()
@@ -254,8 +239,8 @@ class RolloutStream:
         assert self._buffer is not None
         for options in self._options:
             await self._buffer.acquire()
-            group = _Group(options=options, size=self._group_size)
-            for _ in range(self._group_size):
+            group = _Group(options=options, size=self.settings.group_size)
+            for _ in range(self.settings.group_size):
                 await jobs.put(group)
         await asyncio.Event().wait()  # the options ran out: stay up until stopped
 
@@ -292,15 +277,15 @@ class RolloutStream:
         Dr.GRPO's denominator would count its tokens. After `uniform_patience` drops in a row one is kept, so that a
         policy that fails (or passes) every task still takes steps."""
         rewards = [t.reward for t in group.episodes]
-        if not self._drop_uniform or max(rewards) - min(rewards) > 1e-9:
+        if not self.settings.drop_uniform or max(rewards) - min(rewards) > 1e-9:
             self._uniform_in_a_row = 0
             return False
-        if self._uniform_in_a_row >= self._uniform_patience:
+        if self._uniform_in_a_row >= self.settings.uniform_patience:
             self._uniform_in_a_row = 0
             self.stats.groups_kept_uniform += 1
             logger.warning(
                 "%d groups in a row had equal rewards (last: %g); keeping this one so that training goes on",
-                self._uniform_patience + 1,
+                self.settings.uniform_patience + 1,
                 rewards[0],
             )
             return False
@@ -314,7 +299,7 @@ class RolloutStream:
 
     async def _play_with_retries(self, env: EnvPool, group: _Group) -> Trajectory | None:
         """The episode played to its end, or None when the env lost it more than `episode_retries` times."""
-        first_delay = min(0.5, self._backoff_max_s)
+        first_delay = min(0.5, self.retries.backoff_max_s)
         replays, capacity_delay, outage_delay = 0, first_delay, first_delay
         leading = False
         while True:
@@ -336,10 +321,10 @@ class RolloutStream:
                 self.stats.unavailable_waits += 1
                 now = time.monotonic()
                 self._outage_since = self._outage_since or now
-                if now - self._outage_since > self._outage_s:
+                if now - self._outage_since > self.retries.outage_s:
                     raise EnvError(
                         f"no env server could start an episode for {now - self._outage_since:.0f}s "
-                        f"(--env-outage-s {self._outage_s:g}): {env.describe()}; start them (`regrow serve`) "
+                        f"(--env-outage-s {self.retries.outage_s:g}): {env.describe()}; start them (`regrow serve`) "
                         "or check --env"
                     ) from error
                 log = logger.warning if outage_delay == first_delay else logger.debug
@@ -355,7 +340,7 @@ class RolloutStream:
                     group.options = group.options.get(FALLBACK) or {}
             except (EnvEpisodeLost, EnvTransportError) as error:  # lost after it started
                 self._outage_since = None
-                if replays >= self._episode_retries:
+                if replays >= self.retries.episode_retries:
                     logger.warning(
                         "episode %s lost %d times (last: %s); dropping its group", options, replays + 1, error
                     )
@@ -372,7 +357,7 @@ class RolloutStream:
         slept = delay * random.uniform(0.5, 1.0)
         await asyncio.sleep(slept)
         self.stats.backoff_s += slept
-        return min(delay * 2, self._backoff_max_s)
+        return min(delay * 2, self.retries.backoff_max_s)
 
 
 async def _cancel_all(tasks: list[asyncio.Task]) -> None:

@@ -206,6 +206,7 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.rollout.stream_settings import StreamSettings
     from trainer_client.train.run import resolve_device
 
     torch.manual_seed(train.seed)  # the same sampling seed for every arm
@@ -215,21 +216,11 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
     sampler = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, train.temperature, max_batch=train.workers)
     limits = EpisodeLimits(train.max_turns, train.max_turn_tokens, train.max_completion_tokens)
     draws = ({"seed": n, "split": ladder.eval_split} for n in range(ladder.eval_tasks))
-    stream = RolloutStream(
-        train.env,
-        sampler,
-        tokens,
-        limits,
-        draws,
-        workers=train.workers,
-        group_size=ladder.k,
-        max_staleness=0,
-        episode_retries=train.episode_retries,
-        backoff_max_s=train.env_backoff_max_s,
-        outage_s=train.env_outage_s,
-        health_interval_s=train.env_health_interval_s,
-        reset_tags={"origin": "evaluation"},  # held-out draws say nothing of a training run's frontier
+    # tagged an evaluation: held-out draws say nothing of a training run's frontier
+    playing = StreamSettings(
+        workers=train.workers, group_size=ladder.k, max_staleness=0, reset_tags={"origin": "evaluation"}
     )
+    stream = RolloutStream(train.env, sampler, tokens, limits, draws, playing, train.env_retries)
     with stream:
         groups = stream.next_groups(ladder.eval_tasks, policy_version=0, timeout=train.episode_timeout_s)
     rewards = [episode.reward for group in groups for episode in group]

@@ -295,6 +295,7 @@ def run_training(
     from trainer_client.rollout.prefix_planner import PrefixPlanner
     from trainer_client.rollout.rows import StreamedRollouts, env_reward, episode_slots
     from trainer_client.rollout.stream import RolloutStream
+    from trainer_client.rollout.stream_settings import StreamSettings
     from trainer_client.rollout.token_log import TokenLog
     from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, check_vllm_ready
     from trainer_client.train.grpo_trainer import RegrowGRPOTrainer
@@ -378,24 +379,17 @@ def run_training(
         logger.info("episode tokens go to %s (regrow traces export --tokens %s)", token_log.path, token_log.path)
     options = reset_options(settings, rank, world)
     planner = PrefixPlanner(options, settings.prefix_fraction) if settings.prefix_sampling else None
-    stream = RolloutStream(
-        settings.env,
-        sampler,
-        tokens,
-        limits,
-        planner or options,
+    playing = StreamSettings(
         workers=settings.workers,
         group_size=settings.group_size,
         max_staleness=settings.max_staleness,
         max_buffered_groups=2 * local_groups(settings, world),
-        episode_retries=settings.episode_retries,
-        backoff_max_s=settings.env_backoff_max_s,
-        outage_s=settings.env_outage_s,
-        health_interval_s=settings.env_health_interval_s,
-        token_log=token_log,
         drop_uniform=settings.drops_uniform_groups,
         uniform_patience=settings.uniform_patience,
         reset_tags={"origin": "training", "run_id": training_run_id(settings.output_dir)},
+    )
+    stream = RolloutStream(
+        settings.env, sampler, tokens, limits, planner or options, playing, settings.env_retries, token_log
     )
     trainer = RegrowGRPOTrainer(
         model=model,

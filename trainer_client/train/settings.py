@@ -8,6 +8,7 @@ from pydantic import Field, PrivateAttr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from trainer_client.env.server_pool import env_urls
+from trainer_client.rollout.stream_settings import EnvRetries
 
 FULL_LEARNING_RATE = 1e-6
 # A low-rank adapter moves a few weights from zero: it wants about ten times the full fine-tune's rate.
@@ -226,6 +227,11 @@ class TrainSettings(BaseSettings):
     def drops_uniform_groups(self) -> bool:
         """Whether the stream drops groups whose rewards are all equal (see `uniform_groups`)."""
         return self.uniform_groups == "drop" or (self.uniform_groups == "auto" and not self.alpha_sdpo)
+
+    @property
+    def env_retries(self) -> EnvRetries:
+        """How the rollout workers ride out env faults: --episode-retries and the --env-* pauses."""
+        return EnvRetries(self.episode_retries, self.env_backoff_max_s, self.env_outage_s, self.env_health_interval_s)
 
     def weights_dtype_on(self, device: str, pairs_dtype: str | None = None) -> str:
         """The dtype the policy's weights load in on `device`: as asked, else the DPO pairs' reference dtype
