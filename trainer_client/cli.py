@@ -48,7 +48,8 @@ def train(settings: TrainSettings) -> None:
     try:
         if settings.vllm_server:  # a missing server is said in a second, not after torch has loaded
             check_vllm_answers(settings.vllm_server, settings.vllm_timeout_s)
-        from trainer_client.train.run import curves_dir, process_rank, run_training
+        from trainer_client.train.placement import process_rank
+        from trainer_client.train.run import curves_dir, run_training
 
         if process_rank()[0] != 0:  # under accelerate launch, the first rank speaks for the run
             run_training(settings)

@@ -45,7 +45,7 @@ from regrow.benchmarks.gpu_replay import (
     stretched,
 )
 from trainer_client.train.memory_plan import MemoryPlan, ModelShape, RunShape, host_memory_gib, plan_memory
-from trainer_client.train.run import resolve_device
+from trainer_client.train.placement import resolve_device
 
 log = logging.getLogger(__name__)
 

@@ -207,7 +207,7 @@ def test_uniform_groups_are_dropped_by_default_only_when_rlvr_is_the_only_channe
 def test_every_reset_of_a_stream_carries_its_origin_and_run(scripted_env_url, tokenizer, episode_tokens):
     """The frontier sampler reads a run's own training episodes; before, a trainer's resets said nothing of either."""
     from tests.trainer_client.scripted_env import ScriptedCodingEnv
-    from trainer_client.train.run import training_run_id
+    from trainer_client.train.training_stream import training_run_id
 
     run_id = training_run_id(Path("runs/a"))
     assert run_id == training_run_id(Path("runs/a").resolve()) != training_run_id(Path("runs/b"))

@@ -96,7 +96,7 @@ def test_a_lora_step_with_sdpo_moves_the_adapter_and_leaves_the_weights(
     assert causal_lm(policy).config.model_type == "qwen2"
 
     from trainer_client.policy.policy_loading import load_policy
-    from trainer_client.train.run import save_final
+    from trainer_client.train.training_policy import save_final
 
     save_final(trainer, tokenizer, tmp_path / "final")
     merged, _ = load_policy(str(tmp_path / "final"))  # a whole model: `--model final` needs no peft

@@ -102,7 +102,7 @@ def _cpu_settings(**overrides):
 
 
 def test_a_cpu_run_past_the_host_memory_is_refused_before_the_model_loads():
-    from trainer_client.train.run import check_memory
+    from trainer_client.train.memory_plan import check_memory
 
     # the run the kernel killed 9 minutes in, at 23 GiB: 2 groups of 4 at the default 4,096 completion tokens
     whole = _cpu_settings(group_size=4, groups_per_step=2, micro_batch_rows=8)
@@ -113,7 +113,7 @@ def test_a_cpu_run_past_the_host_memory_is_refused_before_the_model_loads():
 
 
 def test_the_cpu_run_the_kernel_killed_at_24_gib_after_a_plan_of_18_is_refused():
-    from trainer_client.train.run import check_memory
+    from trainer_client.train.memory_plan import check_memory
 
     # 2 groups of 2, 1,536 completion tokens: planned 17.9 GiB before the CPU figures were measured, killed at 24 GiB
     killed = _cpu_settings(group_size=2, groups_per_step=2, max_completion_tokens=1536, micro_batch_rows=4)
@@ -122,10 +122,10 @@ def test_the_cpu_run_the_kernel_killed_at_24_gib_after_a_plan_of_18_is_refused()
 
 
 def test_a_cpu_run_that_fits_the_host_but_not_its_free_memory_is_warned_of(caplog):
-    from trainer_client.train.run import check_memory
+    from trainer_client.train.memory_plan import check_memory
 
     cpu_demo = _cpu_settings(group_size=2, groups_per_step=2, max_completion_tokens=1024)
-    with caplog.at_level("WARNING", logger="trainer_client.train.run"):
+    with caplog.at_level("WARNING", logger="trainer_client.train.memory_plan"):
         check_memory(cpu_demo, "cpu", host_gib=(24.0, 23.0))
         assert not caplog.records
         check_memory(cpu_demo, "cpu", host_gib=(24.0, 2.0))

@@ -51,8 +51,8 @@ def test_two_ranks_take_the_step_one_process_takes_on_the_same_batch(tmp_path):
 
 
 def test_each_rank_resets_its_own_share_of_the_groups():
-    from trainer_client.train.run import reset_options
     from trainer_client.train.settings import TrainSettings
+    from trainer_client.train.training_stream import reset_options
 
     seeded = TrainSettings(env=["http://127.0.0.1:9"], seed=3)
     alone = [next(options)["seed"] for options in [reset_options(seeded)] for _ in range(6)]
@@ -64,8 +64,8 @@ def test_each_rank_resets_its_own_share_of_the_groups():
 
 
 def test_a_step_whose_groups_do_not_split_over_the_ranks_is_refused():
-    from trainer_client.train.run import local_groups
     from trainer_client.train.settings import TrainSettings
+    from trainer_client.train.trainer_config import local_groups
 
     settings = TrainSettings(env=["http://127.0.0.1:9"], groups_per_step=3)
     assert local_groups(settings, 1) == 3
@@ -74,8 +74,8 @@ def test_a_step_whose_groups_do_not_split_over_the_ranks_is_refused():
 
 
 def test_a_frontier_run_asks_the_env_for_its_sampler_on_every_drawn_reset():
-    from trainer_client.train.run import reset_options
     from trainer_client.train.settings import TrainSettings
+    from trainer_client.train.training_stream import reset_options
 
     frontier = TrainSettings(env=["http://127.0.0.1:9"], sampler="frontier")
     assert next(reset_options(frontier)) == {"seed": 0, "split": "train", "sampler": "frontier"}

@@ -42,7 +42,7 @@ def test_a_missing_env_url_is_a_clear_error():
 
 @pytest.mark.train
 def test_every_setting_the_trainer_config_shares_reaches_it():
-    from trainer_client.train.run import build_config
+    from trainer_client.train.trainer_config import build_config
 
     changed = {
         "alpha_sdpo": 0.3,
@@ -126,7 +126,7 @@ def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
     """Before, every rank loaded its copy of the policy onto GPU 0: 8 copies on one card under `accelerate launch`."""
     import torch
 
-    from trainer_client.train.run import rank_device
+    from trainer_client.train.placement import rank_device
 
     monkeypatch.setenv("LOCAL_RANK", "1")
     assert rank_device("cpu") == "cpu"
@@ -143,7 +143,7 @@ def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
 def test_a_sharded_run_refuses_what_would_hang_or_read_shards_as_whole_weights():
     """Before, FSDP and ZeRO-3 runs started with the in-process sampler, the EMA teacher and unpadded SDPO/DPO
     forwards, each of which hangs or corrupts a sharded run."""
-    from trainer_client.train.run import check_sharding
+    from trainer_client.train.placement import check_sharding
 
     url = "http://127.0.0.1:9"
     check_sharding(TrainSettings(env=url, alpha_sdpo=1.0, sdpo_teacher="ema"), "none")  # DDP or one process: all fine
@@ -158,7 +158,7 @@ def test_a_sharded_run_refuses_what_would_hang_or_read_shards_as_whole_weights()
 
 @pytest.mark.train
 def test_micro_batch_rows_become_trls_per_device_batch_and_accumulation():
-    from trainer_client.train.run import build_config
+    from trainer_client.train.trainer_config import build_config
 
     url = "http://127.0.0.1:9"
     config = build_config(TrainSettings(env=url, group_size=4, groups_per_step=2, micro_batch_rows=2), "cpu")

@@ -187,8 +187,8 @@ def test_settings_refuse_vllm_generation_on_a_cpu_device():
 
 
 def test_vllm_switch_changes_only_the_trainers_vllm_fields(tmp_path):
-    from trainer_client.train.run import build_config
     from trainer_client.train.settings import TrainSettings
+    from trainer_client.train.trainer_config import build_config
 
     off = TrainSettings(env="http://env:8001", output_dir=tmp_path, logger="none")
     on = off.model_copy(update={"vllm_server": "http://gpu-box:8000", "vllm_timeout_s": 7.0})

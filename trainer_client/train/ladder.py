@@ -207,7 +207,7 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
     from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
     from trainer_client.rollout.stream_settings import StreamSettings
-    from trainer_client.train.run import resolve_device
+    from trainer_client.train.placement import resolve_device
 
     torch.manual_seed(train.seed)  # the same sampling seed for every arm
     model, tokenizer = load_policy(str(model_dir), resolve_device(train.device))

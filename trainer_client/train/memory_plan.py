@@ -22,14 +22,18 @@ kernel mid-step with no word of why.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from trainer_client.train.placement import local_processes, process_rank
+
 if TYPE_CHECKING:
     from trainer_client.train.settings import TrainSettings
 
+logger = logging.getLogger(__name__)
 GIB = 1024**3
 # A CPU step's activations, fitted to peaks measured on this host (module docstring): values a token a layer, in h and
 # i, and bytes a layer per square token of a row. The GPU's 8h + 4i (a flash kernel, nothing quadratic) is not measured.
@@ -273,3 +277,44 @@ def launched_sharding() -> Sharding:
     if os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() == "true":
         return "zero3"
     return "none"
+
+
+def check_memory(settings: TrainSettings, device: str, host_gib: tuple[float, float] | None = None) -> int | None:
+    """Refuse, before the model loads, a run whose planned memory exceeds this GPU's, naming the remedy; else the
+    rows a forward takes at once (--micro-batch-rows, or the most that fit when it is not given). On a CPU the plan
+    (an upper bound: every row at --max-completion-tokens) is held against the host's RAM, shared by the processes
+    launched on it: past all of it the run is refused, past what is free now it is warned of."""
+    try:
+        shape = shape_of(settings.model)
+    except FileNotFoundError:
+        return None  # a GGUF file: its shape is in the weights; the load itself will say what is wrong
+    gpus, sharding = process_rank()[1], launched_sharding()
+    if device == "cuda":
+        capacity, available, held = _device_gib(), None, "each GPU"
+    else:
+        total, free = host_gib or host_memory_gib()
+        capacity, available, held = total / local_processes(), free / local_processes(), "this host, per process"
+    plan = fitted_plan(shape, run_shape(settings, gpus, sharding, device), capacity)
+    logger.info("memory plan:\n%s", "\n".join(plan.lines()))
+    needed = plan.total_bytes / GIB
+    if not plan.fits:
+        raise RuntimeError(
+            f"this run needs up to {needed:.0f} GiB on {held} and there are {capacity:.0f} GiB: try {plan.remedy()} "
+            "(`regrow train --plan` shows the parts; --no-memory-check runs it anyway)"
+        )
+    if available is not None and needed > available:
+        logger.warning(
+            "this run may need up to %.0f GiB on %s and %.0f GiB are free now: the kernel may kill it mid-step; "
+            "if it does, try %s",
+            needed,
+            held,
+            available,
+            plan.remedy(),
+        )
+    return plan.run.forward_rows
+
+
+def _device_gib() -> float:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
