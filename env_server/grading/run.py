@@ -17,19 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from env_server.grading.change_set import ChangeSet, archive_of, folders_above
-from proto import call_values
-from proto.call_values import SHIPPED_NAME
+from proto import call_replay, call_values
 from sandbox import Sandbox, SandboxError
 from sandbox.layout import AGENT_HOME, WORKSPACE
 
 log = logging.getLogger(__name__)
 
 _INSIDE = Path(__file__).with_name("inside")
-# What goes into the grader's folder, by name there: the launcher, its children and the values module they share
-# with synthesis.
+# What goes into the grader's folder, by name there: the launcher, its children and the values and replay modules
+# they share with synthesis.
 PROGRAMS = {
     **{name: _INSIDE / name for name in ("launcher.py", "pytest_child.py", "check_child.py")},
-    f"{SHIPPED_NAME}.py": Path(call_values.__file__),
+    f"{call_values.SHIPPED_NAME}.py": Path(call_values.__file__),
+    f"{call_replay.SHIPPED_NAME}.py": Path(call_replay.__file__),
 }
 _ROOT_FOLDERS = ("workspace", "home", "home/agent", "opt", "tmp")
 _LAUNCH_GRACE_S = 20.0  # the launcher's own start, sweep and report, past its child's deadline

@@ -1,5 +1,5 @@
 """Running recorded and perturbed calls in a synthesis sandbox, outside any test: each call in one fresh interpreter
-under a time limit (the recorder plugin run as a script), against the solution or against each mutant of the unit,
+under a time limit (inside/call_runner.py), against the solution or against each mutant of the unit,
 and the lines of the unit's files each replayed call runs."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import json
 import logging
 from pathlib import Path
 
-from proto.call_values import SHIPPED_NAME
+from proto import call_replay, call_values
 from proto.tasks import IoCheck
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 from task_synth.repository.editable_install import SCRATCH
-from task_synth.validation.inside.io_recorder_plugin import IMPORT_ALLOWANCE_S
+from task_synth.validation.inside.call_runner import IMPORT_ALLOWANCE_S
 from task_synth.validation.recorded_calls import Call, parsed_call, raised_in
 from task_synth.validation.suite_runs import PLUGIN_DIR
 from task_synth.validation.unseen_calls import NOISE_EXCEPTIONS
@@ -23,17 +23,23 @@ RECORDER = "regrow_io_recorder"
 RECORDER_SOURCE = Path(__file__).with_name("inside") / "io_recorder_plugin.py"
 PROGRAMS = "regrow_program_recorder"
 PROGRAMS_SOURCE = Path(__file__).with_name("inside") / "program_recorder.py"
-VALUES_SOURCE = Path(__file__).parents[2] / "proto" / "call_values.py"
+RUNNER = "regrow_call_runner"
+RUNNER_SOURCE = Path(__file__).with_name("inside") / "call_runner.py"
+INPUTS = "regrow_call_inputs"
+INPUTS_SOURCE = Path(__file__).with_name("inside") / "call_inputs.py"
 POOL = "regrow_receiver_pool"
 POOL_SOURCE = Path(__file__).with_name("inside") / "receiver_pool.py"
 REACH = "regrow_line_reach"
 REACH_SOURCE = Path(__file__).with_name("inside") / "line_reach.py"
 RECIPES = "regrow_argument_recipes"
 RECIPES_SOURCE = Path(__file__).with_name("inside") / "argument_recipes.py"
-# The recorder and the modules it imports, by their names beside it in the sandbox.
+# The recorder, the call runner and the modules they import, by their names beside them in the sandbox.
 RECORDER_FILES = {
     f"{RECORDER}.py": RECORDER_SOURCE,
-    f"{SHIPPED_NAME}.py": VALUES_SOURCE,
+    f"{RUNNER}.py": RUNNER_SOURCE,
+    f"{INPUTS}.py": INPUTS_SOURCE,
+    f"{call_values.SHIPPED_NAME}.py": Path(call_values.__file__),
+    f"{call_replay.SHIPPED_NAME}.py": Path(call_replay.__file__),
     f"{PROGRAMS}.py": PROGRAMS_SOURCE,
     f"{RECIPES}.py": RECIPES_SOURCE,
     f"{POOL}.py": POOL_SOURCE,
@@ -71,14 +77,14 @@ def run_calls(
     `reach_files`, the lines each call runs in those files go to REACH_OUT."""
     calls = f"{SCRATCH}/io_run_{seed}.json"  # a file: argv holds no more than 128 KiB in one argument
     fields = ("module", "qualname", "args", "kwargs", "inputs", "steps", "reads", "take", "recipes", "beside")
-    rows = [[getattr(check, name) for name in fields] for check in checks]
+    rows = [{name: getattr(check, name) for name in fields} for check in checks]
     sb.write_file(calls, json.dumps(rows))
     limits = [str(call_s), str(budget_s)]
     arguments = [*(["--mutants", MUTANTS_JSON] if mutants else []), calls, *limits]
     # Into a file: every mutant's lines together pass the 64 KiB an exec's output keeps, and the rest would be lost.
     out = f"{SCRATCH}/io_outcomes_{seed}.jsonl"
     result = sb.exec(
-        ["sh", "-c", f'rm -f {REACH_OUT}; python -m {RECORDER} "$@" > {out}', "sh", *arguments],
+        ["sh", "-c", f'rm -f {REACH_OUT}; python -m {RUNNER} "$@" > {out}', "sh", *arguments],
         timeout=(budget_s + IMPORT_ALLOWANCE_S + 5) * max(1, mutants) + 30,
         cwd=WORKSPACE,
         env={

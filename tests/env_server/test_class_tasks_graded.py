@@ -12,7 +12,7 @@ import pytest
 from env_server.grading.checks import judge
 from env_server.task_store import TaskStore
 from proto.actions import ToolCall
-from proto.call_values import replay_program
+from proto.call_replay import replay_program
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
 from task_synth.store.twins import twin_of

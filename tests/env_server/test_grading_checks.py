@@ -16,7 +16,7 @@ import pytest
 
 from env_server.grading.checks import agrees, check_inputs, judge, judge_all
 from env_server.grading.run import PROGRAMS
-from proto.call_values import drawn, program_step
+from proto.call_replay import drawn, program_step
 from proto.tasks import IoCheck
 from task_synth.validation.inside.argument_recipes import recipe_texts
 from tests.task_fixture import ORIGINAL_OPS, WRONG_OPS

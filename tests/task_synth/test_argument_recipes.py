@@ -11,7 +11,8 @@ import random
 import pytest
 
 from env_server.grading.checks import judge
-from proto.call_values import built, replay
+from proto.call_replay import replay
+from proto.call_values import built
 from proto.evidence import has_secret_evidence
 from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.inside.argument_recipes import recipe_texts, unchanged_literals
@@ -267,9 +268,7 @@ def test_an_honest_rewrite_passes_the_unseen_checks_and_a_table_of_the_visible_a
     probes = perturbed_calls(calls, recorded_arguments(raw), random.Random(0))
     unseen = [c.check for c in call_outcomes(LocalSandbox(tmp_path), probes, "1", 1.0, 30.0) if c is not None]
     importable_module(tmp_path_factory.mktemp("rewrite"), monkeypatch, "fn.core", source)
-    verdicts = [
-        judge(c, replay(c.module, c.qualname, c.args, c.kwargs, c.inputs, 5.0, c.take, c.recipes)) for c in unseen
-    ]
+    verdicts = [judge(c, replay({**c.model_dump(), "beside": None}, 5.0)) for c in unseen]
     assert all(v.outcome == "passed" for v in verdicts) is passes, [
         (c.qualname, c.args[-60:], v.outcome) for c, v in zip(unseen, verdicts, strict=True) if v.outcome != "passed"
     ]

@@ -5,7 +5,7 @@ such a unit had no check and was not deleted."""
 import random
 
 from env_server.grading.checks import judge
-from proto.call_values import replay
+from proto.call_replay import replay
 from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.recorded_calls import parsed_call
 from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
@@ -87,5 +87,5 @@ def test_a_rewrite_is_judged_by_what_its_awaited_call_gives(tmp_path, monkeypatc
     wrong = honest.replace("factor * x", "factor * x + 1")
     for source, passes in ((ORIGINAL, True), (honest, True), (wrong, False)):
         importable_module(tmp_path / f"rewrite{len(source)}", monkeypatch, "aio.core", source)
-        found = replay("aio.core", "scaled", check.args, check.kwargs, None, 5.0)
+        found = replay({"module": "aio.core", "qualname": "scaled", "args": check.args, "kwargs": check.kwargs}, 5.0)
         assert (judge(check, found).outcome == "passed") is passes, (source, found)

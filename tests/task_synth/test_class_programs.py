@@ -3,7 +3,7 @@
 import random
 
 from env_server.grading.checks import judge
-from proto.call_values import replay_program
+from proto.call_replay import replay_program
 from proto.tasks import IoCheck
 from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.recorded_calls import parsed_call, raised_in

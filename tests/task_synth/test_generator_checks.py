@@ -5,7 +5,7 @@ import random
 import pytest
 
 from env_server.grading.checks import judge
-from proto.call_values import replay
+from proto.call_replay import replay
 from task_synth.validation.call_runs import call_outcomes, reproduced
 from task_synth.validation.recorded_calls import parsed_call
 from task_synth.validation.unseen_calls import perturbed_calls, recorded_arguments
@@ -52,6 +52,11 @@ def test_naturals():
 }
 
 
+def _replayed(check):
+    """The call `check` replays, with no keyword arguments, receiver or recipes."""
+    return {"module": check.module, "qualname": check.qualname, "args": check.args, "kwargs": "{}", "take": check.take}
+
+
 def test_a_generators_calls_keep_the_items_drawn_and_how_it_ended_and_replay_alike(tmp_path):
     """Drawn to the end: the items and 'ended' (the replay draws one more, to see it); stopped early: the items the
     test drew and no end; raising while drawn: the exception class."""
@@ -95,9 +100,7 @@ def test_an_honest_rewrite_passes_however_it_makes_its_items_and_a_wrong_one_fai
             ("(-1,)", "('generated', (), ('raised', 'ValueError'))", 1),
         ]
     ]
-    verdicts = [
-        judge(check, replay(check.module, check.qualname, check.args, "{}", None, 5.0, check.take)) for check in checks
-    ]
+    verdicts = [judge(check, replay(_replayed(check), 5.0)) for check in checks]
     assert ("failed" if any(v.outcome == "failed" for v in verdicts) else "passed") == outcome, (name, verdicts)
 
 
@@ -206,6 +209,4 @@ def test_a_function_that_returns_a_lazy_iterator_is_recorded_as_it_is_drawn_and_
     )
     importable_module(tmp_path / "rewrite", monkeypatch, "gen.lazy", rewrite)
     check = next(c.check for c in calls if c.check.qualname == "chunked")
-    assert (
-        judge(check, replay(check.module, check.qualname, check.args, "{}", None, 5.0, check.take)).outcome == "passed"
-    )
+    assert judge(check, replay(_replayed(check), 5.0)).outcome == "passed"

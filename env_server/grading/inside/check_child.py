@@ -22,20 +22,18 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)  # for the values module shipped beside this file, and only while it is imported
-from regrow_call_values import replay, replay_program  # noqa: E402
+sys.path.insert(0, HERE)  # for the replay and values modules shipped beside this file, and only while imported
+from regrow_call_replay import replay, replay_program  # noqa: E402
 
 sys.path.remove(HERE)
 MAX_CHANNEL_BYTES = 1 << 20  # one call's outcome is well under this; past it the call's channel is cut off
 
 
 def outcome(call, limit):
-    """What one call, or one program of a deleted class, gives, as data (see regrow_call_values)."""
+    """What one call, or one program of a deleted class, gives, as data (see regrow_call_replay)."""
     if call.get("steps") is not None:
         return replay_program(call["module"], call["qualname"], call["steps"], call.get("reads", []), limit)
-    inputs, take, recipes = call.get("inputs"), call.get("take"), call.get("recipes") is True
-    arguments = (call["module"], call["qualname"], call["args"], call["kwargs"], inputs, limit, take, recipes)
-    return replay(*arguments, call.get("beside"))
+    return replay(call, limit)
 
 
 def read_channel(read_end, deadline):

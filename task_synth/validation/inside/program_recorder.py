@@ -17,26 +17,12 @@ import ast
 import functools
 import inspect
 
-try:  # in a sandbox the values module is copied beside this one; in regrow it is proto's
-    from regrow_call_values import (
-        MAX_PROGRAM_TEXT,
-        MAX_STEPS,
-        literal_text,
-        outcomes_text,
-        program_text,
-        raised_text,
-        returned_text,
-    )
+try:  # in a sandbox the values and replay modules are copied beside this one; in regrow they are proto's
+    from regrow_call_replay import outcomes_text, program_text, raised_text, returned_text
+    from regrow_call_values import MAX_PROGRAM_TEXT, MAX_STEPS, literal_text
 except ImportError:
-    from proto.call_values import (
-        MAX_PROGRAM_TEXT,
-        MAX_STEPS,
-        literal_text,
-        outcomes_text,
-        program_text,
-        raised_text,
-        returned_text,
-    )
+    from proto.call_replay import outcomes_text, program_text, raised_text, returned_text
+    from proto.call_values import MAX_PROGRAM_TEXT, MAX_STEPS, literal_text
 
 # Hooks the interpreter, pickle or copy call on their own, or that run at definition or teardown: no test's step.
 NOT_STEPS = frozenset(
