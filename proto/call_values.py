@@ -124,30 +124,48 @@ def _describe(value, depth, seen, view, room, iterators=False):
     seen = seen | {id(value)}
     if view is not None and kind is view[0]:
         return ("instance", kind.__qualname__, _public(value, depth, seen, view, room))
-    if kind is bytearray:
-        return ("bytearray", bytes(value))
-    if kind is collections.deque:
-        return ("deque", [_describe(item, depth + 1, seen, view, room, iterators) for item in value], value.maxlen)
-    if iterators and kind in SEQUENCE_ITERATORS:  # in a receiver's state: what it has left to draw
-        return ("iterator", _describe(_left_to_draw(value), depth + 1, seen, view, room, iterators))
-    if kind in (list, tuple):
-        return kind(_describe(item, depth + 1, seen, view, room, iterators) for item in value)
-    if kind in (dict, collections.defaultdict, collections.Counter, collections.OrderedDict):
-        inner = functools.partial(_describe, depth=depth + 1, seen=seen, view=view, room=room, iterators=iterators)
-        if kind is collections.OrderedDict:  # its order is part of what it is
-            return ("OrderedDict", [(inner(key), inner(item)) for key, item in value.items()])
-        items = {inner(key): inner(item) for key, item in value.items()}
-        if kind is collections.defaultdict:  # what a missing key will get is part of its state
-            return ("defaultdict", inner(value.default_factory), items)
-        return items if kind is dict else ("Counter", items)
-    if kind is set:
-        return {_describe(item, depth + 1, seen, view, room, iterators) for item in value}
-    if kind is frozenset:  # no literal spells one
-        return ("frozenset", {_describe(item, depth + 1, seen, view, room, iterators) for item in value})
+    inner = functools.partial(_describe, depth=depth + 1, seen=seen, view=view, room=room, iterators=iterators)
+    described = _described_builtin(value, kind, inner, iterators)
+    if described is not _NOTHING:
+        return described
     if isinstance(value, enum.Enum):
         return ("enum", kind.__qualname__, value.name)
     if isinstance(value, type):
         return ("class", f"{value.__module__}.{value.__qualname__}")
+    return _described_object(value, kind, inner)
+
+
+def _described_builtin(value, kind, inner, iterators):
+    """A value of one of the interpreter's own containers, its parts described by `inner`; _NOTHING for another."""
+    if kind is bytearray:
+        return ("bytearray", bytes(value))
+    if kind is collections.deque:
+        return ("deque", [inner(item) for item in value], value.maxlen)
+    if iterators and kind in SEQUENCE_ITERATORS:  # in a receiver's state: what it has left to draw
+        return ("iterator", inner(_left_to_draw(value)))
+    if kind in (list, tuple):
+        return kind(inner(item) for item in value)
+    if kind in (dict, collections.defaultdict, collections.Counter, collections.OrderedDict):
+        return _described_mapping(value, kind, inner)
+    if kind is set:
+        return {inner(item) for item in value}
+    if kind is frozenset:  # no literal spells one
+        return ("frozenset", {inner(item) for item in value})
+    return _NOTHING
+
+
+def _described_mapping(value, kind, inner):
+    if kind is collections.OrderedDict:  # its order is part of what it is
+        return ("OrderedDict", [(inner(key), inner(item)) for key, item in value.items()])
+    items = {inner(key): inner(item) for key, item in value.items()}
+    if kind is collections.defaultdict:  # what a missing key will get is part of its state
+        return ("defaultdict", inner(value.default_factory), items)
+    return items if kind is dict else ("Counter", items)
+
+
+def _described_object(value, kind, inner):
+    """Any other object: its class and attributes (`__dict__` and slots), with what it holds as a builtin value's
+    subclass or in an interpreter-made class's layout."""
     held = _builtin_part(value)
     if held is _NOTHING:
         held = _native_part(kind, value)
@@ -158,13 +176,13 @@ def _describe(value, depth, seen, view, room, iterators=False):
     attributes = dict(attributes) if type(attributes) is dict else {}
     attributes.update((name, getattr(value, name)) for name in slots if hasattr(value, name))
     described = {
-        name: _describe(item, depth + 1, seen, view, room, iterators)
+        name: inner(item)
         for name, item in sorted(attributes.items())
         if type(name) is str and not name.startswith("__")
     }
     if held is _NOTHING:
         return ("object", kind.__qualname__, described)
-    return ("object", kind.__qualname__, described, _describe(held, depth + 1, seen, view, room, iterators))
+    return ("object", kind.__qualname__, described, inner(held))
 
 
 _NOTHING = object()
