@@ -57,11 +57,7 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
             if check.qualname not in functions.get(check.module, ()) or "." in check.qualname:
                 return None
             return _parsed_program(check, raw.get("internal") is True)
-        if check.qualname not in functions.get(check.module, ()) or (check.result is None) == (check.raises is None):
-            return None
-        if any(len(text) > (MAX_RECIPE_TEXT if check.recipes else MAX_TEXT) for text in (check.args, check.kwargs)):
-            return None
-        if any(len(text or "") > MAX_DESCRIPTION for text in (check.result, check.state, check.args_after)):
+        if not _within_limits(check, functions):
             return None
         args, kwargs = literal_value(check.args), literal_value(check.kwargs)
         described = [
@@ -70,19 +66,36 @@ def parsed_call(raw: object, functions: dict[str, list[str]]) -> Call | None:
         ]
     except (KeyError, ValidationError, ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
         return None
-    if type(args) is not tuple or type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
-        return None
-    if check.recipes and not all(map(is_recipe, [*args, *kwargs.values()])):
-        return None
-    if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
-        return None
-    if check.take is not None and not _drawn_outcome(check):
-        return None
-    method = "." in check.qualname
-    if (method and (check.inputs is None or check.state is None)) or (check.args_after and check.inputs is None):
+    if not _well_formed(check, args, kwargs):
         return None
     outcome = (described[0], check.raises, described[1], described[2])
     return Call(check, check_key(check), outcome, internal=raw.get("internal") is True)
+
+
+def _within_limits(check: IoCheck, functions: dict[str, list[str]]) -> bool:
+    """Whether a recorded call is of a recorded function, has one outcome, and its texts are no longer than allowed."""
+    if check.qualname not in functions.get(check.module, ()) or (check.result is None) == (check.raises is None):
+        return False
+    if any(len(text) > (MAX_RECIPE_TEXT if check.recipes else MAX_TEXT) for text in (check.args, check.kwargs)):
+        return False
+    return not any(len(text or "") > MAX_DESCRIPTION for text in (check.result, check.state, check.args_after))
+
+
+def _well_formed(check: IoCheck, args: object, kwargs: object) -> bool:
+    """Whether a call's arguments (as read back), raise, drawn items and pickled inputs have the shapes a check
+    needs."""
+    if type(args) is not tuple or type(kwargs) is not dict or not all(type(name) is str for name in kwargs):
+        return False
+    if check.recipes and not all(map(is_recipe, [*args, *kwargs.values()])):
+        return False
+    if check.raises is not None and (not check.raises.isidentifier() or check.raises in DELETION_EXCEPTIONS):
+        return False
+    if check.take is not None and not _drawn_outcome(check):
+        return False
+    method = "." in check.qualname
+    return not (
+        (method and (check.inputs is None or check.state is None)) or (check.args_after and check.inputs is None)
+    )
 
 
 def is_recipe(value: object) -> bool:

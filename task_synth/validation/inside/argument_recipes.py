@@ -75,31 +75,15 @@ def _recipe(value, depth, room, library_files):
     kind = type(value)
     if kind is range:
         return ("range", value.start, value.stop, value.step)
-    if kind in SEQUENCE_ITERATORS:
-        reduced = value.__reduce__()  # (iter, (sequence,), position): read without drawing from it
-        if len(reduced) < 3 or reduced[2] != 0:
-            raise Unbuildable
-        return ("iter", _recipe(reduced[1][0], depth + 1, room, library_files))
-    if kind in (list, tuple):
-        return (kind.__name__, tuple(_recipe(item, depth + 1, room, library_files) for item in value))
-    if kind is dict:
-        items = value.items()
-        return (
-            "dict",
-            tuple(
-                (_recipe(k, depth + 1, room, library_files), _recipe(v, depth + 1, room, library_files))
-                for k, v in items
-            ),
-        )
+
+    def recipe(item):
+        return _recipe(item, depth + 1, room, library_files)
+
+    held = _container_recipe(value, kind, recipe)
+    if held is not None:
+        return held
     if kind is inspect.Signature:
         return _signature(value, depth, room, library_files)
-    if kind is functools.partial:
-
-        def recipe(item):
-            return _recipe(item, depth + 1, room, library_files)
-
-        keywords = tuple((name, recipe(item)) for name, item in value.keywords.items())
-        return ("partial", recipe(value.func), tuple(map(recipe, value.args)), keywords)
     if kind is types.ModuleType:
         if not _importable(value, library_files):
             raise Unbuildable
@@ -110,6 +94,24 @@ def _recipe(value, depth, room, library_files):
     if kind is types.FunctionType:
         return _by_value(value, depth, room, library_files)
     raise Unbuildable
+
+
+def _container_recipe(value, kind, recipe):
+    """The recipe of an iterator over a sequence, a list, tuple or dict, or a functools.partial, with `recipe` making
+    its parts'; None for a value of another kind."""
+    if kind in SEQUENCE_ITERATORS:
+        reduced = value.__reduce__()  # (iter, (sequence,), position): read without drawing from it
+        if len(reduced) < 3 or reduced[2] != 0:
+            raise Unbuildable
+        return ("iter", recipe(reduced[1][0]))
+    if kind in (list, tuple):
+        return (kind.__name__, tuple(recipe(item) for item in value))
+    if kind is dict:
+        return ("dict", tuple((recipe(k), recipe(v)) for k, v in value.items()))
+    if kind is functools.partial:
+        keywords = tuple((name, recipe(item)) for name, item in value.keywords.items())
+        return ("partial", recipe(value.func), tuple(map(recipe, value.args)), keywords)
+    return None
 
 
 def _signature(signature, depth, room, library_files):
