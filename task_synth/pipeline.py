@@ -29,6 +29,7 @@ from task_synth.errors import SynthError
 from task_synth.repository.repo_image import SYNTH_LABEL
 from task_synth.repository.source import require_source
 from task_synth.settings import SynthSettings
+from task_synth.setup_failures import SYNTHESIS_ERROR, repeated_setup_failure, setup_cause
 from task_synth.store.candidate_journal import VALID, CandidateJournal, Judged
 from task_synth.store.repeats import KeptTasks, snapshot
 from task_synth.store.store_writer import RepoFiles, StoreWriter
@@ -40,35 +41,6 @@ from task_synth.validation.verdict import REJECTIONS, validate
 
 log = logging.getLogger(__name__)
 Progress = Callable[[str, int, int], None]
-# When this many first candidates fail the same way for a reason outside them, the rest would too: stop the run.
-EARLY_STOP_CANDIDATES = 3
-# A candidate whose judging raised an error of regrow's own (a bug met on some odd code): that candidate is rejected,
-# the run goes on, and it is judged again by a rerun (not journaled).
-SYNTHESIS_ERROR = "synthesis_error"
-# Per cause: what went wrong, in a line, and what to do about it.
-SETUP_FAILURES = {
-    "import_broken": (
-        "the package fails to import the same way after every deletion",
-        "Remedy: check that the package imports in the repository image (`python -c 'import <package>'`) "
-        "with only the wheelhouse's dependencies installed.",
-    ),
-    "timeout": (
-        "their tests time out",
-        "Remedy: raise REGROW_SYNTH_TEST_TIMEOUT_S, or pass a --test-cmd that leaves out tests that hang in the "
-        "sandbox "
-        "(no network, no stdin).",
-    ),
-    SYNTHESIS_ERROR: (
-        "regrow's synthesis raised the same unexpected error on each",
-        "Remedy: this is regrow's bug, not the repository's; the log file holds the traceback of each, "
-        "please report it with the repository and commit.",
-    ),
-    "oracle_failed": (
-        "the solution fails its own tests in a fresh task container",
-        "Remedy: the tests depend on something the checkout has and a clean single-commit copy does not (ignored or "
-        "generated files, git history); run them in `git clone --depth 1` of the repository to see which.",
-    ),
-}
 
 
 @dataclass
@@ -149,30 +121,6 @@ def _interleaved(groups: list[list[tuple[Unit, str]]], taken: set[str]) -> list[
                 taken.add(unit.key)
                 order.append((unit, mode))
     return order
-
-
-def _setup_cause(rejection: str | None) -> str | None:
-    return rejection if rejection in SETUP_FAILURES else None
-
-
-def repeated_setup_failure(outcomes: list[tuple[str | None, str]], first: int = EARLY_STOP_CANDIDATES) -> str | None:
-    """The error that stops the run when the first `first` candidates' (rejection, detail) show the same setup failure.
-
-    Timeouts count whatever their detail; the other causes only with the same detail. Rejections that belong to a
-    candidate (no_f2p, flaky, leak, ...) never stop a run. None: go on.
-    """
-    head = outcomes[:first]
-    if len(head) < first:
-        return None
-    rejection, detail = head[0]
-    cause = _setup_cause(rejection)
-    if cause is None or any(other != rejection for other, _ in head):
-        return None
-    if cause != "timeout" and any(other != detail for _, other in head):
-        return None
-    summary, remedy = SETUP_FAILURES[cause]
-    shown = detail or "(no error output was recorded)"
-    return f"synthesis stopped: the first {first} candidates all failed because {summary}:\n  {shown}\n{remedy}"
 
 
 def _candidate_or_error(
@@ -335,40 +283,20 @@ def _run_candidates(
     if done:
         log.info("%d candidates judged by an earlier run (%d tasks): going on", len(done), report.resumed)
     progress("candidates", len(done), len(candidates))
-    kept = KeptTasks(writer.records.values())
-    outcomes: list[tuple[str | None, str]] = []
+    judging = _Judging(settings, report, writer, journal, KeptTasks(writer.records.values()), keys, pending)
 
     def judge(pool, executor: ThreadPoolExecutor) -> None:
         index = 0
-        while index < len(pending) and report.valid + report.resumed < settings.max_tasks:
+        while index < len(pending) and not judging.full:
             batch = pending[index : index + settings.jobs]
             index += len(batch)
-            results = list(executor.map(lambda pair: _candidate_or_error(context, pool, pair[0], pair[1], kept), batch))
+            results = list(
+                executor.map(lambda pair: _candidate_or_error(context, pool, pair[0], pair[1], judging.kept), batch)
+            )
             for (unit, mode), (built, executions) in zip(batch, results, strict=True):
-                report.test_executions += executions
-                if built is None:
-                    continue
-                outcomes.append((built.rejection, built.detail))
-                report.candidates += 1
-                key = CandidateJournal.key(unit.key, mode)
-                repeated = kept.repeated_by(built.record) if built.record is not None else None
-                if repeated:
-                    log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
-                    built = BuiltTask(None, "duplicate", None, built.test_executions, repeated)
-                if built.record is not None and built.workspace is not None:
-                    if report.valid + report.resumed >= settings.max_tasks:
-                        continue  # valid, but past the cap: judged again by a run with a higher one
-                    _keep(built, settings, report, writer)
-                    kept.add(built.record)
-                    journal.record(key, Judged(VALID, built.record.instance_id, executions))
-                elif built.rejection:
-                    report.rejections[built.rejection] += 1
-                    if _setup_cause(built.rejection) is None:  # a setup failure may pass once the setup is fixed
-                        journal.record(key, Judged(built.rejection, None, executions))
-                    known = {*keys, *(CandidateJournal.key(other.key, m) for other, m in pending)}
-                    pending.extend(_without_unchecked(unit, mode, built, known))
+                judging.take(unit, mode, built, executions)
             progress("candidates", len(done) + index, len(candidates))
-            failure = repeated_setup_failure(outcomes)
+            failure = repeated_setup_failure(judging.outcomes)
             if failure:
                 raise SynthError(failure)
 
@@ -382,6 +310,50 @@ def _run_candidates(
             _remove_synth_sandboxes(context.backend)
             raise
         executor.shutdown(wait=True)
+
+
+@dataclass
+class _Judging:
+    """A run's candidates as they are judged: where the tasks go, what is kept, the candidates still to judge (the
+    run's `keys` and any that come back as part of a group), and each judged candidate's (rejection, detail)."""
+
+    settings: SynthSettings
+    report: SynthReport
+    writer: StoreWriter
+    journal: CandidateJournal
+    kept: KeptTasks
+    keys: list[str]
+    pending: list[tuple[Unit, str]]
+    outcomes: list[tuple[str | None, str]] = field(default_factory=list)
+
+    @property
+    def full(self) -> bool:
+        return self.report.valid + self.report.resumed >= self.settings.max_tasks
+
+    def take(self, unit: Unit, mode: str, built: BuiltTask | None, executions: int) -> None:
+        """Count one judged candidate; keep its task, or journal its rejection and try what is left of a group."""
+        self.report.test_executions += executions
+        if built is None:
+            return
+        self.outcomes.append((built.rejection, built.detail))
+        self.report.candidates += 1
+        key = CandidateJournal.key(unit.key, mode)
+        repeated = self.kept.repeated_by(built.record) if built.record is not None else None
+        if repeated:
+            log.info("%s (%s): duplicate: %s", unit.key, mode, repeated)
+            built = BuiltTask(None, "duplicate", None, built.test_executions, repeated)
+        if built.record is not None and built.workspace is not None:
+            if self.full:
+                return  # valid, but past the cap: judged again by a run with a higher one
+            _keep(built, self.settings, self.report, self.writer)
+            self.kept.add(built.record)
+            self.journal.record(key, Judged(VALID, built.record.instance_id, executions))
+        elif built.rejection:
+            self.report.rejections[built.rejection] += 1
+            if setup_cause(built.rejection) is None:  # a setup failure may pass once the setup is fixed
+                self.journal.record(key, Judged(built.rejection, None, executions))
+            known = {*self.keys, *(CandidateJournal.key(other.key, m) for other, m in self.pending)}
+            self.pending.extend(_without_unchecked(unit, mode, built, known))
 
 
 def _without_unchecked(unit: Unit, mode: str, built: BuiltTask, known: set[str]) -> list[tuple[Unit, str]]:

@@ -8,8 +8,8 @@ import pytest
 
 from task_synth import pipeline
 from task_synth.errors import SynthError
-from task_synth.pipeline import EARLY_STOP_CANDIDATES, repeated_setup_failure
 from task_synth.settings import SynthSettings
+from task_synth.setup_failures import EARLY_STOP_CANDIDATES, repeated_setup_failure
 from task_synth.store.candidate_journal import JOURNAL_DIR, CandidateJournal
 from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask

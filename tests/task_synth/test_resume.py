@@ -13,6 +13,7 @@ from sandbox.lifecycle.memory_backend import MemoryBackend
 from task_synth import pipeline
 from task_synth.repository.repo_image import SYNTH_LABEL
 from task_synth.settings import SynthSettings
+from task_synth.setup_failures import SYNTHESIS_ERROR
 from task_synth.store.candidate_journal import JOURNAL_DIR, CandidateJournal
 from task_synth.store.store_writer import RepoFiles, StoreWriter
 from task_synth.store.task_builder import BuiltTask
@@ -183,7 +184,7 @@ def test_an_unexpected_error_rejects_its_candidate_and_the_run_goes_on(tmp_path,
     script = Scripted(tmp_path, errors={"pkg/m.py:f3": ValueError("libcst could not print it")})
     report = _run(tmp_path, script, monkeypatch=monkeypatch)
     assert [record.instance_id for record in read_records(tmp_path)] == ["task-1", "task-5", "task-7"]
-    assert report.rejections[pipeline.SYNTHESIS_ERROR] == 1
+    assert report.rejections[SYNTHESIS_ERROR] == 1
     rerun = Scripted(tmp_path)
     _run(tmp_path, rerun, monkeypatch=monkeypatch)
     assert rerun.tried == ["pkg/m.py:f3"]  # not journaled: a fixed regrow judges it again
