@@ -14,7 +14,8 @@ from openenv.core.env_server import Environment
 from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 from openenv.core.env_server.types import EnvironmentMetadata
 
-from env_server.lifecycle.runtime import EpisodeRuntime, episode_origin
+from env_server.lifecycle.reset_options import ResetOptions
+from env_server.lifecycle.runtime import EpisodeRuntime
 from env_server.stepping.episode import Episode
 from env_server.stepping.errors import NoEpisode
 from proto.actions import ToolCall, tool_specs
@@ -42,46 +43,21 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
             raise RuntimeError("no episode yet: send reset first")
         return self.episode.id
 
-    def reset(
-        self,
-        seed: int | None = None,
-        episode_id: str | None = None,
-        task_id: str | None = None,
-        split: str | None = None,
-        sampler: str | None = None,
-        prefix_of: str | None = None,
-        prefix_steps: int | None = None,
-        origin: str | None = None,
-        run_id: str | None = None,
-        **kwargs: Any,
-    ) -> CodingObservation:
+    def reset(self, seed: int | None = None, episode_id: str | None = None, **options: Any) -> CodingObservation:
         """Start an episode on `task_id`, or on a task sampled from `split` with `seed`: uniformly, or with
         `sampler="frontier"` by recorded pass rate (the server's REGROW_SERVER_SAMPLER when not given). With
         `prefix_of` and `prefix_steps`, start from a recorded episode's workspace after that many of its steps; the
         answer's metadata["prefix"] shows them. `origin` (training, evaluation or demonstration) and `run_id` say why
         and by whom the episode is played: the frontier sampler reads the drawing run's training episodes alone.
+        Other options are ignored (lifecycle/reset_options.py).
 
         Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
         """
-        episode_origin(origin, prefix_of)  # a bad reset must not end the running episode
-        if prefix_of is None and prefix_steps is None:
-            self.runtime.pick_task(task_id, seed, split, sampler, run_id)
-        else:
-            self.runtime.prefix_origin(prefix_of, prefix_steps, task_id)
+        reset = ResetOptions.of(seed, options)
+        self.runtime.check_reset(reset)  # a bad reset must not end the running episode
         if self.episode is not None and not self.episode.addressable:
             self.runtime.abort(self.episode, "reset again")
-        self.episode = self.runtime.start_episode(
-            task_id=task_id,
-            seed=seed,
-            split=split,
-            episode_id=episode_id,
-            addressable=self.per_request,
-            sampler=sampler,
-            prefix_of=prefix_of,
-            prefix_steps=prefix_steps,
-            origin=origin,
-            run_id=run_id,
-        )
+        self.episode = self.runtime.start_episode(reset, episode_id, addressable=self.per_request)
         return self.runtime.reset_observation(self.episode)
 
     def step(

@@ -13,7 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from env_server.lifecycle.reset_options import ResetOptions
+from env_server.settings import ServerSettings
+from env_server.stepping.episode import Episode
 from env_server.stepping.errors import EpisodeError
+from env_server.stepping.tools import call_tool
+from env_server.traces.store import TraceStore
+from proto.actions import TOOL_ARGS
 from proto.traces import EpisodeTrace, StepTrace
 
 REPLAYED = frozenset({"write_file", "edit_file"})
@@ -22,6 +28,37 @@ READ_ONLY = frozenset({"read_file", "list_dir", "search"})
 
 class PrefixRefused(EpisodeError):
     code, http_status = "PREFIX_REFUSED", 422
+
+
+def prefix_origin(
+    traces: TraceStore, options: ResetOptions, step_budget: int
+) -> tuple[EpisodeTrace, list[StepTrace], int]:
+    """(the recorded episode, the writes to replay, the prefix's steps) of a prefix reset; PrefixRefused when it
+    cannot be had."""
+    prefix_of, prefix_steps, task_id = options.prefix_of, options.prefix_steps, options.task_id
+    if prefix_of is None or prefix_steps is None:
+        raise PrefixRefused("a prefix reset takes both prefix_of (a recorded episode's id) and prefix_steps")
+    origin = traces.get_episode(prefix_of)
+    writes = replayed_steps(origin, prefix_of, prefix_steps)
+    assert origin is not None  # replayed_steps refuses a missing episode
+    if task_id is not None and task_id != origin.task_id:
+        raise PrefixRefused(f"episode {prefix_of} played {origin.task_id!r}, not {task_id!r}: leave task_id out")
+    if prefix_steps >= step_budget:
+        raise PrefixRefused(f"a prefix of {prefix_steps} steps leaves none of the {step_budget}-step budget")
+    return origin, writes, prefix_steps
+
+
+def replay_prefix(episode: Episode, writes: list[StepTrace], settings: ServerSettings) -> None:
+    """Write the prefix's files through the tools that wrote them; each must answer as it did when recorded."""
+    for step in writes:
+        args = TOOL_ARGS[step.action.tool].model_validate(step.action.args)
+        result = call_tool(episode.sandbox_ready(), args, settings)
+        if not same_answer(step, result.output, result.feedback):
+            raise PrefixRefused(
+                f"replaying {described(step)} of {episode.trace.prefix_of} answered "
+                f"{(result.feedback or result.output)[:120]!r}, not {step.observation.output[:120]!r} as "
+                "recorded: the task's workspace is no longer the one that episode started from"
+            )
 
 
 def replayed_steps(origin: EpisodeTrace | None, episode_id: str, steps: int) -> list[StepTrace]:

@@ -11,12 +11,14 @@ import random
 import threading
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from env_server.frontier_sampler import Graded, PassRates, frontier_pick
 from env_server.lifecycle.engine_watch import EngineWatch, server_health
-from env_server.lifecycle.prefix_replay import PrefixRefused, described, replayed_steps, same_answer
+from env_server.lifecycle.prefix_replay import prefix_origin, replay_prefix
 from env_server.lifecycle.provisioning import SandboxSupply
+from env_server.lifecycle.reset_options import ResetOptions
 from env_server.observability.event_log import log_event
 from env_server.observability.live_stats import LiveStats
 from env_server.observability.metrics import ServerMetrics
@@ -28,35 +30,22 @@ from env_server.stepping.errors import (
     EpisodeError,
     EpisodeNotFound,
     TaskNotFound,
-    UnknownOrigin,
 )
 from env_server.stepping.recorder import StepRecorder
-from env_server.stepping.tools import ToolResult, call_tool
+from env_server.stepping.tools import ToolResult
 from env_server.task_store import Task, TaskStore, UnknownTask
 from env_server.traces.store import PASSED, TraceStore
-from proto.actions import TOOL_ARGS, ToolCall, tool_specs
+from proto.actions import ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTrace, StepTrace
 from proto.transcript import prefix_history
-from sandbox import Reaper, SandboxBackend, SandboxGone
+from sandbox import Reaper, Sandbox, SandboxBackend, SandboxGone
 from sandbox.lifecycle.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
 SERVER_LABEL = "regrow.server"
-
-
-CLIENT_ORIGINS = ("training", "evaluation", "demonstration")  # a prefix reset's origin is the server's to say
-
-
-def episode_origin(origin: str | None, prefix_of: str | None) -> str:
-    """The origin an episode is recorded with: `prefix` for a prefix reset, `training` where the client says none."""
-    if origin and origin not in CLIENT_ORIGINS:
-        raise UnknownOrigin(f"origin {origin!r} is not one of {', '.join(CLIENT_ORIGINS)}; leave it out for training")
-    if prefix_of is not None:
-        return "prefix"
-    return origin or "training"
 
 
 def _now() -> datetime:
@@ -179,15 +168,9 @@ class EpisodeRuntime:
 
     # --- episodes --------------------------------------------------------------------------------
 
-    def pick_task(
-        self,
-        task_id: str | None,
-        seed: int | None,
-        split: str | None,
-        sampler: str | None = None,
-        run_id: str | None = None,
-    ) -> Task:
-        sampler = sampler or self.settings.sampler
+    def pick_task(self, options: ResetOptions) -> Task:
+        """The task a reset plays: the one it names, or one drawn from its split by its seed and sampler."""
+        sampler, run_id = options.sampler or self.settings.sampler, options.run_id
         if sampler not in ("uniform", "frontier"):
             raise TaskNotFound(f"unknown sampler {sampler!r}: use uniform or frontier")
         choose = None
@@ -199,7 +182,7 @@ class EpisodeRuntime:
                 return frontier_pick(ids, rates, rng, settings.frontier_explore_share, settings.frontier_min_seen)
 
         try:
-            return self.store.pick(task_id, seed, split, self.settings.twin_rate, choose)
+            return self.store.pick(options.task_id, options.seed, options.split, self.settings.twin_rate, choose)
         except UnknownTask as error:
             raise TaskNotFound(str(error)) from None
 
@@ -216,55 +199,38 @@ class EpisodeRuntime:
         )
         return {task: Graded(graded, passed) for task, graded, passed in rows if graded}
 
+    def check_reset(self, options: ResetOptions) -> None:
+        """Refuse a reset that cannot start (an unknown origin, task or sampler, a prefix that cannot be had) before
+        anything is done about it: a bad reset must not end the running episode."""
+        options.recorded_origin()
+        if options.prefixed:
+            prefix_origin(self.traces, options, self.settings.step_budget)
+        else:
+            self.pick_task(options)
+
     def start_episode(
-        self,
-        task_id: str | None = None,
-        seed: int | None = None,
-        split: str | None = None,
-        episode_id: str | None = None,
-        addressable: bool = False,
-        sampler: str | None = None,
-        prefix_of: str | None = None,
-        prefix_steps: int | None = None,
-        origin: str | None = None,
-        run_id: str | None = None,
+        self, options: ResetOptions | None = None, episode_id: str | None = None, addressable: bool = False
     ) -> Episode:
         """A new episode in a started sandbox; an addressable one outlives its session and is continued by id.
 
         With `prefix_of`, the episode plays that recorded episode's task from its workspace after `prefix_steps` steps
         (lifecycle/prefix_replay.py); PrefixRefused says why when that state cannot be restored.
         """
+        options = options or ResetOptions()
         recorded: EpisodeTrace | None = None  # the episode a prefix reset starts from
         writes: list[StepTrace] = []
         steps = 0
-        if prefix_of is not None or prefix_steps is not None:
-            recorded, writes, steps = self.prefix_origin(prefix_of, prefix_steps, task_id)
-            task_id = recorded.task_id
-        origin = episode_origin(origin, prefix_of)
-        task = self.pick_task(task_id, seed, split, sampler, run_id)
+        if options.prefixed:
+            recorded, writes, steps = prefix_origin(self.traces, options, self.settings.step_budget)
+            options = replace(options, task_id=recorded.task_id)
+        origin = options.recorded_origin()
+        task = self.pick_task(options)
         engine = self.engine.status
         if not engine.up:
             raise EngineUnreachable(
                 f"the Docker engine does not answer ({engine.error}); retry once GET /health says healthy"
             )
-        with self._lock:
-            if len(self._episodes) + self._reserved >= self.settings.max_episodes:
-                raise CapacityReached(f"all {self.settings.max_episodes} episode slots are busy; retry later")
-            if episode_id is not None and (episode_id in self._episodes or self.traces.get_episode(episode_id)):
-                raise EpisodeError(f"episode id {episode_id!r} is already used; choose another or omit it")
-            self._reserved += 1
-        try:
-            sandbox, rest = self.sandboxes.acquire(task)
-        except Exception as error:
-            engine = self.engine.check(force=True)
-            if not engine.up:
-                raise EngineUnreachable(
-                    f"the Docker engine stopped answering ({engine.error}); retry once GET /health says healthy"
-                ) from error
-            raise
-        finally:
-            with self._lock:
-                self._reserved -= 1
+        sandbox, rest = self._sandbox_for(task, episode_id)
         new_id = episode_id or uuid.uuid4().hex
         trace = EpisodeTrace(
             episode_id=new_id,
@@ -272,10 +238,10 @@ class EpisodeRuntime:
             problem_statement=task.record.problem_statement,
             tools=tool_specs(),
             started_at=_now(),
-            prefix_of=prefix_of,
+            prefix_of=options.prefix_of,
             prefix_steps=steps,
             origin=origin,
-            run_id=run_id,
+            run_id=options.run_id,
         )
         episode = Episode(
             id=new_id,
@@ -294,41 +260,34 @@ class EpisodeRuntime:
             self._episodes[new_id] = episode
         self.recorder.started(episode)
         if writes:
-            self._replay(episode, writes)
+            try:
+                replay_prefix(episode, writes, self.settings)
+            except BaseException as error:
+                self.abort(episode, f"prefix replay failed: {error}")
+                raise
         return episode
 
-    def prefix_origin(
-        self, prefix_of: str | None, prefix_steps: int | None, task_id: str | None
-    ) -> tuple[EpisodeTrace, list[StepTrace], int]:
-        """(the recorded episode, the writes to replay, the prefix's steps); PrefixRefused when it cannot be had."""
-        if prefix_of is None or prefix_steps is None:
-            raise PrefixRefused("a prefix reset takes both prefix_of (a recorded episode's id) and prefix_steps")
-        origin = self.traces.get_episode(prefix_of)
-        writes = replayed_steps(origin, prefix_of, prefix_steps)
-        assert origin is not None  # replayed_steps refuses a missing episode
-        if task_id is not None and task_id != origin.task_id:
-            raise PrefixRefused(f"episode {prefix_of} played {origin.task_id!r}, not {task_id!r}: leave task_id out")
-        if prefix_steps >= self.settings.step_budget:
-            raise PrefixRefused(
-                f"a prefix of {prefix_steps} steps leaves none of the {self.settings.step_budget}-step budget"
-            )
-        return origin, writes, prefix_steps
-
-    def _replay(self, episode: Episode, writes: list[StepTrace]) -> None:
-        """Write the prefix's files through the tools that wrote them; each must answer as it did when recorded."""
+    def _sandbox_for(self, task: Task, episode_id: str | None) -> tuple[Sandbox, bytes | None]:
+        """A started sandbox for `task` in a free slot (and the rest of its files to write, if any); CapacityReached
+        when every slot is taken, EngineUnreachable when the engine stopped answering."""
+        with self._lock:
+            if len(self._episodes) + self._reserved >= self.settings.max_episodes:
+                raise CapacityReached(f"all {self.settings.max_episodes} episode slots are busy; retry later")
+            if episode_id is not None and (episode_id in self._episodes or self.traces.get_episode(episode_id)):
+                raise EpisodeError(f"episode id {episode_id!r} is already used; choose another or omit it")
+            self._reserved += 1
         try:
-            for step in writes:
-                args = TOOL_ARGS[step.action.tool].model_validate(step.action.args)
-                result = call_tool(episode.sandbox_ready(), args, self.settings)
-                if not same_answer(step, result.output, result.feedback):
-                    raise PrefixRefused(
-                        f"replaying {described(step)} of {episode.trace.prefix_of} answered "
-                        f"{(result.feedback or result.output)[:120]!r}, not {step.observation.output[:120]!r} as "
-                        "recorded: the task's workspace is no longer the one that episode started from"
-                    )
-        except BaseException as error:
-            self.abort(episode, f"prefix replay failed: {error}")
+            return self.sandboxes.acquire(task)
+        except Exception as error:
+            engine = self.engine.check(force=True)
+            if not engine.up:
+                raise EngineUnreachable(
+                    f"the Docker engine stopped answering ({engine.error}); retry once GET /health says healthy"
+                ) from error
             raise
+        finally:
+            with self._lock:
+                self._reserved -= 1
 
     def get(self, episode_id: str) -> Episode:
         episode = self._episodes.get(episode_id)

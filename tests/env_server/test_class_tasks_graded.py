@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from env_server.grading.checks import judge
+from env_server.lifecycle.reset_options import ResetOptions
 from env_server.task_store import TaskStore
 from proto.actions import ToolCall
 from proto.call_replay import replay_program
@@ -87,7 +88,7 @@ def class_runtime(docker_backend, class_store, tmp_path_factory):
 
 def _play(runtime, files: dict[str, str]) -> dict:
     task_id = next(iter(runtime.store.tasks))
-    episode = runtime.start_episode(task_id=task_id)
+    episode = runtime.start_episode(ResetOptions(task_id=task_id))
     for path, content in files.items():
         runtime.take_step(episode, ToolCall(tool="write_file", args={"path": path, "content": content}))
     return runtime.take_step(episode, ToolCall(tool="submit")).metadata["reward_details"]

@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from env_server.lifecycle.prefix_replay import PrefixRefused
+from env_server.lifecycle.reset_options import ResetOptions
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
 from proto.actions import ToolCall
@@ -47,7 +48,7 @@ def workspace_files(episode) -> dict[str, tuple[int, bytes]]:
 
 def play(runtime) -> tuple[str, dict]:
     """One episode of STEPS played through the stepper: its id, and its workspace as it stood after PREFIX steps."""
-    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     after_prefix = {}
     for number, action in enumerate(STEPS, 1):
         runtime.stepper.take_step(episode, action)
@@ -72,7 +73,7 @@ def test_each_command_step_records_whether_it_changed_the_workspace(runtime, rec
 
 def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, recorded):
     origin, after_prefix = recorded
-    episode = runtime.start_episode(prefix_of=origin, prefix_steps=PREFIX)
+    episode = runtime.start_episode(ResetOptions(prefix_of=origin, prefix_steps=PREFIX))
     try:
         assert workspace_files(episode) == after_prefix
         assert b"  pass\n" in after_prefix[f"{WORKSPACE.lstrip('/')}/calc/ops.py"][1]  # the edit is in it
@@ -86,7 +87,7 @@ def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, rec
         assert (trace.prefix_of, trace.prefix_steps, trace.task_id) == (origin, PREFIX, DEMO_TASK_ID)
         runtime.stepper.take_step(episode, STEPS[0])
         with pytest.raises(PrefixRefused, match="itself started after 5 steps"):  # its own start is not in its steps
-            runtime.start_episode(prefix_of=episode.id, prefix_steps=1)
+            runtime.start_episode(ResetOptions(prefix_of=episode.id, prefix_steps=1))
     finally:
         runtime.abort(episode, "test over")
 
@@ -103,7 +104,7 @@ def test_a_prefix_that_cannot_be_restored_is_refused_with_the_reason(runtime, re
     messages = {}
     for name, options in refusals.items():
         with pytest.raises(PrefixRefused) as refused:
-            runtime.start_episode(**options)
+            runtime.start_episode(ResetOptions(**options))
         messages[name] = str(refused.value)
     assert "step 6" in messages["command"] and "changed files" in messages["command"], messages
     assert f"1 to {len(STEPS)}" in messages["too long"]
@@ -143,11 +144,11 @@ async def test_the_trainers_client_gets_the_prefix_over_websocket_and_a_clear_re
 
 
 def test_a_command_whose_effect_cannot_be_read_is_unknown_and_no_prefix_passes_it(runtime):
-    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     try:
         hidden = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "rm -f /tmp/.regrow-run-*"}))
         assert "workspace_changed" not in hidden.metadata  # unknown, not "unchanged"
     finally:
         runtime.abort(episode, "test over")
     with pytest.raises(PrefixRefused, match="has no recorded effect"):
-        runtime.start_episode(prefix_of=episode.id, prefix_steps=1)
+        runtime.start_episode(ResetOptions(prefix_of=episode.id, prefix_steps=1))

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from env_server.lifecycle.reset_options import ResetOptions
 from env_server.task_store import Task
 from proto.actions import ToolCall
 from proto.evidence import module_of_path
@@ -61,7 +62,7 @@ def task_of_kind(runtime, kind: str) -> Task:
 
 
 def play(runtime, task: Task, files: dict[str, str]) -> dict:
-    episode = runtime.start_episode(task_id=task.id)
+    episode = runtime.start_episode(ResetOptions(task_id=task.id))
     for path, content in files.items():
         runtime.take_step(episode, ToolCall(tool="write_file", args={"path": path, "content": content}))
     return runtime.take_step(episode, ToolCall(tool="submit")).metadata["reward_details"]

@@ -8,6 +8,7 @@ from contextlib import closing
 import pytest
 from typer.testing import CliRunner
 
+from env_server.lifecycle.reset_options import ResetOptions
 from proto.actions import ToolCall
 from regrow.cli import app
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS, WRONG_OPS
@@ -17,7 +18,7 @@ pytestmark = pytest.mark.docker
 
 def play(runtime, ops_source: str) -> tuple[str, float | None]:
     """An episode that writes `ops_source` to calc/ops.py and submits: its id and its reward."""
-    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     runtime.take_step(episode, ToolCall(tool="write_file", args={"path": "calc/ops.py", "content": ops_source}))
     final = runtime.take_step(episode, ToolCall(tool="submit"))
     assert final.done

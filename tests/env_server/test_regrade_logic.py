@@ -16,6 +16,7 @@ from env_server.grading.applied_diff import NotReplayable, change_set_from_diff
 from env_server.grading.change_set import ChangeSet, Entry, Tree, compare, read_tree
 from env_server.grading.diff import MAX_DIFF_LINES, submission_diff
 from env_server.grading.path_policy import PathPolicy
+from env_server.lifecycle.reset_options import ResetOptions
 from env_server.traces.regrade import Regraded, RegradeReport, RegradeTotals, Skipped, workspace_tar
 from env_server.traces.store import TraceStore
 from env_server.traces.submissions import decode_change_set, encode_change_set
@@ -251,7 +252,7 @@ def test_episodes_played_on_the_in_memory_engine_are_graded_again_to_the_same_re
 
     played = {}
     for source in (ORIGINAL_OPS, WRONG_OPS):
-        episode = memory_runtime.start_episode(task_id=DEMO_TASK_ID)
+        episode = memory_runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
         memory_runtime.take_step(episode, ToolCall(tool="write_file", args={"path": "calc/ops.py", "content": source}))
         played[episode.id] = memory_runtime.take_step(episode, ToolCall(tool="submit")).reward
     grading = Grading(

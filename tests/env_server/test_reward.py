@@ -2,6 +2,7 @@
 
 import pytest
 
+from env_server.lifecycle.reset_options import ResetOptions
 from proto.actions import ToolCall
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS, TESTS, WRONG_OPS
 
@@ -9,7 +10,7 @@ pytestmark = pytest.mark.docker
 
 
 def play(runtime, *calls):
-    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     observation = None
     for tool, args in calls:
         observation = runtime.take_step(episode, ToolCall(tool=tool, args=args))

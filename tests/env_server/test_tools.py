@@ -7,13 +7,14 @@ import time
 
 import pytest
 
+from env_server.lifecycle.reset_options import ResetOptions
 from proto.actions import ToolCall
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
 
 @pytest.fixture
 def episode(memory_runtime):
-    live = memory_runtime.start_episode(task_id=DEMO_TASK_ID)
+    live = memory_runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     yield live
     memory_runtime.abort(live, "test over")
 
@@ -69,7 +70,7 @@ def test_list_dir_marks_directories(memory_runtime, episode):
 def test_the_step_budget_grades_the_workspace_when_used_up(memory_runtime, monkeypatch):
     runtime = memory_runtime
     monkeypatch.setattr(runtime.settings, "step_budget", 2)
-    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     assert not act(runtime, episode, "write_file", path="calc/ops.py", content=ORIGINAL_OPS).done
     final = act(runtime, episode, "run", command="true")
     assert final.done and final.reward == 1.0 and "step budget used up" in final.feedback
@@ -79,7 +80,7 @@ def test_the_step_budget_grades_the_workspace_when_used_up(memory_runtime, monke
 def test_the_wall_clock_budget_grades_the_workspace_at_the_next_step(memory_runtime, monkeypatch):
     runtime = memory_runtime
     monkeypatch.setattr(runtime.settings, "wall_clock_budget_s", 1.0)
-    episode = runtime.start_episode(task_id=DEMO_TASK_ID)
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
     time.sleep(1.2)
     final = act(runtime, episode, "run", command="echo never")
     assert final.done and "wall-clock budget ran out" in final.feedback and "never" not in final.output

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
+from env_server.lifecycle.reset_options import ResetOptions
 from env_server.task_store import TaskStore
 from proto.actions import ToolCall
 from proto.task_files import IO_CHECKS, TWIN_OF, TWINS, hidden_dir
@@ -48,7 +49,7 @@ def twin_runtime(docker_backend, twin_store, tmp_path_factory):
 
 
 def play_sampled(runtime, files: dict[str, str]) -> tuple[str, dict]:
-    episode = runtime.start_episode(seed=7, split="train")
+    episode = runtime.start_episode(ResetOptions(seed=7, split="train"))
     for path, content in files.items():
         runtime.take_step(episode, ToolCall(tool="write_file", args={"path": path, "content": content}))
     final = runtime.take_step(episode, ToolCall(tool="submit"))

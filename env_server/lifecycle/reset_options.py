@@ -1,0 +1,46 @@
+"""What a reset asks for: a task by id, or a seed and split to draw one from (uniformly, or at the frontier of a run's
+pass rates); a recorded episode whose prefix to start from; and why, and by which run, the episode is played."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from env_server.stepping.errors import UnknownOrigin
+
+CLIENT_ORIGINS = ("training", "evaluation", "demonstration")  # a prefix reset's origin is the server's to say
+
+
+@dataclass(frozen=True)
+class ResetOptions:
+    """A reset's options as the WebSocket, HTTP and gRPC resets give them; None where a reset leaves one out."""
+
+    task_id: str | None = None
+    seed: int | None = None
+    split: str | None = None
+    sampler: str | None = None
+    prefix_of: str | None = None
+    prefix_steps: int | None = None
+    origin: str | None = None
+    run_id: str | None = None
+
+    @classmethod
+    def of(cls, seed: int | None, data: dict[str, Any]) -> ResetOptions:
+        """The options among a reset's data (OpenEnv hands them over as keyword arguments); other keys are ignored."""
+        return cls(seed=seed, **{option.name: data.get(option.name) for option in fields(cls) if option.name != "seed"})
+
+    @property
+    def prefixed(self) -> bool:
+        """Whether the reset asks for a recorded episode's prefix (PrefixRefused says what is missing)."""
+        return self.prefix_of is not None or self.prefix_steps is not None
+
+    def recorded_origin(self) -> str:
+        """The origin the episode is recorded with: `prefix` for a prefix reset, `training` where the client says
+        none."""
+        if self.origin and self.origin not in CLIENT_ORIGINS:
+            raise UnknownOrigin(
+                f"origin {self.origin!r} is not one of {', '.join(CLIENT_ORIGINS)}; leave it out for training"
+            )
+        if self.prefix_of is not None:
+            return "prefix"
+        return self.origin or "training"
