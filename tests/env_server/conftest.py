@@ -14,6 +14,34 @@ def demo_task_store(docker_backend, base_image, tmp_path_factory) -> Path:
     return build_demo_task_store(docker_backend, base_image, tmp_path_factory.mktemp("tasks"))
 
 
+MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
+MINILIB_KINDS = ("function", "method", "class", "group")
+
+
+@pytest.fixture(scope="session")
+def minilib_kinds_store(docker_backend, base_image, tmp_path_factory) -> Path:
+    """One stub task of each kind synthesized from minilib into one store (the repository image built once): the red
+    team and the class-task tests share it, in one pytest process (`make test` runs both after the logic lane)."""
+    from task_synth.pipeline import synthesize
+    from task_synth.settings import SynthSettings
+
+    store = tmp_path_factory.mktemp("minilib-kinds-store")
+    for kind in MINILIB_KINDS:
+        settings = SynthSettings(modes=["stub"], kinds=[kind], max_tasks=1, seed=0)
+        report = synthesize(str(MINILIB), store, settings, backend=docker_backend)
+        assert report.valid == 1, (kind, report.rejections)
+    return store
+
+
+def task_of_kind_in(tasks, kind: str):
+    """The task of `kind` among `tasks` (TaskStore.tasks values); a group is any task of several units."""
+    for task in tasks:
+        units = task.record.deleted
+        if (kind == "group") == (len(units) > 1) and (kind == "group" or units[0].kind == kind):
+            return task
+    raise AssertionError(f"no {kind} task in the store")
+
+
 def make_settings(store: Path, tmp_path: Path, **overrides):
     from env_server.settings import ServerSettings
 

@@ -5,24 +5,20 @@ earn nothing, and every check of a class's twin fails on the original."""
 from __future__ import annotations
 
 import random
-from pathlib import Path
 
 import pytest
 
 from env_server.grading.checks import judge
 from env_server.lifecycle.reset_options import ResetOptions
-from env_server.task_store import TaskStore
+from env_server.task_store import Task, TaskStore
 from proto.actions import ToolCall
 from proto.call_replay import replay_program
-from task_synth.pipeline import synthesize
-from task_synth.settings import SynthSettings
 from task_synth.store.twins import twin_of
-from tests.env_server.conftest import live_runtime
+from tests.env_server.conftest import MINILIB, live_runtime, task_of_kind_in
 from tests.env_server.test_reward_hacks import LIE
 
 pytestmark = pytest.mark.docker
 
-MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 CONTAINERS = "src/minilib/containers.py"
 ORIGINAL = (MINILIB / CONTAINERS).read_text()
 HEAD, _, REST = ORIGINAL.partition("class BoundedStack:")
@@ -72,30 +68,27 @@ STACK_STUB = "class BoundedStack:\n    pass\n\n\n"
 
 
 @pytest.fixture(scope="module")
-def class_store(docker_backend, base_image, tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("class-store")
-    settings = SynthSettings(modes=["stub"], kinds=["class"], max_tasks=1, seed=0)
-    report = synthesize(str(MINILIB), store, settings, backend=docker_backend)
-    assert [record.deleted[0].qualname for record in report.records] == ["BoundedStack"], report.rejections
-    return store
+def class_task(minilib_kinds_store) -> Task:
+    task = task_of_kind_in(TaskStore(minilib_kinds_store).tasks.values(), "class")
+    assert task.record.deleted[0].qualname == "BoundedStack", task.record.deleted
+    return task
 
 
 @pytest.fixture(scope="module")
-def class_runtime(docker_backend, class_store, tmp_path_factory):
-    with live_runtime(docker_backend, class_store, tmp_path_factory.mktemp("rt")) as live:
+def class_runtime(docker_backend, minilib_kinds_store, tmp_path_factory):
+    with live_runtime(docker_backend, minilib_kinds_store, tmp_path_factory.mktemp("rt")) as live:
         yield live
 
 
 def _play(runtime, files: dict[str, str]) -> dict:
-    task_id = next(iter(runtime.store.tasks))
-    episode = runtime.start_episode(ResetOptions(task_id=task_id))
+    episode = runtime.start_episode(ResetOptions(task_id=task_of_kind_in(runtime.store.tasks.values(), "class").id))
     for path, content in files.items():
         runtime.take_step(episode, ToolCall(tool="write_file", args={"path": path, "content": content}))
     return runtime.take_step(episode, ToolCall(tool="submit")).metadata["reward_details"]
 
 
-def test_the_class_task_is_judged_by_its_programs(class_store):
-    task = next(iter(TaskStore(class_store).tasks.values()))
+def test_the_class_task_is_judged_by_its_programs(class_task):
+    task = class_task
     checks = task.io_checks()
     assert checks and all(check.steps is not None and check.qualname == "BoundedStack" for check in checks)
     assert any(check.test is None for check in checks), "no unseen program"
@@ -198,9 +191,9 @@ def test_forgeries_of_a_class_task_earn_no_more_than_the_wrong_class(class_runti
     assert forged["reward"] <= wrong["reward"] < 1.0, (name, forged)
 
 
-def test_every_check_of_a_class_tasks_twin_fails_on_the_original(class_store, monkeypatch):
+def test_every_check_of_a_class_tasks_twin_fails_on_the_original(class_task, monkeypatch):
     monkeypatch.syspath_prepend(str(MINILIB / "src"))
-    task = next(iter(TaskStore(class_store).tasks.values()))
+    task = class_task
     made = twin_of(task.record, task.io_checks(), random.Random(3))
     assert made is not None
     for original, twin in zip(task.io_checks(), made[1], strict=True):

@@ -23,42 +23,24 @@ from env_server.task_store import Task
 from proto.actions import ToolCall
 from proto.evidence import module_of_path
 from proto.tasks import IoCheck
-from task_synth.pipeline import synthesize
-from task_synth.settings import SynthSettings
-from tests.env_server.conftest import live_runtime
+from tests.env_server.conftest import MINILIB, MINILIB_KINDS, live_runtime, task_of_kind_in
 from tests.env_server.dashboard_support import FORGED_INIT
 from tests.env_server.test_reward_hacks import LIE
 
 pytestmark = pytest.mark.docker
 
-MINILIB = Path(__file__).parents[1] / "fixtures" / "minilib"
 INIT = "src/minilib/__init__.py"
-KINDS = ("function", "method", "class", "group")
+KINDS = MINILIB_KINDS
 
 
 @pytest.fixture(scope="module")
-def kinds_store(docker_backend, base_image, tmp_path_factory) -> Path:
-    """One stub task of each kind in one store (the repository image is built once and reused)."""
-    store = tmp_path_factory.mktemp("red-team-store")
-    for kind in KINDS:
-        settings = SynthSettings(modes=["stub"], kinds=[kind], max_tasks=1, seed=0)
-        report = synthesize(str(MINILIB), store, settings, backend=docker_backend)
-        assert report.valid == 1, (kind, report.rejections)
-    return store
-
-
-@pytest.fixture(scope="module")
-def red_team_runtime(docker_backend, kinds_store, tmp_path_factory):
-    with live_runtime(docker_backend, kinds_store, tmp_path_factory.mktemp("rt")) as live:
+def red_team_runtime(docker_backend, minilib_kinds_store, tmp_path_factory):
+    with live_runtime(docker_backend, minilib_kinds_store, tmp_path_factory.mktemp("rt")) as live:
         yield live
 
 
 def task_of_kind(runtime, kind: str) -> Task:
-    for task in runtime.store.tasks.values():
-        units = task.record.deleted
-        if (kind == "group") == (len(units) > 1) and (kind == "group" or units[0].kind == kind):
-            return task
-    raise AssertionError(f"no {kind} task in the store")
+    return task_of_kind_in(runtime.store.tasks.values(), kind)
 
 
 def play(runtime, task: Task, files: dict[str, str]) -> dict:
