@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Collection, Mapping
 
 from sandbox.lifecycle.backend_protocol import SandboxBackend
-from sandbox.limits import Hardening, Limits
+from sandbox.limits import Limits
 from sandbox.runtime.sandbox_protocol import Sandbox
 
 log = logging.getLogger(__name__)
@@ -33,8 +33,6 @@ class WarmPool:
         size: int,
         limits: Limits | None = None,
         labels: Mapping[str, str] | None = None,
-        hardening: Hardening | None = None,
-        workdir: str | None = None,
         prepare: Callable[[Sandbox], object] | None = None,
         name: str | None = None,
     ):
@@ -43,12 +41,7 @@ class WarmPool:
         self.backend, self.image, self.size, self._prepare = backend, image, size, prepare
         self.name = name or image
         self._create = functools.partial(
-            backend.create,
-            image,
-            limits=limits,
-            labels={**(labels or {}), POOL_LABEL: image},
-            hardening=hardening,
-            workdir=workdir,
+            backend.create, image, limits=limits, labels={**(labels or {}), POOL_LABEL: image}
         )
         self._ready: collections.deque[Sandbox] = collections.deque()
         self._lock = threading.Lock()
