@@ -244,7 +244,8 @@ def traces(
 
 
 def register(app: typer.Typer) -> None:
+    from regrow.settings_commands import PASS_THROUGH
     from regrow.synth_jobs import synth_command
 
-    stack_app.command("synth")(synth_command)
+    stack_app.command("synth", context_settings=PASS_THROUGH, add_help_option=False)(synth_command)
     app.add_typer(stack_app, name="stack")

@@ -16,12 +16,16 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import typer
+from pydantic import Field, FilePath
+from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.table import Table
 
 from regrow.output import console, fail
 from regrow.swarm import StackError, check_manager, docker, ensure_image, remove_sandboxes_of
+from task_synth.settings import Mode, SynthSettings
 
 log = logging.getLogger(__name__)
 BATCH_LABEL = "regrow.synth.batch"
@@ -162,49 +166,94 @@ def remove_jobs(jobs: list[SynthJob]) -> int:
     return remove_sandboxes_of(containers)
 
 
-def synth_command(
-    repos: Path = typer.Option(..., "--repos", exists=True, dir_okay=False, help="One repository per line."),
-    shards: Path = typer.Option(
-        ..., "--shards", help="Folder of the jobs' shards; the same absolute path on every node (shared, or not)."
-    ),
-    out: Path = typer.Option(..., "--out", help="The task store the shards are merged into."),
-    name: str = typer.Option("regrow-synth", "--name", help="The batch's name: its services are NAME-<repository>."),
-    image: str = typer.Option("regrow/app:0.1.0", "--image", help="Job image, built on every node."),
-    max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks per repository."),
-    jobs: int = typer.Option(1, "--jobs", min=1, help="Candidates each job validates in parallel."),
-    seed: int = typer.Option(0, "--seed"),
-    modes: list[str] = typer.Option(["stub"], "--mode", help="Deletion mode; repeat for several."),
-    env: list[str] = typer.Option([], "--env", help="KEY=VALUE set in every job (REGROW_SYNTH_* settings)."),
-    retries: int = typer.Option(3, "--retries", min=0, help="Tries after the first for a job that dies."),
-    timeout: float = typer.Option(86400, "--timeout", help="Seconds to wait for every job."),
-    keep: bool = typer.Option(False, "--keep", help="Leave the finished jobs' services in place."),
-) -> None:
-    """Synthesize every repository of REPOS as its own Swarm job, then merge the shards into OUT; rerun to go on."""
-    from task_synth.batch import read_sources, read_state
+def _as_in_synth(name: str) -> Any:
+    """SynthSettings' own field `name`, its default, check and help: a job's `regrow synth` option is declared once."""
+    return SynthSettings.model_fields[name]
+
+
+class StackSynthSettings(BaseSettings):
+    """What `regrow stack synth` runs: each repository of --repos as its own Swarm job, whose `regrow synth` takes
+    --max-tasks, --jobs, --seed and --mode as `regrow synth` does, and where the shards and the merged store go."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_STACK_SYNTH_", cli_shortcuts={"modes": "mode"})
+
+    repos: FilePath = Field(description="One repository per line.")
+    shards: Path = Field(
+        description="Folder of the jobs' shards; the same absolute path on every node (shared, or not)."
+    )
+    out: Path = Field(description="The task store the shards are merged into.")
+    name: str = Field("regrow-synth", description="The batch's name: its services are NAME-<repository>.")
+    image: str = Field("regrow/app:0.1.0", description="Job image, built on every node.")
+    max_tasks: int = _as_in_synth("max_tasks")
+    jobs: int = _as_in_synth("jobs")
+    seed: int = _as_in_synth("seed")
+    modes: list[Mode] = _as_in_synth("modes")
+    env: list[str] = Field(default_factory=list, description="KEY=VALUE set in every job (REGROW_SYNTH_* settings).")
+    retries: int = Field(3, ge=0, description="Tries after the first for a job that dies.")
+    timeout: float = Field(86400, description="Seconds to wait for every job.")
+    keep: bool = Field(False, description="Leave the finished jobs' services in place.")
+
+
+def job_options(settings: StackSynthSettings) -> list[str]:
+    """The options of each job's `regrow synth`, as it takes them."""
+    options = ["--max-tasks", str(settings.max_tasks), "--jobs", str(settings.jobs), "--seed", str(settings.seed)]
+    return options + [word for mode in settings.modes for word in ("--mode", mode)]
+
+
+def synth_command(ctx: typer.Context) -> None:
+    """Synthesize every repository of --repos as its own Swarm job, then merge the shards into --out; rerun to go on.
+
+    Every option can also come from a REGROW_STACK_SYNTH_<OPTION> variable; a flag given here wins.
+    """
+    from regrow.settings_commands import settings_from_args
+
+    run_synth_jobs(*settings_from_args(ctx, StackSynthSettings))
+
+
+def run_synth_jobs(settings: StackSynthSettings) -> None:
+    """Start the jobs (those of an earlier run stay), wait for them, merge their shards and say how each went."""
     from task_synth.errors import SynthError
     from task_synth.store.store_merge import merge_stores
 
     try:
-        check_manager()
-        ensure_image(image, "run `make up` or `docker-compose build synth` on every node")
-        variables = dict(item.split("=", 1) for item in env if "=" in item)
-        if len(variables) != len(env):
-            raise StackError(f"--env takes KEY=VALUE, got {[item for item in env if '=' not in item]}")
-        planned = plan_jobs(read_sources(repos), name, shards.resolve())
-        shards.mkdir(parents=True, exist_ok=True)
-        shards.chmod(0o777)  # the jobs write as the image's `agent` user
-        options = ["--max-tasks", str(max_tasks), "--jobs", str(jobs), "--seed", str(seed)]
-        options += [word for mode in modes for word in ("--mode", mode)]
-        for job in planned:
-            create_job(job, name, image, options, variables, retries)
-        console.print(f"{len(planned)} synth job(s) of batch {name} running; shards in {shards}")
+        planned = start_jobs(settings)
         with console.status("waiting for the jobs...") as status:
-            states = wait_jobs(planned, retries, timeout, lambda now: status.update(_waiting(now)))
+            states = wait_jobs(planned, settings.retries, settings.timeout, lambda now: status.update(_waiting(now)))
         finished = [job.shard for job in planned if (job.shard / "tasks.jsonl").is_file()]
-        merged = merge_stores(finished, out) if finished else None
-        reaped = 0 if keep else remove_jobs(planned)
+        merged = merge_stores(finished, settings.out) if finished else None
+        reaped = 0 if settings.keep else remove_jobs(planned)
     except (StackError, SynthError) as error:
         fail(str(error))
+    console.print(outcome_table(settings.repos, planned, states))
+    added = sum(merged.added.values()) if merged else 0
+    console.print(f"merged {len(finished)} shard(s) into {settings.out}: {added} new task(s)")
+    if reaped:
+        console.print(f"removed {reaped} sandbox(es) that killed tries left")
+
+
+def start_jobs(settings: StackSynthSettings) -> list[SynthJob]:
+    """Create one job per repository of the repos file (unless its service is there already)."""
+    from task_synth.batch import read_sources
+
+    check_manager()
+    ensure_image(settings.image, "run `make up` or `docker-compose build synth` on every node")
+    variables = dict(item.split("=", 1) for item in settings.env if "=" in item)
+    if len(variables) != len(settings.env):
+        raise StackError(f"--env takes KEY=VALUE, got {[item for item in settings.env if '=' not in item]}")
+    shards = settings.shards
+    planned = plan_jobs(read_sources(settings.repos), settings.name, shards.resolve())
+    shards.mkdir(parents=True, exist_ok=True)
+    shards.chmod(0o777)  # the jobs write as the image's `agent` user
+    for job in planned:
+        create_job(job, settings.name, settings.image, job_options(settings), variables, settings.retries)
+    console.print(f"{len(planned)} synth job(s) of batch {settings.name} running; shards in {shards}")
+    return planned
+
+
+def outcome_table(repos: Path, planned: list[SynthJob], states: dict[str, JobState]) -> Table:
+    """Each repository's job: its outcome as its shard's batch state has it, else the swarm's, with its tries."""
+    from task_synth.batch import read_state
+
     table = Table(title=f"regrow stack synth {repos} ({len(planned)} repositories)")
     for column in ("repository", "job", "tries", "valid", "candidates", "error"):
         table.add_column(column)
@@ -220,11 +269,7 @@ def synth_command(
             str(outcome.candidates) if outcome else "",
             said.splitlines()[0][:100] if said else "",
         )
-    console.print(table)
-    added = sum(merged.added.values()) if merged else 0
-    console.print(f"merged {len(finished)} shard(s) into {out}: {added} new task(s)")
-    if reaped:
-        console.print(f"removed {reaped} sandbox(es) that killed tries left")
+    return table
 
 
 def _waiting(states: dict[str, JobState]) -> str:
