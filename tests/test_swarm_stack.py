@@ -22,6 +22,7 @@ from tests.live_process import free_port
 from tests.task_fixture import DEMO_TASK_ID, SOLUTION_PATCH, build_demo_task_store
 
 # Deploying waits up to 20 min for /health on a heavily loaded machine: more than the suite's 900 s per test.
+TINYCALC = Path(__file__).parent / "fixtures" / "tinycalc"
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(3000)]
 
 REGROW = str(Path(sys.executable).parent / "regrow")
@@ -228,15 +229,14 @@ def test_stack_synth_runs_a_job_per_repository_retries_a_killed_one_and_merges_e
     once. Nothing of the jobs is left: no service, no sandbox of the killed try."""
     from regrow.synth_jobs import plan_jobs
     from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
-    from tests.task_synth.test_synthesis import MINILIB
 
     root = Path(tempfile.mkdtemp(prefix="regrow-synth-jobs-"))
     root.chmod(0o755)
     try:
         sources = []
         for name in ("alpha", "beta"):  # one library under two names: two repositories, two sets of task ids
-            copy = root / "repos" / f"minilib-{name}"
-            shutil.copytree(MINILIB, copy)
+            copy = root / "repos" / f"tinycalc-{name}"
+            shutil.copytree(TINYCALC, copy)  # the jobs are what is tested: the smallest repository that gives tasks
             for path in [copy.parent, copy, *copy.rglob("*")]:
                 path.chmod(0o755 if path.is_dir() else 0o644)
             sources.append(str(copy))
@@ -259,7 +259,7 @@ def test_stack_synth_runs_a_job_per_repository_retries_a_killed_one_and_merges_e
         merged = [json.loads(line) for line in (root / "merged" / "tasks.jsonl").read_text().splitlines()]
         ids = [record["instance_id"] for record in merged]
         assert len(ids) == len(set(ids)) == 4, ids
-        assert {record["repo"] for record in merged} == {"minilib-alpha", "minilib-beta"}
+        assert {record["repo"] for record in merged} == {"tinycalc-alpha", "tinycalc-beta"}
         assert "judged by an earlier run" in (killed_job.shard / "synth.log").read_text()  # the retry went on
         assert "merged 2 shard(s)" in output, output[-3000:]
         assert docker("service", "ls", "-q", "--filter", f"label=regrow.synth.batch={batch}").stdout.split() == []
