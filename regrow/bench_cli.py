@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, cast
 
 import typer
 
+from regrow.bench_options import RolloutBenchOptions, TrainBenchOptions, bench_command
 from regrow.bench_report import AS_JSON, report
 from regrow.gpu_check import bench_gpu
 from regrow.output import console, fail
@@ -68,26 +70,41 @@ def bench_corpus(
     report(result, as_json)
 
 
-def bench_synth(
-    source: str = typer.Argument(None, help="Local path or git URL of the repository (or use --repo)."),
-    repo: str = typer.Option(
-        None, "--repo", help="An sdist (.tar.gz or .zip), a PyPI requirement pinned with ==, or a path or git URL."
-    ),
-    kind: list[str] = typer.Option(None, "--kind", help="Kinds of unit to delete; repeat; default every kind."),
-    max_tasks: int = typer.Option(10, "--max-tasks", min=1, help="Valid tasks the measured run makes."),
-    jobs: int = typer.Option(2, "--jobs", min=1, help="Candidates validated in parallel."),
-    compare_naive: int = typer.Option(
-        0,
-        "--compare-naive",
-        min=0,
-        help="Also validate this many candidates both coverage-guided and naively (whole suite) and compare.",
-    ),
-    mode: list[str] = typer.Option(["stub", "remove", "file"], "--mode", help=MODES_HELP),
-    seed: int = typer.Option(0),
-    ref: str = typer.Option(None),
-    test_cmd: str = typer.Option(None, "--test-cmd"),
-    as_json: bool = AS_JSON,
-) -> None:
+@dataclass(frozen=True)
+class SynthBenchOptions:
+    """What `regrow bench synth` runs: one repository, the run's settings, and how many candidates to compare."""
+
+    source: Annotated[str | None, typer.Argument(help="Local path or git URL of the repository (or use --repo).")] = (
+        None
+    )
+    repo: Annotated[
+        str | None,
+        typer.Option(
+            "--repo", help="An sdist (.tar.gz or .zip), a PyPI requirement pinned with ==, or a path or git URL."
+        ),
+    ] = None
+    kind: Annotated[
+        list[str] | None, typer.Option("--kind", help="Kinds of unit to delete; repeat; default every kind.")
+    ] = None
+    max_tasks: Annotated[int, typer.Option("--max-tasks", min=1, help="Valid tasks the measured run makes.")] = 10
+    jobs: Annotated[int, typer.Option("--jobs", min=1, help="Candidates validated in parallel.")] = 2
+    compare_naive: Annotated[
+        int,
+        typer.Option(
+            "--compare-naive",
+            min=0,
+            help="Also validate this many candidates both coverage-guided and naively (whole suite) and compare.",
+        ),
+    ] = 0
+    mode: Annotated[list[str], typer.Option("--mode", help=MODES_HELP)] = field(
+        default_factory=lambda: ["stub", "remove", "file"]
+    )
+    seed: int = 0
+    ref: str | None = None
+    test_cmd: Annotated[str | None, typer.Option("--test-cmd")] = None
+
+
+def bench_synth(options: SynthBenchOptions, as_json: bool | None) -> None:
     """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
     from regrow.benchmarks import corpus
     from regrow.benchmarks.synthesis import run_synth_bench, run_throughput_bench
@@ -97,19 +114,27 @@ def bench_synth(
 
     stop_on_sigterm()  # a killed bench removes its sandboxes as `regrow synth` does
 
+    source, repo = options.source, options.repo
     if (source is None) == (repo is None):
         fail("give the repository as SOURCE or as --repo, not both and not neither")
     settings = synth_settings(
-        ref=ref, modes=mode, kinds=kind or None, seed=seed, test_command=test_cmd, max_tasks=max_tasks, jobs=jobs
+        ref=options.ref,
+        modes=options.mode,
+        kinds=options.kind or None,
+        seed=options.seed,
+        test_command=options.test_cmd,
+        max_tasks=options.max_tasks,
+        jobs=options.jobs,
     )
     progress, update, _ = progress_bars(console)
     try:
         with tempfile.TemporaryDirectory(prefix="regrow-bench-sdist-") as scratch:
-            source = source or corpus.repo_source(repo, settings.cache_dir, Path(scratch))
+            source = source or corpus.repo_source(cast(str, repo), settings.cache_dir, Path(scratch))  # one is given
             with progress:
                 result = run_throughput_bench(source, settings, on_progress=update)
-                if compare_naive:
-                    result["guided_vs_naive"] = run_synth_bench(source, settings, compare_naive, on_progress=update)
+                if options.compare_naive:
+                    compared = run_synth_bench(source, settings, options.compare_naive, on_progress=update)
+                    result["guided_vs_naive"] = compared
     except (SynthError, SandboxError) as error:
         fail(str(error))
     report(result, as_json)
@@ -184,85 +209,30 @@ def bench_server(
     report(run_server_bench(tasks, repetitions, episodes, steps, store_size), as_json)
 
 
-def bench_rollouts(
-    env: str = typer.Option(..., "--env", help="Env server: http://host:port or grpc://host:port."),
-    model: str = typer.Option("tiny", "--model", help="'tiny', 'smollm2', or a model folder."),
-    workers: int = typer.Option(4, min=1, help="Concurrent rollout workers."),
-    episodes: int = typer.Option(16, min=1, help="Episodes to play."),
-    max_turns: int = typer.Option(4, min=1, help="Turn limit per episode."),
-    task_id: list[str] = typer.Option([], "--task-id", help="Tasks to play (repeat); default: sample by seed."),
-    sampler: list[str] = typer.Option(
-        ["uniform"], "--sampler", help="The env's task draw: uniform or frontier; repeat to compare, in that order."
-    ),
-    group_size: int = typer.Option(1, min=1, help="Episodes of one task per group (the zero-variance share needs 2+)."),
-    skill_policy: Path = typer.Option(
-        None,
-        "--skill-policy",
-        exists=True,
-        file_okay=False,
-        help="Play a stand-in policy of known skill on this task store's tasks (the server's), instead of --model.",
-    ),
-    seed: int = typer.Option(0),
-    prefix_latency: bool = typer.Option(
-        False, help="Also time a prefix reset (the first step of a played episode) against a plain reset of its task."
-    ),
-    as_json: bool = AS_JSON,
-) -> None:
+def bench_rollouts(options: RolloutBenchOptions, as_json: bool | None) -> None:
     """Episodes per minute against a live env server; with groups, the share whose rewards are all equal per sampler."""
-    from regrow.benchmarks.training import run_rollout_bench
+    from regrow.benchmarks.rollouts import run_rollout_bench
     from trainer_client.env.errors import EnvError
 
-    unknown = sorted(set(sampler) - {"uniform", "frontier"})
+    unknown = sorted(set(options.sampler) - {"uniform", "frontier"})
     if unknown:
         fail(f"unknown sampler {', '.join(unknown)}: use uniform or frontier")
     try:
-        runs = [
-            run_rollout_bench(
-                env, model, workers, episodes, max_turns, task_id, name, group_size, skill_policy, seed, prefix_latency
-            )
-            for name in sampler
-        ]
+        runs = [run_rollout_bench(options, name) for name in options.sampler]
     except EnvError as error:
         fail(str(error))
     report(runs[0] if len(runs) == 1 else {"runs": runs}, as_json)
 
 
-def bench_train(
-    model: str = typer.Option("tiny", "--model", help="'tiny' (random 2-layer Qwen2), 'smollm2', or a model folder."),
-    steps: int = typer.Option(3, min=1, help="Timed steps per configuration, alternating (after one warm-up each)."),
-    rows: int = typer.Option(8, min=2, help="Trajectories per batch (an even number: groups of 2)."),
-    turns: int = typer.Option(6, min=2, help="Policy turns per trajectory (40 tokens each, 60-token env replies)."),
-    hinted_share: float = typer.Option(0.1, min=0.0, max=1.0, help="Share of turns that carry an SDPO hint."),
-    pairs: int = typer.Option(4, min=1, help="DPO pairs per batch."),
-    dpo_context_grad: bool = typer.Option(
-        True, help="DPO through the pairs' contexts (exact), as `regrow train` defaults."
-    ),
-    lora: int = typer.Option(
-        0, "--lora", "--lora-r", min=0, help="Train a LoRA adapter of this rank, as `regrow train --lora-r` (0: full)."
-    ),
-    processes: int = typer.Option(
-        1, "--processes", min=1, help="CPU processes (torchrun, gloo), each training its share of the rows."
-    ),
-    as_json: bool = AS_JSON,
-) -> None:
+def bench_train(options: TrainBenchOptions, as_json: bool | None) -> None:
     """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
     from regrow.benchmarks.training import run_train_bench, split_problem
     from regrow.benchmarks.training_ranks import run_ranked_train_bench
 
-    options: dict[str, Any] = dict(
-        model_spec=model,
-        steps=steps,
-        rows=rows,
-        turns=turns,
-        hinted_share=hinted_share,
-        pair_count=pairs,
-        dpo_context_grad=dpo_context_grad,
-        lora_r=lora,
-    )
-    if problem := split_problem(rows, pairs, processes):
+    if problem := split_problem(options.rows, options.pairs, options.processes):
         fail(problem)
     try:
-        result = run_ranked_train_bench(processes, **options) if processes > 1 else run_train_bench(**options)
+        result = run_ranked_train_bench(options) if options.processes > 1 else run_train_bench(options)
     except RuntimeError as error:
         fail(str(error))
     report(result, as_json)
@@ -310,35 +280,64 @@ def bench_sandbox(
         fail(str(error))
 
 
-def bench_load(
-    tasks: Path = typer.Option(..., "--tasks", exists=True, file_okay=False, help="Task store directory."),
-    episodes: int = typer.Option(4, "--episodes", min=1, max=64, help="Concurrent clients, each playing episodes."),
-    steps: int = typer.Option(20, "--steps", min=1, max=200, help="Steps per episode, the last a submit."),
-    duration: float = typer.Option(600.0, "--duration", min=1, max=43200, help="Seconds to start new episodes for."),
-    url: str = typer.Option(
-        None, "--url", help="A running server on loopback (http://127.0.0.1:PORT); default: start `regrow serve`."
-    ),
-    slots: int = typer.Option(
-        None, "--slots", min=1, help="Episode slots of the started server [default: --episodes]."
-    ),
-    warmup: float = typer.Option(300.0, "--warmup", min=0, help="Seconds before RSS growth is measured."),
-    split: str = typer.Option(
-        None, "--split", help="Reset by seed from this split, as trainers sample (twins mixed in), not by task id."
-    ),
-    max_errors: int = typer.Option(None, "--max-errors", min=0, help="Exit 1 past this many errors (not CAPACITY)."),
-    max_rss_growth: float = typer.Option(
-        None, "--max-rss-growth", min=0, help="Exit 1 when server RSS grows more than this fraction after the warm-up."
-    ),
-    as_json: bool = AS_JSON,
-) -> None:
+@dataclass(frozen=True)
+class LoadBenchOptions:
+    """What `regrow bench load` plays, against which server, and the gates its run must pass."""
+
+    tasks: Annotated[Path, typer.Option("--tasks", exists=True, file_okay=False, help="Task store directory.")]
+    episodes: Annotated[
+        int, typer.Option("--episodes", min=1, max=64, help="Concurrent clients, each playing episodes.")
+    ] = 4
+    steps: Annotated[int, typer.Option("--steps", min=1, max=200, help="Steps per episode, the last a submit.")] = 20
+    duration: Annotated[
+        float, typer.Option("--duration", min=1, max=43200, help="Seconds to start new episodes for.")
+    ] = 600.0
+    url: Annotated[
+        str | None,
+        typer.Option(
+            "--url", help="A running server on loopback (http://127.0.0.1:PORT); default: start `regrow serve`."
+        ),
+    ] = None
+    slots: Annotated[
+        int | None, typer.Option("--slots", min=1, help="Episode slots of the started server [default: --episodes].")
+    ] = None
+    warmup: Annotated[float, typer.Option("--warmup", min=0, help="Seconds before RSS growth is measured.")] = 300.0
+    split: Annotated[
+        str | None,
+        typer.Option(
+            "--split", help="Reset by seed from this split, as trainers sample (twins mixed in), not by task id."
+        ),
+    ] = None
+    max_errors: Annotated[
+        int | None, typer.Option("--max-errors", min=0, help="Exit 1 past this many errors (not CAPACITY).")
+    ] = None
+    max_rss_growth: Annotated[
+        float | None,
+        typer.Option(
+            "--max-rss-growth", min=0, help="Exit 1 when server RSS grows more than this fraction after the warm-up."
+        ),
+    ] = None
+
+
+def bench_load(options: LoadBenchOptions, as_json: bool | None) -> None:
     """Clients play whole episodes over /ws back to back: throughput, latency per tool, errors, server memory."""
     from rich.progress import Progress
 
     from regrow.benchmarks.load import LoadPlan, run_load_bench
     from regrow.benchmarks.load_stats import gate_failures
 
+    duration = options.duration
     try:
-        plan = LoadPlan(tasks, episodes, steps, duration, url=url, slots=slots, warmup_s=warmup, split=split)
+        plan = LoadPlan(
+            options.tasks,
+            options.episodes,
+            options.steps,
+            duration,
+            url=options.url,
+            slots=options.slots,
+            warmup_s=options.warmup,
+            split=options.split,
+        )
     except ValueError as error:
         fail(str(error))
     with Progress(console=console, transient=True) as progress:
@@ -353,7 +352,7 @@ def bench_load(
         except (RuntimeError, ValueError, FileNotFoundError) as error:
             fail(str(error))
     report(result, as_json)
-    failures = gate_failures(result, max_errors, max_rss_growth)
+    failures = gate_failures(result, options.max_errors, options.max_rss_growth)
     if failures:
         fail("; ".join(failures))
 
@@ -375,17 +374,17 @@ def register(bench_app: typer.Typer) -> None:
     commands: dict[str, Callable[..., None]] = {
         "sandbox": bench_sandbox,
         "proxy": bench_proxy,
-        "synth": bench_synth,
+        "synth": bench_command(SynthBenchOptions, bench_synth),
         "pytest-fork": bench_pytest_fork,
         "corpus": bench_corpus,
         "server": bench_server,
-        "load": bench_load,
+        "load": bench_command(LoadBenchOptions, bench_load),
         "grade": bench_grade,
         "mutants": bench_mutants,
-        "train": bench_train,
+        "train": bench_command(TrainBenchOptions, bench_train),
         "sampling": bench_sampling,
         "gpu": bench_gpu,
-        "rollouts": bench_rollouts,
+        "rollouts": bench_command(RolloutBenchOptions, bench_rollouts),
         "dashboard": bench_dashboard,
     }
     for name, command in commands.items():

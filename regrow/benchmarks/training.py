@@ -11,19 +11,19 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from proto import ToolCall, tool_specs
 from proto.transcript import format_tool_call, initial_messages
+from regrow.bench_options import TrainBenchOptions
 from trainer_client.rollout.agent_loop import Trajectory, TurnRecord
 from trainer_client.rollout.chat_format import hint_message
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 TURN_TOKENS = 40
 RESPONSE_TOKENS = 60
-CAPACITY_WAIT_S = 120.0  # how long the latency probe waits for a free episode slot
 PROBLEM = "The function clamp in calc/ops.py raises NotImplementedError. Implement it so the tests pass."
 
 
@@ -152,21 +152,20 @@ def bench_model(spec: str) -> tuple[Any, Any]:
     return load_policy(spec, "cpu")
 
 
-def _bench_trainer(
-    model,
-    tokenizer,
-    trajectories,
-    tokens,
-    pairs,
-    workdir: Path,
-    lora_r: int = 0,
-    rank: int = 0,
-    world: int = 1,
-    **channels,
-):
+@dataclass(frozen=True)
+class TrainedAs:
+    """How the bench's trainers train: a fresh LoRA adapter of rank `lora_r` (0: every weight), as rank `rank` of
+    `world` processes."""
+
+    lora_r: int = 0
+    rank: int = 0
+    world: int = 1
+
+
+def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path, trained_as=TrainedAs(), **channels):
     """A trainer whose rollouts are the fixed synthetic batch (this rank's share of it), ready to step by hand: its
     model and optimizer prepared by accelerate as `trainer.train()` would, so that a rank's gradients are all-reduced.
-    With `lora_r`, the model trains a fresh LoRA adapter of that rank, as `regrow train --lora-r` does."""
+    With a `trained_as.lora_r`, the model trains a fresh LoRA adapter of that rank, as `regrow train --lora-r` does."""
     import copy
 
     from trainer_client.channels.preference_pairs import PairBatches
@@ -187,8 +186,9 @@ def _bench_trainer(
         **channels,
     )
     policy = copy.deepcopy(model)
-    if lora_r:
-        policy = with_lora(policy, lora_r, None, 0.0, "all-linear")
+    rank, world = trained_as.rank, trained_as.world
+    if trained_as.lora_r:
+        policy = with_lora(policy, trained_as.lora_r, None, 0.0, "all-linear")
     trainer = RegrowGRPOTrainer(
         model=policy,
         args=args,
@@ -215,42 +215,32 @@ def _timed_step(trainer, slots: list[dict]) -> float:
     return time.perf_counter() - start
 
 
-def run_train_bench(
-    model_spec: str,
-    steps: int,
-    rows: int,
-    turns: int,
-    hinted_share: float,
-    pair_count: int,
-    dpo_context_grad: bool = True,
-    lora_r: int = 0,
-    rank: int = 0,
-    world: int = 1,
-) -> dict:
+def run_train_bench(options: TrainBenchOptions, rank: int = 0, world: int = 1) -> dict:
     """Median step time of plain GRPO and of GRPO + SDPO + DPO on identical batches, and their ratio.
 
     `dpo_context_grad` is the trainer's setting of that name: False measures DPO with the pairs'
-    contexts run without gradient. `lora_r` trains a LoRA adapter of that rank instead of every weight. As rank `rank`
+    contexts run without gradient. `lora` trains a LoRA adapter of that rank instead of every weight. As rank `rank`
     of `world` processes (torchrun's; training_ranks.py launches them), this process trains its share of the rows and
     pairs, and the figures are its own, with every step's timings under `step_times_s` for the launcher to combine.
     """
     import torch
 
+    rows, turns, pair_count, lora_r = options.rows, options.turns, options.pairs, options.lora
     if problem := split_problem(rows, pair_count, world):
         raise ValueError(problem)
     torch.manual_seed(0)
-    model, tokenizer = bench_model(model_spec)
+    model, tokenizer = bench_model(options.model)
     tokens = EpisodeTokenizer(tokenizer)
-    batch = synthetic_trajectories(tokens, rows, turns, hinted_share, policy=model)
+    batch = synthetic_trajectories(tokens, rows, turns, options.hinted_share, policy=model)
     share = rows // world
     trajectories = batch[rank * share : (rank + 1) * share]
     pairs = synthetic_pairs(tokenizer, model, pair_count, context_turns=turns // 2)
     from trainer_client.rollout.rows import EPISODE_SLOT
 
     slots = [{"prompt": EPISODE_SLOT} for _ in trajectories]
-    sharing = {"lora_r": lora_r, "rank": rank, "world": world}
+    sharing = TrainedAs(lora_r, rank, world)
     with tempfile.TemporaryDirectory() as workdir:
-        grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo", **sharing)
+        grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo", sharing)
         three = _bench_trainer(
             model,
             tokenizer,
@@ -258,14 +248,14 @@ def run_train_bench(
             tokens,
             pairs,
             Path(workdir) / "three",
-            **sharing,
+            sharing,
             alpha_sdpo=1.0,
             beta_dpo=0.1,
             sdpo_teacher="live",
-            dpo_context_grad=dpo_context_grad,
+            dpo_context_grad=options.dpo_context_grad,
         )
         plain, both = [], []
-        for _ in range(steps + 1):  # alternate, so that load from other processes hits both alike
+        for _ in range(options.steps + 1):  # alternate, so that load from other processes hits both alike
             plain.append(_timed_step(grpo, slots))
             both.append(_timed_step(three, slots))
         metrics = {name: values[-1] for name, values in three._metrics["train"].items()}
@@ -275,7 +265,7 @@ def run_train_bench(
     plain, both = plain[1:], both[1:]  # the first step warms up allocators and caches
     plain_s, three_s = statistics.median(plain), statistics.median(both)
     return {
-        "model": model_spec,
+        "model": options.model,
         "device": "cpu",
         "processes": world,
         "lora_r": lora_r or None,
@@ -288,8 +278,8 @@ def run_train_bench(
         "tokens_per_row": len(trajectories[0].prompt_ids) + len(trajectories[0].completion_ids),
         "hinted_turns_per_batch": sum(len(t.hinted_turns) for t in batch),
         "dpo_pairs_per_batch": pair_count,
-        "dpo_context_grad": dpo_context_grad,
-        "steps_timed": steps,
+        "dpo_context_grad": options.dpo_context_grad,
+        "steps_timed": options.steps,
         "grpo_step_s": round(plain_s, 4),
         "three_channel_step_s": round(three_s, 4),
         "three_channel_vs_grpo": round(three_s / plain_s, 3),
@@ -326,130 +316,3 @@ def _digest(model: Any) -> str:
         digest.update(name.encode())
         digest.update(parameter.detach().float().numpy().tobytes())
     return digest.hexdigest()[:16]
-
-
-def run_rollout_bench(
-    env_url: str,
-    model_spec: str,
-    workers: int,
-    episodes: int,
-    max_turns: int,
-    task_ids: list[str],
-    sampler_name: str = "uniform",
-    group_size: int = 1,
-    skill_store: Path | None = None,
-    seed: int = 0,
-    prefix_latency: bool = False,
-) -> dict:
-    """Episodes per minute that `workers` rollout workers sustain against a live env server, and the share of groups
-    whose rewards are all equal (no GRPO signal) under the env's `sampler_name` draw.
-
-    With `skill_store` the policy is benchmarks/skill_policy.py's stand-in of known skill on that store's tasks."""
-    import itertools
-
-    from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
-    from trainer_client.rollout.hf_sampler import HFTurnSampler
-    from trainer_client.rollout.stream import RolloutStream
-    from trainer_client.rollout.stream_settings import StreamSettings
-
-    model, tokenizer = bench_model(model_spec)
-    tokens = EpisodeTokenizer(tokenizer)
-    policy: TurnSampler
-    if skill_store is not None:
-        from regrow.benchmarks.skill_policy import SkillSampler
-
-        policy = SkillSampler(tokenizer, tokens.end_of_turn_id, skill_store, seed)
-        limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=16384, max_completion_tokens=32768)
-    else:
-        policy = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
-        limits = EpisodeLimits(max_turns=max_turns, max_turn_tokens=48, max_completion_tokens=2048)
-    drawn = {"sampler": sampler_name} if sampler_name != "uniform" else {}
-    options: Iterator[dict[str, Any]] = (
-        ({"task_id": t} for t in itertools.cycle(task_ids))
-        if task_ids
-        else ({"seed": seed * 1_000_003 + n, **drawn} for n in itertools.count())
-    )
-    buffered = max(2, workers * 2 // group_size)
-    playing = StreamSettings(workers, group_size, max_staleness=10**9, max_buffered_groups=buffered)
-    stream = RolloutStream(env_url, policy, tokens, limits, options, playing)
-    started = time.perf_counter()
-    with stream:
-        groups = stream.next_groups(max(1, episodes // group_size), policy_version=0)
-    elapsed = time.perf_counter() - started
-    played = [t for group in groups for t in group]
-    flat = [group for group in groups if len({t.reward for t in group}) == 1]
-    latency = prefix_reset_latency(env_url, played) if prefix_latency else None
-    return {
-        "env": env_url,
-        "model": "skill policy" if skill_store is not None else model_spec,
-        "sampler": sampler_name,
-        "workers": workers,
-        "episodes": len(played),
-        "groups": len(groups),
-        "group_size": group_size,
-        "zero_variance_share": round(len(flat) / len(groups), 3) if groups and group_size > 1 else None,
-        "pass_rate": round(statistics.mean(t.reward >= 1.0 for t in played), 3),
-        "tasks_played": len({t.task_id for t in played}),
-        "turns_per_episode": round(statistics.mean(len(t.turns) for t in played), 2),
-        "env_steps": sum(turn.calls for t in played for turn in t.turns),
-        "seconds": round(elapsed, 2),
-        "episodes_per_minute": round(60 * len(played) / elapsed, 2),
-        "episode_retries": stream.stats.episode_retries,
-        "reset_latency": latency,
-    }
-
-
-async def when_a_slot_frees(attempt: Callable[[], Awaitable[float]], wait_s: float) -> float:
-    """`attempt()`, tried again (0.25 s doubling to 4 s apart) while the env answers that it is at capacity, for up
-    to `wait_s`; then its EnvAtCapacity goes to the caller."""
-    import asyncio
-
-    from trainer_client.env.errors import EnvAtCapacity
-
-    deadline, pause = time.monotonic() + wait_s, 0.25
-    while True:
-        try:
-            return await attempt()
-        except EnvAtCapacity:
-            if time.monotonic() + pause > deadline:
-                raise
-            await asyncio.sleep(pause)
-            pause = min(2 * pause, 4.0)
-
-
-def prefix_reset_latency(env_url: str, played: list[Any], repetitions: int = 10) -> dict | None:
-    """Seconds to the first observation of a plain reset and of a prefix reset of the same task (p50 of
-    `repetitions`), the prefix being the first step of a played episode that took two or more; None when none did."""
-    import asyncio
-
-    from trainer_client.env.client import EnvClient
-
-    source = next((t for t in played if sum(turn.calls for turn in t.turns) >= 2 and t.episode_id), None)
-    if source is None:
-        return None
-
-    async def once(options: dict[str, Any]) -> float:
-        client = EnvClient(env_url, max_connections=1)
-        try:
-            started = time.perf_counter()
-            async with client.episode(**options):
-                elapsed = time.perf_counter() - started
-            return elapsed
-        finally:
-            await client.aclose()
-
-    async def timed(options: dict[str, Any]) -> float:
-        # right after the stream, the server may not have freed its sessions' slots yet
-        return await when_a_slot_frees(lambda: once(options), CAPACITY_WAIT_S)
-
-    async def measure() -> dict:
-        plain = [await timed({"task_id": source.task_id}) for _ in range(repetitions)]
-        prefixed = [await timed({"prefix_of": source.episode_id, "prefix_steps": 1}) for _ in range(repetitions)]
-        return {
-            "prefix_of": source.episode_id,
-            "prefix_steps": 1,
-            "plain_reset_p50_s": round(statistics.median(plain), 3),
-            "prefix_reset_p50_s": round(statistics.median(prefixed), 3),
-        }
-
-    return asyncio.run(measure())

@@ -2,6 +2,7 @@
 its share of the batch with its gradients all-reduced, as under `accelerate launch`; the launcher combines what the
 ranks measured. `python -m regrow.benchmarks.training_ranks OUT OPTIONS_JSON` is one rank."""
 
+import dataclasses
 import json
 import os
 import statistics
@@ -10,13 +11,16 @@ import sys
 import tempfile
 from pathlib import Path
 
+from regrow.bench_options import TrainBenchOptions
+
 # A bench of a real model on a CPU takes minutes a step; past this the ranks are taken to hang.
 RANKS_TIMEOUT_S = 3600
 
 
-def run_ranked_train_bench(processes: int, **options) -> dict:
-    """`run_train_bench(**options)` split over `processes` ranks: a step's time is its slowest rank's (the all-reduce
-    waits for it), and `ranks_in_sync` says whether every rank ended with the same weights."""
+def run_ranked_train_bench(options: TrainBenchOptions) -> dict:
+    """`run_train_bench(options)` split over `options.processes` ranks: a step's time is its slowest rank's (the
+    all-reduce waits for it), and `ranks_in_sync` says whether every rank ended with the same weights."""
+    processes = options.processes
     threads = max(1, (os.cpu_count() or 1) // processes)
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -29,7 +33,7 @@ def run_ranked_train_bench(processes: int, **options) -> dict:
             "-m",
             "regrow.benchmarks.training_ranks",
             out,
-            json.dumps(options),
+            json.dumps(dataclasses.asdict(options)),
         ]
         env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
         try:
@@ -73,7 +77,7 @@ def main(out: str, options: str) -> None:
     from regrow.benchmarks.training import run_train_bench
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    result = run_train_bench(**json.loads(options), rank=rank, world=world)
+    result = run_train_bench(TrainBenchOptions(**json.loads(options)), rank, world)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
 
 
