@@ -7,20 +7,9 @@ from collections import namedtuple
 from collections.abc import Mapping
 from typing import Any, cast
 
-from env_server.grading.scan.literals import DECODERS, MAX_DEPTH, fold, truth
-from env_server.grading.scan.rules import (
-    ALWAYS,
-    ATTR_RULES,
-    HIDDEN_ATTRS,
-    MACHINERY,
-    NAMES,
-    OPENERS,
-    PYTEST_ENV,
-    ROOTS,
-    RUNNERS,
-    SENSITIVE,
-    WRITE_MODE,
-)
+from env_server.grading.scan.calls import call_findings, call_site
+from env_server.grading.scan.literals import MAX_DEPTH, fold, truth
+from env_server.grading.scan.rules import ALWAYS, ATTR_RULES, MACHINERY, NAMES, PYTEST_ENV, ROOTS, SENSITIVE
 from proto.python_ast import parse_python
 
 _LEAVES = {
@@ -229,90 +218,22 @@ class Scanner:
         return not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))  # docstrings
 
     def visit_Call(self, node: ast.Call) -> bool:
-        callee, args, method = self.callee(node), node.args, getattr(node.func, "attr", "")
+        callee = self.callee(node)
         self.called.add(id(node.func))
-        if (
-            callee == "pickle.loads"
-            and args
-            and isinstance(args[0], ast.Call)
-            and self.callee(args[0]) == "pickle.dumps"
-        ):
-            self.inner.add(id(node.func))  # a round trip (a deep copy) loads only what it just dumped
-        bare, attr = callee.removeprefix("builtins."), fold(args[1]) if len(args) > 1 else None
-        module = self.resolve(args[0]) if args and bare in ("getattr", "setattr", "delattr", "vars") else None
-        if method in ("__setattr__", "__delattr__") and isinstance(node.func, ast.Attribute):
-            # type.__setattr__(Cls, name, value) and object.__setattr__(obj, ...) name their target first; a bound
-            # Mod.__setattr__(name, value) is called on it
-            unbound = isinstance(node.func.value, ast.Name) and node.func.value.id in ("type", "object")
-            bare = method.strip("_")
-            module = self.resolve(args[0]) if unbound and args else None if unbound else self.resolve(node.func.value)
-            attr = fold(args[1]) if unbound and len(args) > 1 else None if unbound else fold(args[0]) if args else None
-            if not unbound:
-                args = [node.func.value, *args]
-        code = self.code_text(bare, args)
+        if callee == "pickle.loads" and node.args and isinstance(node.args[0], ast.Call):
+            if self.callee(node.args[0]) == "pickle.dumps":
+                self.inner.add(id(node.func))  # a round trip (a deep copy) loads only what it just dumped
+        site = call_site(node, callee, self.resolve)
+        code = self.code_text(site.bare, site.args)
         if code is not None:
-            self.scan_code_text(node, bare, code)
+            self.scan_code_text(node, site.bare, code)
         if id(node) not in self.inner and (dotted := self.resolve(node)):
             self.name(node, dotted, "uses")
-        decoder = (
-            next(
-                (
-                    cast(ast.Attribute, sub.func).attr
-                    for arg in args
-                    for sub in ast.walk(arg)
-                    if isinstance(sub, ast.Call)
-                    and getattr(sub.func, "attr", "") in {*DECODERS, "decode", "decompress"}
-                ),
-                None,
-            )
-            if bare in RUNNERS
-            else None
-        )
-        for found, rule, detail in (
-            (
-                bare in ("exec", "eval", "compile") and code is None,
-                "templated_code" if self.templated(bare, node) else "dynamic_code",
-                f"calls {bare} on text the scan cannot read",
-            ),
-            (bare == "__import__" or callee == "importlib.__import__", "dynamic_import", "calls __import__"),
-            (
-                callee in ("importlib.import_module", "pkgutil.resolve_name")
-                and args
-                and fold(args[0]) is None
-                and not relative_import(node),
-                "dynamic_import",
-                f"{callee} of a computed name",
-            ),
-            (bare in ("exit", "quit"), "process_exit", f"calls {bare}()"),
-            (decoder, "decoded_code", f"{bare} runs text decoded by {decoder}"),
-            (
-                bare in ("getattr", "setattr", "delattr", "hasattr") and attr in HIDDEN_ATTRS,
-                "obfuscated_name",
-                f"{bare} of {attr!r}",
-            ),
-            (
-                bare == "getattr" and len(args) > 1 and attr is None and (module or ".").split(".")[0] in ROOTS,
-                "obfuscated_name",
-                f"getattr of a computed name on {module}",
-            ),
-            (bare in ("setattr", "delattr", "vars") and self.foreign(module), "monkeypatch", f"{bare} on {module}"),
-            (
-                "setattr" in (bare, method.strip("_")) and attr in ("__class__", "__bases__"),
-                "class_swap",
-                f"setattr of {attr}",
-            ),
-            (
-                callee in ("codecs.decode", "codecs.encode") and attr in ("rot13", "rot_13"),
-                "obfuscated_name",
-                "decodes rot13 text",
-            ),
-            (self.writes(node, callee), "file_write", "opens a file for writing"),
-            (method in ("write_text", "write_bytes"), "file_write", f"calls .{method}"),
-        ):
-            if found:
-                self.add(node, rule, detail)
-        if bare == "setattr" and attr and len(args) > 2 and isinstance(args[2], ast.Lambda):
-            self.visit_FunctionDef(args[2], attr)  # setattr(Anything, '__eq__', lambda *a: True)
+        templated = self.templated(site.bare, node)
+        for rule, detail in call_findings(node, site, code is not None, templated, self.foreign(site.module)):
+            self.add(node, rule, detail)
+        if site.bare == "setattr" and site.attr and len(site.args) > 2 and isinstance(site.args[2], ast.Lambda):
+            self.visit_FunctionDef(site.args[2], site.attr)  # setattr(Anything, '__eq__', lambda *a: True)
         return self.visit_BinOp(node)
 
     def templated(self, bare: str, node: ast.Call) -> bool:
@@ -344,16 +265,6 @@ class Scanner:
         self.uses += [
             use._replace(line=line, detail=f"{use.detail} in {bare}'d text", text=shown) for use in inner.uses
         ]
-
-    def writes(self, node: ast.Call, callee: str) -> bool:
-        """True for open(...) in a writing or computed mode, and for Path(...).open('w')."""
-        method = callee not in OPENERS and getattr(node.func, "attr", "") == "open"
-        position = 0 if method else 1 if callee in OPENERS else len(node.args)
-        mode = next((keyword.value for keyword in node.keywords if keyword.arg == "mode"), None)
-        mode = mode or (node.args[position] if position < len(node.args) else None)
-        if isinstance(mode, ast.Constant):
-            return isinstance(mode.value, str) and bool(WRITE_MODE.fullmatch(mode.value))
-        return mode is not None and not method  # a method's first argument may be a file name, not a mode
 
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda, name: str = "") -> None:
         name = name or getattr(node, "name", "")  # a lambda comes with the name it is assigned to
@@ -395,18 +306,6 @@ class Scanner:
         raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
         if isinstance(raised, ast.Name) and raised.id in ("SystemExit", "KeyboardInterrupt", "GeneratorExit"):
             self.add(node, "process_exit", f"raises {raised.id}")
-
-
-def relative_import(node: ast.Call) -> bool:
-    """import_module of a name inside the caller's own package: `(f".{name}", __package__)`, or a name in
-    `__name__`'s package, as plugin registries and lazy submodules do."""
-    package = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "package"), None)
-    if isinstance(package, ast.Name) and package.id in ("__package__", "__name__"):
-        return True
-    first = node.args[0]
-    pieces = first.values if isinstance(first, ast.JoinedStr) else [first.left] if isinstance(first, ast.BinOp) else []
-    head = pieces[0] if pieces else None
-    return isinstance(head, ast.Constant) and isinstance(head.value, str) and head.value.startswith(".")
 
 
 def source_lines(source: bytes | str) -> list[str]:
