@@ -2,11 +2,12 @@
 talks to Docker. Inside a part, each room imports only itself, the rooms to its left and the part's ground (top-level
 modules below every room: settings, errors, the task store's reader); the part's other top-level modules (its app,
 command line, recipe) sit above every room:
+    sandbox: runtime < lifecycle < proxy
     env_server: observability < grading < traces < stepping < lifecycle < dashboard, harbor
     task_synth: repository < candidates < validation, store (validation decides; the store imports nothing of it)
     trainer_client: env < rollout < policy < channels < train, replay
 No module imports itself back through others: there is no import circle. Read from the imports themselves, with ast
-(no Docker)."""
+(no Docker). No module of ours is longer than MAX_MODULE_LINES: one that grows past it is usually two ideas."""
 
 import ast
 import functools
@@ -27,22 +28,26 @@ ALLOWED = {
 }
 # Each part's rooms, from left to right. A new room comes with its place here.
 ROOMS = {
+    "sandbox": ("runtime", "lifecycle", "proxy"),
     "env_server": ("observability", "grading", "traces", "stepping", "lifecycle", "dashboard", "harbor"),
     "task_synth": ("repository", "candidates", "validation", "store"),
     "trainer_client": ("env", "rollout", "policy", "channels", "train", "replay"),
 }
 # Rooms that stand beside the room to their left rather than above it: neither imports the other.
 BESIDE = {
+    "sandbox": {},
     "env_server": {"harbor": "dashboard"},
     "task_synth": {"store": "validation"},
     "trainer_client": {"replay": "train"},
 }
 # Each part's top-level modules below every room, which every room may import.
 GROUND = {
+    "sandbox": {"errors", "layout", "limits", "settings"},
     "env_server": {"settings", "task_store", "frontier_sampler"},
     "task_synth": {"errors", "settings", "stage_clock", "task_evidence"},
     "trainer_client": set(),
 }
+MAX_MODULE_LINES = 400
 
 
 def _imports(path: Path) -> set[str]:
@@ -179,3 +184,9 @@ def test_a_parts_ground_imports_no_room_and_no_module_above_the_rooms(part):
 @pytest.mark.parametrize("part", [part for part in PARTS if part != "sandbox"])
 def test_only_sandbox_imports_docker(part):
     assert [str(path.relative_to(ROOT)) for path in _modules(part) if "docker" in _imports(path)] == []
+
+
+@pytest.mark.parametrize("part", PARTS)
+def test_no_module_of_a_part_is_longer_than_the_limit(part):
+    lines = {str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines()) for path in _modules(part)}
+    assert {path: count for path, count in lines.items() if count > MAX_MODULE_LINES} == {}
