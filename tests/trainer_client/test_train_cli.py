@@ -19,6 +19,7 @@ def _unwrapped(output: str) -> str:
     return output.replace("\n", "")
 
 
+@pytest.mark.train  # the model's path is read where the policy loads, after torch
 def test_variables_configure_the_run_when_no_flag_is_given(tmp_path):
     env = {"REGROW_TRAIN_ENV": "http://127.0.0.1:9", "REGROW_TRAIN_MODEL": str(tmp_path / "from-variable")}
     result = CliRunner().invoke(app, ["train", "--device", "cpu"], env=env)
@@ -26,6 +27,7 @@ def test_variables_configure_the_run_when_no_flag_is_given(tmp_path):
     assert "from-variable" in _unwrapped(result.output)
 
 
+@pytest.mark.train  # the model's path is read where the policy loads, after torch
 def test_a_flag_overrides_its_variable(tmp_path):
     env = {"REGROW_TRAIN_ENV": "http://127.0.0.1:9", "REGROW_TRAIN_MODEL": str(tmp_path / "from-variable")}
     result = CliRunner().invoke(app, ["train", "--device", "cpu", "--model", str(tmp_path / "from-flag")], env=env)
@@ -70,6 +72,7 @@ def test_every_setting_the_trainer_config_shares_reaches_it():
     assert config.max_steps == settings.steps and config.num_generations == settings.group_size
 
 
+@pytest.mark.train
 def test_the_trl_configs_channel_fields_are_the_settings_declarations():
     import dataclasses
 
