@@ -8,12 +8,22 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from trainer_client.train.ladder import LadderSettings
 from trainer_client.train.settings import TrainSettings
 from trainer_client.train.sft import SftSettings
 
 console = Console(stderr=True)
+# What `regrow train` imports beyond the core install: the `train` extra (`make up` installs without it).
+TRAIN_EXTRA = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "gguf", "tokenizers")
+
+
+def without_train_extra(error: ModuleNotFoundError) -> str:
+    return (
+        f"training needs the train extra, and {error.name} is not installed: pip install 'regrow[train]' "
+        "(in a checkout, `make setup`)"
+    )
 
 
 class PlainProgress:
@@ -64,6 +74,11 @@ def train(settings: TrainSettings) -> None:
             lines = PlainProgress(console, settings.progress_interval_s)
             lines(starting)
             summary = run_training(settings, show_progress=lambda progress: lines(progress.line()))
+    except ModuleNotFoundError as error:
+        if (error.name or "").split(".")[0] not in TRAIN_EXTRA:
+            raise
+        console.print(f"[bold red]error:[/] {escape(without_train_extra(error))}")  # [train] is no markup
+        raise typer.Exit(1) from None
     except (ValidationError, EnvError, FileNotFoundError, ValueError, RuntimeError, TimeoutError) as error:
         console.print(f"[bold red]error:[/] {error}")
         raise typer.Exit(1) from None

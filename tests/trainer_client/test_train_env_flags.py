@@ -58,3 +58,20 @@ def test_a_vllm_server_that_does_not_answer_fails_before_torch_is_imported():
     status, output = train_in_a_fresh_process(["--env", "http://127.0.0.1:9", "--vllm-server", "http://127.0.0.1:9"])
     assert status == "1 False", output
     assert "no vLLM server answers at http://127.0.0.1:9" in " ".join(output.split())
+
+
+def test_without_the_train_extra_training_says_what_to_install_instead_of_a_traceback():
+    """On the core install (`make up`'s), `regrow train` ended in a ModuleNotFoundError traceback."""
+    script = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # as if the train extra were not installed\n"
+        "from typer.testing import CliRunner\n"
+        "from regrow.cli import app\n"
+        "result = CliRunner().invoke(app, ['train', '--env', 'http://127.0.0.1:9', '--device', 'cpu'])\n"
+        "print(result.exit_code, type(result.exception).__name__)\n"
+        "print(result.output)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=300)
+    status, output = done.stdout.split("\n", 1)
+    assert status == "1 SystemExit", done.stdout + done.stderr
+    assert "train extra" in output and "regrow[train]" in " ".join(output.split())
