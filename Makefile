@@ -109,8 +109,7 @@ NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 # The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two.
 test:
 	$(MAKE) test-unit
-	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner
-	$(MAKE) lint
+	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner lint
 	$(MAKE) -j3 --output-sync=target test-stacks test-engine test-logic
 
 # The tests that need no engine, network, GPU, browser or train extra, on the core install (no torch, no apt tools).
