@@ -3,6 +3,7 @@
 import json
 
 from regrow import stack_cli
+from tests.regrow.test_swarm import answer as answer_with
 
 
 def node(hostname, addr, state="ready", availability="active", manager_addr=None):
@@ -17,13 +18,7 @@ def node(hostname, addr, state="ready", availability="active", manager_addr=None
 
 
 def answer(monkeypatch, replies):
-    def docker(*args, **_):
-        for prefix, reply in replies.items():
-            if " ".join(args).startswith(prefix):
-                return reply
-        raise AssertionError(f"unexpected docker {args}")
-
-    monkeypatch.setattr(stack_cli, "docker", docker)
+    answer_with(monkeypatch, replies, stack_cli)
 
 
 def test_only_ready_active_nodes_are_waited_for_and_a_manager_at_0000_is_named_by_its_manager_address(monkeypatch):

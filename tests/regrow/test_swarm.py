@@ -6,14 +6,16 @@ import pytest
 from regrow import swarm
 
 
-def answer(monkeypatch, replies):
+def answer(monkeypatch, replies, module=swarm):
+    """`module.docker` answers each command by the first of `replies` whose key starts it."""
+
     def docker(*args, **_):
         for prefix, reply in replies.items():
             if " ".join(args).startswith(prefix):
                 return reply
         raise AssertionError(f"unexpected docker {args}")
 
-    monkeypatch.setattr(swarm, "docker", docker)
+    monkeypatch.setattr(module, "docker", docker)
 
 
 @pytest.mark.parametrize(
