@@ -32,28 +32,63 @@ def demo_gguf_path() -> Path:
 def load_policy(spec: str, device: str = "cpu", dtype: str = "float32") -> tuple[Any, Any]:
     """(model, tokenizer) for `spec`: 'smollm2', a .gguf file, or a folder saved with save_pretrained; its weights in
     `dtype` (float32, or bfloat16 for weights, gradients and optimizer state at half the memory)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file must fail here, not trigger a download
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    path = demo_gguf_path() if spec == DEMO_POLICY else Path(spec)
-    if path.is_file() and path.suffix == ".gguf":
-        folder, extra = path.parent, {"gguf_file": path.name}
-    elif path.is_dir() and (path / "config.json").is_file():
-        folder, extra = path, {}
-    else:
-        raise FileNotFoundError(
-            f"--model {spec!r}: give a folder saved with save_pretrained (with config.json), a .gguf file, or "
-            f"{DEMO_POLICY!r}"
-        )
-    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
+    folder, extra = _policy_files(spec)
+    tokenizer = _policy_tokenizer(folder, extra)
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=dtype, **extra)
     if extra:
         _drop_dequantized_gguf_quantizer(model)
+    # transformers wraps `to` in functools.wraps, whose stub does not bind self (typeshed#10653)
+    return model.to(device), tokenizer  # type: ignore[arg-type]
+
+
+def empty_policy(spec: str, dtype: str = "float32") -> tuple[Any, Any]:
+    """(model, tokenizer) for `spec` as `load_policy` gives them, but with the weights file unread: each parameter
+    is uninitialized CPU memory of its own, whose pages no one touches (so it takes no RAM), and the buffers (rotary
+    frequencies) are computed. What a rank builds while rank 0 alone reads the weights for FSDP to broadcast."""
+    import torch
+    from accelerate import init_empty_weights
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    folder, extra = _policy_files(spec)
+    tokenizer = _policy_tokenizer(folder, extra)
+    config = AutoConfig.from_pretrained(folder, local_files_only=True, **extra)
+    with init_empty_weights():  # parameters on meta; buffers computed on the CPU
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    buffers = {name: buffer.clone() for name, buffer in model.named_buffers()}
+    # Not left on meta: accelerate's FSDP2 prepare hands the optimizer its sharded parameters by matching each old
+    # parameter's data_ptr(), which is 0 for every meta tensor (accelerate 1.15, Accelerator._prepare_fsdp2).
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        for name, buffer in buffers.items():
+            model.get_buffer(name).copy_(buffer)
+    model.tie_weights()  # to_empty gave each of a tied pair its own tensor
+    return model.eval(), tokenizer
+
+
+def _policy_files(spec: str) -> tuple[Path, dict[str, str]]:
+    """The folder `spec` loads from, and the GGUF file in it where it is one."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a missing file must fail here, not trigger a download
+    path = demo_gguf_path() if spec == DEMO_POLICY else Path(spec)
+    if path.is_file() and path.suffix == ".gguf":
+        return path.parent, {"gguf_file": path.name}
+    if path.is_dir() and (path / "config.json").is_file():
+        return path, {}
+    raise FileNotFoundError(
+        f"--model {spec!r}: give a folder saved with save_pretrained (with config.json), a .gguf file, or "
+        f"{DEMO_POLICY!r}"
+    )
+
+
+def _policy_tokenizer(folder: Path, extra: dict[str, str]) -> Any:
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True, **extra)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"  # GRPOTrainer left-pads prompts
-    # transformers wraps `to` in functools.wraps, whose stub does not bind self (typeshed#10653)
-    return model.to(device), tokenizer  # type: ignore[arg-type]
+    return tokenizer
 
 
 def _drop_dequantized_gguf_quantizer(model: Any) -> None:

@@ -1,10 +1,13 @@
-"""The policy a run trains: loaded once onto this process's device, with the DPO pairs checked against it (and
-scored again where their precision is not training's), a LoRA adapter when asked, and saved whole at the end."""
+"""The policy a run trains: loaded once onto this process's device (under FSDP, read by rank 0 alone), with the DPO
+pairs checked against it (and scored again where their precision is not training's), a LoRA adapter when asked, and
+saved whole at the end."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -14,7 +17,7 @@ from trainer_client.train.settings import TrainSettings
 from trainer_client.train.trainer_config import accumulation_steps
 
 if TYPE_CHECKING:
-    from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.channels.preference_pairs import PairBatches, PreferencePair
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 logger = logging.getLogger(__name__)
@@ -33,12 +36,14 @@ class TrainingPolicy:
 
 
 def load_training_policy(run: PreparedRun) -> TrainingPolicy:
-    """Load the policy where `run` places it; the DPO pairs are checked against the weights as loaded, before LoRA."""
-    from trainer_client.policy.policy_loading import load_policy
+    """Load the policy where `run` places it; the DPO pairs are checked against the weights as loaded, before LoRA.
+    Under FSDP only rank 0's model holds the weights until the trainer's prepare: what follows works on the others'
+    empty ones (the checkpointing flags and LoRA do not read weights; the pairs' check runs on rank 0)."""
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
+    from trainer_client.train.sharded_loading import load_rank_policy
 
     settings = run.settings
-    model, tokenizer = load_policy(settings.model, run.placement, settings.weights_dtype)
+    model, tokenizer = load_rank_policy(run)
     if settings.gradient_checkpointing and not settings.vllm_server:  # the sampler generates from this model
         from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording
 
@@ -51,8 +56,29 @@ def load_training_policy(run: PreparedRun) -> TrainingPolicy:
 
 def dpo_pair_batches(run: PreparedRun, model: Any, tokenizer: Any) -> PairBatches:
     """The run's DPO pairs, checked to have been scored by this policy, in batches of --dpo-pairs-per-step for this
-    rank and its micro-batches."""
+    rank and its micro-batches. Where rank 0 alone holds the weights, it checks, and every rank gets its pairs or its
+    error."""
     from trainer_client.channels.preference_pairs import PairBatches
+    from trainer_client.train.sharded_loading import rank_zero_reads_weights, rank_zero_result
+
+    settings = run.settings
+    if rank_zero_reads_weights(run.world):
+        pairs = rank_zero_result(lambda: reference_checked_pairs(run, model, tokenizer), run.rank)
+    else:
+        pairs = reference_checked_pairs(run, model, tokenizer)
+    return PairBatches(
+        pairs,
+        settings.dpo_pairs_per_step,
+        seed=settings.seed,
+        rank=run.rank,
+        world=run.world,
+        micro_batches=accumulation_steps(settings, run.world),
+    )
+
+
+def reference_checked_pairs(run: PreparedRun, model: Any, tokenizer: Any) -> list[PreferencePair]:
+    """The run's pairs once checked to have been scored by `model` as loaded, those scored at another precision than
+    training's scored again (on the run's device: under FSDP, rank 0's weights wait on the CPU)."""
     from trainer_client.channels.reference_policy import check_reference_policy, rescored_at, training_precision
 
     settings, pairs = run.settings, run.pairs
@@ -62,15 +88,20 @@ def dpo_pair_batches(run: PreparedRun, model: Any, tokenizer: Any) -> PairBatche
     stale = sum(pair.reference_precision != precision for pair in pairs)
     if stale:
         logger.info("scoring the reference of %d pair(s) again at %s, the precision training uses", stale, precision)
-        pairs = rescored_at(pairs, model, tokenizer, precision)
-    return PairBatches(
-        pairs,
-        settings.dpo_pairs_per_step,
-        seed=settings.seed,
-        rank=run.rank,
-        world=run.world,
-        micro_batches=accumulation_steps(settings, run.world),
-    )
+        with _placed_on(model, run.placement):
+            pairs = rescored_at(pairs, model, tokenizer, precision)
+    return pairs
+
+
+@contextlib.contextmanager
+def _placed_on(model: Any, device: str) -> Iterator[None]:
+    """`model` on `device` for the duration, then back where it was."""
+    home = next(model.parameters()).device
+    model.to(device)
+    try:
+        yield
+    finally:
+        model.to(home)
 
 
 def _with_lora(model: Any, settings: TrainSettings) -> Any:
