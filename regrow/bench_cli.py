@@ -11,7 +11,7 @@ from typing import Annotated, cast
 
 import typer
 
-from regrow.bench_options import RolloutBenchOptions, TrainBenchOptions, bench_command
+from regrow.bench_options import MemoryBenchOptions, RolloutBenchOptions, TrainBenchOptions, bench_command
 from regrow.bench_report import AS_JSON, report
 from regrow.gpu_check import bench_gpu
 from regrow.output import console, fail
@@ -231,9 +231,22 @@ def bench_train(options: TrainBenchOptions, as_json: bool | None) -> None:
 
     if problem := split_problem(options.rows, options.pairs, options.processes):
         fail(problem)
+    if options.sharding != "none" and options.processes < 2:
+        fail(f"--sharding {options.sharding} shards the weights over processes: give --processes 2 or more")
     try:
         result = run_ranked_train_bench(options) if options.processes > 1 else run_train_bench(options)
     except RuntimeError as error:
+        fail(str(error))
+    report(result, as_json)
+
+
+def bench_memory(options: MemoryBenchOptions, as_json: bool | None) -> None:
+    """The memory plan (`regrow train --plan`) beside the peak memory real CPU training steps reach; contract: 15%."""
+    from regrow.benchmarks.memory import run_memory_bench
+
+    try:
+        result = run_memory_bench(options)
+    except (ValueError, RuntimeError, FileNotFoundError) as error:
         fail(str(error))
     report(result, as_json)
 
@@ -382,6 +395,7 @@ def register(bench_app: typer.Typer) -> None:
         "grade": bench_grade,
         "mutants": bench_mutants,
         "train": bench_command(TrainBenchOptions, bench_train),
+        "memory": bench_command(MemoryBenchOptions, bench_memory),
         "sampling": bench_sampling,
         "gpu": bench_gpu,
         "rollouts": bench_command(RolloutBenchOptions, bench_rollouts),

@@ -10,7 +10,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 import typer
 
@@ -116,3 +116,26 @@ class TrainBenchOptions:
         int,
         typer.Option("--processes", min=1, help="CPU processes (torchrun, gloo), each training its share of the rows."),
     ] = 1
+    sharding: Annotated[
+        Literal["none", "fsdp"],
+        typer.Option(help="How the processes hold the weights: whole (DDP), or sharded by FSDP2 ('fsdp')."),
+    ] = "none"
+
+
+@dataclass(frozen=True)
+class MemoryBenchOptions:
+    """What `regrow bench memory` trains: the model, the shapes of its steps, and how many steps each."""
+
+    model: Annotated[
+        str, typer.Option("--model", help="'smollm2' (the demo policy, fp32), 'tiny', or a save_pretrained folder.")
+    ] = "smollm2"
+    shape: Annotated[
+        list[str],
+        typer.Option(
+            "--shape",
+            help="ROWSxTURNS of a step (40-token turns, 60-token env replies, after a 282-token prompt); repeat.",
+        ),
+    ] = field(default_factory=lambda: ["2x2", "4x12"])
+    steps: Annotated[
+        int, typer.Option(min=2, help="Optimizer steps a shape (from the second, AdamW's state is held throughout).")
+    ] = 2

@@ -162,7 +162,7 @@ class TrainedAs:
     world: int = 1
 
 
-def _bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path, trained_as=TrainedAs(), **channels):
+def bench_trainer(model, tokenizer, trajectories, tokens, pairs, workdir: Path, trained_as=TrainedAs(), **channels):
     """A trainer whose rollouts are the fixed synthetic batch (this rank's share of it), ready to step by hand: its
     model and optimizer prepared by accelerate as `trainer.train()` would, so that a rank's gradients are all-reduced.
     With a `trained_as.lora_r`, the model trains a fresh LoRA adapter of that rank, as `regrow train --lora-r` does."""
@@ -240,8 +240,8 @@ def run_train_bench(options: TrainBenchOptions, rank: int = 0, world: int = 1) -
     slots = [{"prompt": EPISODE_SLOT} for _ in trajectories]
     sharing = TrainedAs(lora_r, rank, world)
     with tempfile.TemporaryDirectory() as workdir:
-        grpo = _bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo", sharing)
-        three = _bench_trainer(
+        grpo = bench_trainer(model, tokenizer, trajectories, tokens, pairs, Path(workdir) / "grpo", sharing)
+        three = bench_trainer(
             model,
             tokenizer,
             trajectories,

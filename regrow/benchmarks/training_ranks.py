@@ -1,6 +1,7 @@
 """`regrow bench train --processes N`: the bench's steps on N CPU processes that torchrun starts (gloo), each training
-its share of the batch with its gradients all-reduced, as under `accelerate launch`; the launcher combines what the
-ranks measured. `python -m regrow.benchmarks.training_ranks OUT OPTIONS_JSON` is one rank."""
+its share of the batch with its gradients all-reduced, as under `accelerate launch` (or, with `--sharding fsdp`, its
+weights sharded: sharded_training.py); the launcher combines what the ranks measured.
+`python -m regrow.benchmarks.training_ranks OUT OPTIONS_JSON` is one rank."""
 
 import dataclasses
 import json
@@ -74,10 +75,13 @@ def combined(ranks: list[dict], threads: int) -> dict:
 
 
 def main(out: str, options: str) -> None:
+    from regrow.benchmarks.sharded_training import run_sharded_train_bench
     from regrow.benchmarks.training import run_train_bench
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    result = run_train_bench(TrainBenchOptions(**json.loads(options)), rank, world)
+    parsed = TrainBenchOptions(**json.loads(options))
+    run = run_sharded_train_bench if parsed.sharding == "fsdp" else run_train_bench
+    result = run(parsed, rank, world)
     (Path(out) / f"rank{rank}.json").write_text(json.dumps(result))
 
 

@@ -144,19 +144,20 @@ def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
 
 
 def test_a_sharded_run_refuses_what_would_hang_or_read_shards_as_whole_weights():
-    """Before, FSDP and ZeRO-3 runs started with the in-process sampler, the EMA teacher and unpadded SDPO/DPO
-    forwards, each of which hangs or corrupts a sharded run."""
+    """Before, FSDP and ZeRO-3 runs started with the in-process sampler and the EMA teacher, each of which hangs or
+    corrupts a sharded run. SDPO and DPO run under FSDP (their forwards are made even over the ranks), not ZeRO-3."""
     from trainer_client.train.placement import check_sharding
 
     url = "http://127.0.0.1:9"
     check_sharding(TrainSettings(env=url, alpha_sdpo=1.0, sdpo_teacher="ema"), "none")  # DDP or one process: all fine
     with pytest.raises(ValueError, match="--vllm-server") as refused:
         check_sharding(TrainSettings(env=url, alpha_sdpo=1.0, sdpo_teacher="ema"), "fsdp")
-    assert "--sdpo-teacher live" in str(refused.value) and "ddp.yaml" in str(refused.value)
+    assert "--sdpo-teacher live" in str(refused.value)
     served = dict(env=url, vllm_server="http://gpu:8000", device="cuda")
-    with pytest.raises(ValueError, match="ddp.yaml"):
+    with pytest.raises(ValueError, match="fsdp.yaml"):
         check_sharding(TrainSettings.model_construct(**served, alpha_sdpo=0.0, beta_dpo=0.5), "zero3")
-    check_sharding(TrainSettings.model_construct(**served, alpha_sdpo=0.0, beta_dpo=0.0, lora_r=0), "fsdp")
+    for channels in (dict(alpha_sdpo=0.0, beta_dpo=0.0), dict(alpha_sdpo=1.0, sdpo_teacher="live", beta_dpo=0.5)):
+        check_sharding(TrainSettings.model_construct(**served, **channels, lora_r=0), "fsdp")
 
 
 @pytest.mark.train

@@ -28,6 +28,11 @@ if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling
     from transformers import PreTrainedModel
 
 
+# Hinted turns a teacher forward takes at once: continued from the student's keys and values, or whole.
+LIVE_ROWS_PER_PASS = 8
+ROWS_PER_PASS = 4
+
+
 class TeacherWeights(str, Enum):
     live = "live"
     ema = "ema"
@@ -133,6 +138,11 @@ class SDPOTeacher:
             for mine, theirs in zip(teacher.parameters(), policy.parameters(), strict=True):
                 mine.lerp_(theirs.detach().to(mine.dtype), 1.0 - self.ema_decay)
 
+    def passes(self, rows: int, continued: bool) -> int:
+        """How many backbone forwards `logits` runs for `rows` hinted turns, `continued` from the student's prefix."""
+        per_pass = LIVE_ROWS_PER_PASS if continued and self.weights is TeacherWeights.live else ROWS_PER_PASS
+        return -(-rows // per_pass)
+
     @torch.no_grad()
     def logits(
         self,
@@ -141,7 +151,6 @@ class SDPOTeacher:
         pad_token_id: int,
         temperature: float,
         student_prefix: Prefix | None = None,
-        rows_per_pass: int = 8,
     ) -> torch.Tensor:
         """Teacher logits predicting each row's distilled tokens, concatenated: (sum of counts, V).
 
@@ -150,11 +159,12 @@ class SDPOTeacher:
         counts = [row.count for row in rows]
         if self.weights is not TeacherWeights.live or student_prefix is None:
             with self.teacher(policy) as teacher:
-                return last_token_logits(teacher, [row.ids for row in rows], counts, pad_token_id, temperature)
+                ids = [row.ids for row in rows]
+                return last_token_logits(teacher, ids, counts, pad_token_id, temperature, ROWS_PER_PASS)
         prefix = student_prefix.detached()
         out = []
-        for first in range(0, len(rows), rows_per_pass):
-            chunk = rows[first : first + rows_per_pass]
+        for first in range(0, len(rows), LIVE_ROWS_PER_PASS):
+            chunk = rows[first : first + LIVE_ROWS_PER_PASS]
             context = prefix.take([row.row for row in chunk], [row.context_columns for row in chunk])
             hidden, _ = continue_prefix(policy, context, [row.continuation for row in chunk], pad_token_id)
             # position t predicts token t+1: the last n tokens are predicted from positions length-n-1 .. length-2

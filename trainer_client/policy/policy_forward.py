@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from trainer_client.policy.even_forwards import Forwards
 from trainer_client.policy.prefix_cache import Prefix, backbone_of, branched_hidden, continue_prefix, empty_prefix
 
 if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
@@ -86,6 +87,7 @@ def pair_logps(
     pad_token_id: int,
     prefix: Prefix | None = None,
     context_grad: bool = True,
+    share_start: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Summed logprobs (temperature 1) of the chosen and rejected completions of (prompt, chosen, rejected) pairs.
 
@@ -96,13 +98,15 @@ def pair_logps(
     (a third of their cost, and none of their activations kept) and gradients flow only through the
     completion tokens and the prompt's last token, whose state predicts the first one: an
     approximation that ignores how the loss would change the encoding of the context.
+    Without `share_start`, each row runs its whole prompt (no start shared, no `prefix` read), so no backward
+    runs through another forward's keys and values: under FSDP2 that backward finds the layer's weights freed.
     Returns two tensors of shape (len(pairs),).
     """
     device = next(model.parameters()).device
     prompts = [prompt for prompt, _, _ in pairs]
     if any(not prompt or not chosen or not rejected for prompt, chosen, rejected in pairs):
         raise ValueError("every prompt and completion of a pair needs at least one token")
-    shared = min(_common_start(prompts), min(len(p) for p in prompts) - 1)  # each prompt keeps its last token
+    shared = min(_common_start(prompts), min(len(p) for p in prompts) - 1) if share_start else 0  # each keeps one
     with torch.set_grad_enabled(torch.is_grad_enabled() and context_grad):
         start = _shared_start(
             model,
@@ -134,6 +138,15 @@ def pair_logps(
     target_ids = torch.tensor(targets, dtype=torch.long, device=device)
     totals = torch.stack([part.sum() for part in token_logps(model, torch.cat(states), target_ids).split(lengths)])
     return totals[0::2], totals[1::2]
+
+
+def pair_forwards_at_most(context_grad: bool, share_start: bool) -> Forwards:
+    """The most backbone forwards `pair_logps` runs, by whether autograd records them: the rest of the shared start
+    (with `share_start`), the rest of the prompts (without `context_grad`), and the branches."""
+    start = int(share_start)
+    if not torch.is_grad_enabled():
+        return Forwards(no_grad=start + 1 + int(not context_grad))
+    return Forwards(grad=start + 1) if context_grad else Forwards(grad=1, no_grad=start + 1)
 
 
 def _common_start(rows: list[list[int]]) -> int:

@@ -26,7 +26,8 @@ from trainer_client.channels.dpo_loss import sigmoid_dpo_loss
 from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row
 from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair, encode_pair
 from trainer_client.channels.sdpo_loss import sdpo_token_loss
-from trainer_client.policy.policy_forward import head_logits, pair_logps
+from trainer_client.policy.even_forwards import Forwards, agreed_most, counted_forwards, is_sharded, make_up_forwards
+from trainer_client.policy.policy_forward import head_logits, pair_forwards_at_most, pair_logps
 from trainer_client.policy.prefix_cache import Prefix, recorded_forward
 from trainer_client.train.channel_gradients import ChannelGradients, next_weight
 from trainer_client.train.settings import TrainSettings
@@ -257,18 +258,16 @@ class RegrowGRPOTrainer(GRPOTrainer):
                     else ~unscored[row, turn.start : end]
                 )
         self._metrics[mode]["sdpo/hinted_turns"].append(float(len(teacher_rows)))
-        if not teacher_rows:
+        teacher_logits = self._teacher_logits(policy, teacher_rows, student_prefix)  # on every rank of a sharded one
+        if teacher_logits is None:
             self._metrics[mode]["sdpo/distilled_tokens"].append(0.0)
             self._metrics[mode]["sdpo/loss"].append(0.0)
             return None
         keep = torch.cat(scored)
         self._metrics[mode]["sdpo/distilled_tokens"].append(float(keep.sum()))
-        assert self.sdpo_teacher is not None and hidden is not None  # set whenever a turn is hinted and alpha > 0
+        assert hidden is not None  # the caller passes the recorded forward's states whenever a turn is hinted
         index = torch.tensor(student_rows, dtype=torch.long, device=hidden.device)
         student_logits = head_logits(policy, self._gradients.sdpo_rows(hidden, index), self.temperature)
-        teacher_logits = self.sdpo_teacher.logits(
-            policy, teacher_rows, self._pad_token_id, self.temperature, student_prefix
-        )
         result = sdpo_token_loss(
             student_logits,
             teacher_logits,
@@ -286,18 +285,44 @@ class RegrowGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["sdpo/importance_ratio_mean"].append(result.importance_ratio[keep].mean().item())
         return loss
 
+    def _teacher_logits(self, policy, rows: list, student_prefix: Prefix | None) -> torch.Tensor | None:
+        """The SDPO teacher's logits for the hinted turns `rows`; None without any. With sharded weights, every rank
+        runs as many teacher forwards as the rank with the most turns (one that has fewer makes up the rest)."""
+        teacher = self.sdpo_teacher
+        assert teacher is not None  # set whenever alpha_sdpo > 0, the only case that calls this
+        due = None
+        if is_sharded(policy):
+            passes = teacher.passes(len(rows), student_prefix is not None)
+            due = Forwards(no_grad=agreed_most(passes, self.accelerator.device))
+        with counted_forwards(policy) as ran:
+            logits = (
+                teacher.logits(policy, rows, self._pad_token_id, self.temperature, student_prefix) if rows else None
+            )
+        if due is not None:
+            make_up_forwards(policy, ran, due, self._pad_token_id)
+        return logits
+
     def _dpo_loss(self, model, mode: str, batch_prefix: Prefix | None = None) -> tuple[torch.Tensor, int]:
         """The sigmoid DPO loss (a mean) on the next batch of replay pairs, logged under TRL's DPO names, and how many
         pairs it averages."""
         assert self.pair_batches is not None  # set whenever beta_dpo > 0, the only case that calls this
         pairs = [self._encoded(pair) for pair in next(self.pair_batches)]
-        chosen, rejected = pair_logps(
-            self.accelerator.unwrap_model(model),
-            [(p.prompt_ids, p.chosen_ids, p.rejected_ids) for p in pairs],
-            self._pad_token_id,
-            prefix=batch_prefix,
-            context_grad=self.args.dpo_context_grad,
-        )
+        policy = self.accelerator.unwrap_model(model)
+        sharded = is_sharded(policy)
+        with counted_forwards(policy) as ran:
+            chosen, rejected = pair_logps(
+                policy,
+                [(p.prompt_ids, p.chosen_ids, p.rejected_ids) for p in pairs],
+                self._pad_token_id,
+                prefix=batch_prefix,
+                context_grad=self.args.dpo_context_grad,
+                share_start=not sharded,
+            )
+        # with sharded weights every rank runs the most forwards pairs can take, whatever its own pairs took
+        made_up = None
+        if sharded:
+            due = pair_forwards_at_most(self.args.dpo_context_grad, share_start=False)
+            made_up = make_up_forwards(policy, ran, due, self._pad_token_id)
         device = chosen.device
         dpo = sigmoid_dpo_loss(
             chosen,
@@ -309,7 +334,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
         for name, value in dpo.metrics().items():
             self._metrics[mode][f"dpo/{name}"].append(value)
         self._metrics[mode]["dpo/pairs"].append(float(len(pairs)))
-        return dpo.loss, len(pairs)
+        return (dpo.loss if made_up is None else dpo.loss + made_up), len(pairs)
 
     def _encoded(self, pair: PreferencePair) -> EncodedPair:
         key = (pair.trace_id, pair.step_index, pair.chosen_text)

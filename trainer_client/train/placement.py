@@ -59,16 +59,17 @@ def check_sharding(settings: TrainSettings, sharding: str) -> None:
             "the in-process sampler generates a different number of tokens on each rank from the sharded model; "
             "serve the policy with `trl vllm-serve` and pass --vllm-server URL"
         )
-    if settings.alpha_sdpo and (settings.sdpo_teacher == "ema" or not settings.lora_r):
+    copied_teacher = settings.sdpo_teacher == "ema" or (settings.sdpo_teacher == "initial" and not settings.lora_r)
+    if settings.alpha_sdpo and copied_teacher:
         problems.append(
             f"--sdpo-teacher {settings.sdpo_teacher} keeps or updates a teacher from sharded weights as if they were "
             "whole; use --sdpo-teacher live, or --lora-r (its initial teacher is the adapter switched off)"
         )
-    if settings.alpha_sdpo or settings.beta_dpo:
+    if sharding == "zero3" and (settings.alpha_sdpo or settings.beta_dpo):
         problems.append(
-            "the SDPO teacher's and the DPO pairs' forwards differ in number between ranks (their chunks are not yet "
-            "padded to a count the ranks agree on); run --alpha-sdpo or --beta-dpo under DDP "
-            "(deploy/accelerate/ddp.yaml)"
+            "ZeRO-3 gathers every module's weights as it is called, the LM head's too, and the SDPO and DPO channels "
+            "call it as often as their data asks; run --alpha-sdpo or --beta-dpo under FSDP "
+            "(deploy/accelerate/fsdp.yaml), whose ranks run the same forwards, or DDP (deploy/accelerate/ddp.yaml)"
         )
     if problems:
         listed = "".join(f"\n  - {problem}" for problem in problems)
