@@ -124,6 +124,18 @@ def test_weights_load_in_bf16_on_a_gpu_and_fp32_on_a_cpu_unless_asked_or_the_dpo
     assert run_shape(settings, 1, "none", "cpu").weight_bytes == 4
 
 
+def test_weights_that_fsdp_trains_in_bf16_load_as_the_float32_masters_accelerate_makes_of_them():
+    """Before, they loaded in bf16 on every rank, and accelerate's FSDP2 prepare upcast each rank's copy to float32,
+    a second copy in host RAM, while the plan counted 2 bytes a weight."""
+    from trainer_client.train.memory_plan import run_shape
+
+    settings = TrainSettings(env="http://127.0.0.1:9")
+    assert settings.weights_dtype_on("cuda", sharding="fsdp") == "float32"
+    assert run_shape(settings, 8, "fsdp", "cuda").weight_bytes == 4
+    lora = TrainSettings(env="http://127.0.0.1:9", lora_r=16)  # a frozen base is not upcast
+    assert lora.weights_dtype_on("cuda", sharding="fsdp") == "bfloat16"
+
+
 @pytest.mark.train
 def test_each_rank_takes_its_own_device_from_the_launcher(monkeypatch):
     """Before, every rank loaded its copy of the policy onto GPU 0: 8 copies on one card under `accelerate launch`."""

@@ -37,12 +37,13 @@ def prepare_run(settings: TrainSettings) -> PreparedRun:
 
     rank, world = process_rank()
     local_groups(settings, world)  # said before the model loads
-    check_sharding(settings, launched_sharding())
+    sharding = launched_sharding()
+    check_sharding(settings, sharding)
     device = resolve_device(settings.device)
     placement = rank_device(device)  # before the memory check reads the current device's size
     pairs = read_dpo_pairs(settings, world)
     pairs_dtypes = sorted({pair.reference_dtype for pair in pairs})
-    dtype = settings.weights_dtype_on(device, pairs_dtypes[0] if len(pairs_dtypes) == 1 else None)
+    dtype = settings.weights_dtype_on(device, pairs_dtypes[0] if len(pairs_dtypes) == 1 else None, sharding)
     settings = settings.model_copy(update={"weights_dtype": dtype})  # the plan and the load read the same dtype
     if settings.memory_check:
         rows_at_once = check_memory(settings, device)

@@ -233,13 +233,17 @@ class TrainSettings(BaseSettings):
         """How the rollout workers ride out env faults: --episode-retries and the --env-* pauses."""
         return EnvRetries(self.episode_retries, self.env_backoff_max_s, self.env_outage_s, self.env_health_interval_s)
 
-    def weights_dtype_on(self, device: str, pairs_dtype: str | None = None) -> str:
+    def weights_dtype_on(self, device: str, pairs_dtype: str | None = None, sharding: str = "none") -> str:
         """The dtype the policy's weights load in on `device`: as asked, else the DPO pairs' reference dtype
-        (their logprobs must be the loaded policy's), else bfloat16 on a GPU and float32 on a CPU."""
+        (their logprobs must be the loaded policy's), else bfloat16 on a GPU and float32 on a CPU. Under FSDP with
+        bf16 compute, trained weights are float32: accelerate (1.15, fsdp2_prepare_model) makes them so to shard them,
+        so loading them in bf16 would only write a second copy."""
         if self.weights_dtype != "auto":
             return self.weights_dtype
         if pairs_dtype is not None:
             return pairs_dtype
+        if sharding == "fsdp" and self.bf16 and not self.lora_r:
+            return "float32"
         return "bfloat16" if device == "cuda" else "float32"
 
     @property
