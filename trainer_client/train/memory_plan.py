@@ -238,7 +238,7 @@ def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding, device: st
         lora_r=settings.lora_r,
         gradient_checkpointing=settings.gradient_checkpointing,
         sdpo_teacher=settings.sdpo_teacher if settings.alpha_sdpo else None,
-        weight_bytes=2 if settings.weights_dtype_on(device) == "bfloat16" else 4,
+        weight_bytes=2 if settings.weights_dtype_on(device, sharding=sharding) == "bfloat16" else 4,
         activation_bytes=2 if device == "cuda" and settings.bf16 else 4,
         on_gpu=device == "cuda",
     )
