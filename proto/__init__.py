@@ -5,12 +5,13 @@ Both the env server and the trainer import these models; nothing else of regrow 
 
 from proto.actions import TOOL_ARGS, ToolCall, tool_description, tool_specs
 from proto.health import ENVIRONMENT_FAILURES, ServerHealth
-from proto.observations import CodingObservation, EpisodeState, RewardDetails, TestOutcome
+from proto.observations import PASS_REWARD, CodingObservation, EpisodeState, RewardDetails, TestOutcome, is_pass
 from proto.tasks import DeletedUnit, TaskRecord, TaskStats
 from proto.traces import EpisodeTokens, EpisodeTrace, StepTrace
 
 __all__ = [
     "ENVIRONMENT_FAILURES",
+    "PASS_REWARD",
     "TOOL_ARGS",
     "CodingObservation",
     "DeletedUnit",
@@ -24,6 +25,7 @@ __all__ = [
     "TaskStats",
     "TestOutcome",
     "ToolCall",
+    "is_pass",
     "tool_description",
     "tool_specs",
 ]

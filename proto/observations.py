@@ -60,6 +60,16 @@ class UnitCredit(BaseModel):
     )
 
 
+# A reward at least this high solved its task: every deleted unit credited. Rewards are sums of float shares, so the bar
+# sits a hair under 1.0. Every pass rate (dashboard, frontier, trainer, ladder, benches) counts by it.
+PASS_REWARD = 1.0 - 1e-9
+
+
+def is_pass(reward: float) -> bool:
+    """Whether `reward` solved its task."""
+    return reward >= PASS_REWARD
+
+
 class RewardDetails(BaseModel):
     """How a submission was graded; goes into the final observation's metadata."""
 

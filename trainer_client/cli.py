@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from proto import is_pass
 from trainer_client.train.ladder import LadderSettings
 from trainer_client.train.settings import TrainSettings
 from trainer_client.train.sft import SftSettings
@@ -197,7 +198,7 @@ def traces_demo(
     for demo in played:
         table.add_row(demo.task_id, f"{demo.reward:g}", str(demo.steps), demo.episode_id or f"[red]{demo.error}[/]")
     Console().print(table)
-    solved = sum(demo.reward >= 1.0 for demo in played)
+    solved = sum(is_pass(demo.reward) for demo in played)
     console.print(f"{solved} of {len(played)} solutions earned 1.0; export them with `regrow traces export`")
     if solved < len(played):
         raise typer.Exit(1)

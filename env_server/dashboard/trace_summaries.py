@@ -10,7 +10,8 @@ from datetime import UTC, datetime
 
 from pydantic import BaseModel, Field
 
-from env_server.traces.store import PASSED, TraceStore
+from env_server.traces.store import TraceStore
+from proto import PASS_REWARD, is_pass
 
 # Bin edges of the reward histogram: 0 and 1 are bins of their own, the rest are tenths.
 REWARD_BINS = ["0", "0-0.1", "0.1-0.2", "0.2-0.3", "0.3-0.4", "0.4-0.5", "0.5-0.6", "0.6-0.7", "0.7-0.8", "0.8-0.9",
@@ -53,7 +54,7 @@ def reward_bin(reward: float) -> int:
     """The index in REWARD_BINS of one reward."""
     if reward <= 0.0:
         return 0
-    if reward >= PASSED:
+    if is_pass(reward):
         return len(REWARD_BINS) - 1
     return 1 + min(int(reward * 10), 9)
 
@@ -115,7 +116,7 @@ def task_pass_rates(store: TraceStore, limit: int = 500) -> tuple[list[TaskPassR
         "coalesce(sum(tampered = 1), 0) "
         "FROM episodes GROUP BY task_id "
         "ORDER BY coalesce(1.0 * sum(reward >= ?) / nullif(count(reward), 0), 2), task_id",
-        (PASSED, PASSED),
+        (PASS_REWARD, PASS_REWARD),
     )
     rates = [
         TaskPassRate(task_id=t, episodes=n, graded=g, passed=p, mean_reward=m, tampered=x) for t, n, g, p, m, x in rows

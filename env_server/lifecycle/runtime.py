@@ -34,7 +34,8 @@ from env_server.stepping.errors import (
 from env_server.stepping.recorder import StepRecorder
 from env_server.stepping.tools import ToolResult
 from env_server.task_store import Task, TaskStore, UnknownTask
-from env_server.traces.store import PASSED, TraceStore
+from env_server.traces.store import TraceStore
+from proto import PASS_REWARD
 from proto.actions import ToolCall, tool_specs
 from proto.health import ENGINE_RESTARTED, ENGINE_UNREACHABLE, SANDBOX_GONE, ServerHealth
 from proto.observations import CodingObservation
@@ -195,7 +196,7 @@ class EpisodeRuntime:
             " FROM episodes WHERE reward IS NOT NULL AND run_id IS ? AND coalesce(origin, 'training') = 'training'"
             " AND prefix_of IS NULL"
             ") WHERE latest <= ? GROUP BY task_id",
-            (PASSED, run_id, self.settings.frontier_window),
+            (PASS_REWARD, run_id, self.settings.frontier_window),
         )
         return {task: Graded(graded, passed) for task, graded, passed in rows if graded}
 

@@ -22,8 +22,6 @@ OPEN_TIMEOUT_S = 5.0
 WRITE_BUSY_TIMEOUT_S = 0.1
 WRITE_ATTEMPTS = 3  # the write and two retries
 DEFAULT_BACKLOG_BYTES = 64 * MIB
-# A reward this high passed every test it was graded on; the pass rates (dashboard, frontier) count by it.
-PASSED = 1.0 - 1e-9
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS episodes (

@@ -15,6 +15,7 @@ from env_server.grading import PristineCache, grade
 from env_server.lifecycle.provisioning import seed
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
+from proto import is_pass
 from regrow.benchmarks.grading import _apply_solution
 from sandbox import DockerBackend
 from sandbox.layout import WORKSPACE
@@ -69,9 +70,9 @@ def run_mutant_bench(tasks_dir: Path, max_tasks: int, per_unit: int, seed_value:
                 "task": task.id,
                 "units": len(task.record.deleted),
                 "mutants": len(rewards),
-                "paid_full": sum(r["reward"] == 1.0 for r in rewards),
+                "paid_full": sum(is_pass(r["reward"]) for r in rewards),
                 "paid_some": sum(r["reward"] > 0 for r in rewards),
-                "full": [r for r in rewards if r["reward"] == 1.0],
+                "full": [r for r in rewards if is_pass(r["reward"])],
             }
         )
     graded: int = sum(row["mutants"] for row in rows)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
+from proto import is_pass
 from regrow.bench_options import RolloutBenchOptions
 from regrow.benchmarks.training import bench_model
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
@@ -62,7 +63,7 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         "groups": len(groups),
         "group_size": group_size,
         "zero_variance_share": round(len(flat) / len(groups), 3) if groups and group_size > 1 else None,
-        "pass_rate": round(statistics.mean(t.reward >= 1.0 for t in played), 3),
+        "pass_rate": round(statistics.mean(is_pass(t.reward) for t in played), 3),
         "tasks_played": len({t.task_id for t in played}),
         "turns_per_episode": round(statistics.mean(len(t.turns) for t in played), 2),
         "env_steps": sum(turn.calls for t in played for turn in t.turns),

@@ -13,10 +13,10 @@ from collections import deque
 from collections.abc import Iterator
 from typing import Any
 
+from proto import is_pass
 from trainer_client.rollout.agent_loop import Trajectory
 
 logger = logging.getLogger(__name__)
-PASSED = 1.0  # a reward of 1.0 is a pass; 0.0 a failure; a partial reward is neither
 FALLBACK = "fallback"  # the key of a prefix reset's plain options, used when the env refuses the prefix
 
 
@@ -51,13 +51,13 @@ class PrefixPlanner:
                 steps = sum(turn.calls for turn in trajectory.turns)
                 if trajectory.episode_id is None or steps < 2 or "prefix_of" in trajectory.reset_options:
                     continue  # a one-step episode has no prefix to give, and a prefix of a prefix is not kept
-                if trajectory.reward >= PASSED:
+                if is_pass(trajectory.reward):
                     self._passed[task] = (trajectory.episode_id, steps)
                 elif trajectory.reward <= 0.0:
                     self._failed[task] = (trajectory.episode_id, steps)
             rewards = [trajectory.reward for trajectory in group]
             source = None
-            if all(reward >= PASSED for reward in rewards):
+            if all(is_pass(reward) for reward in rewards):
                 source = self._failed.get(task)
             elif all(reward <= 0.0 for reward in rewards):
                 source = self._passed.get(task)

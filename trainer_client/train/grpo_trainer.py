@@ -22,6 +22,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOConfig, GRPOTrainer
 
+from proto import is_pass
 from trainer_client.channels.dpo_loss import sigmoid_dpo_loss
 from trainer_client.channels.hinted_self import SDPOTeacher, TeacherWeights, teacher_row
 from trainer_client.channels.preference_pairs import EncodedPair, PreferencePair, encode_pair
@@ -150,7 +151,7 @@ class RegrowGRPOTrainer(GRPOTrainer):
             self._metrics[mode]["rollout/staleness_max"].append(max(staleness))
         rewards = [row.get("env_reward") for row in inputs]
         if rewards and all(reward is not None for reward in rewards):  # solved: every FAIL_TO_PASS test passes
-            self._metrics[mode]["rollout/pass_rate"].append(sum(r >= 1.0 for r in rewards) / len(rewards))
+            self._metrics[mode]["rollout/pass_rate"].append(sum(map(is_pass, rewards)) / len(rewards))
         counters = inputs[0].get("stream_counters") if inputs else None
         if counters is not None:
             for name in STREAM_COUNTERS:
