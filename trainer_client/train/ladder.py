@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
 
+from proto import is_pass
 from trainer_client.train.ladder_stats import ArmSummary, interval, paired_difference
 from trainer_client.train.run import TrainSummary
 from trainer_client.train.settings import TrainSettings
@@ -225,7 +226,7 @@ def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> E
         groups = stream.next_groups(ladder.eval_tasks, policy_version=0, timeout=train.episode_timeout_s)
     rewards = [episode.reward for group in groups for episode in group]
     # equal k per task, so the mean of c/k over tasks is the share of passing episodes
-    passed = sum(1 for reward in rewards if reward >= 1.0 - 1e-9)
+    passed = sum(1 for reward in rewards if is_pass(reward))
     return Evaluation(pass_at_1=passed / len(rewards), mean_reward=sum(rewards) / len(rewards), episodes=len(rewards))
 
 
