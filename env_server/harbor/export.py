@@ -26,6 +26,7 @@ from env_server.settings import GradeLimits
 from env_server.task_store import Task
 from proto.task_files import RECORDS, hidden_dir, read_records
 from proto.tasks import TaskRecord
+from sandbox.layout import WORKSPACE
 
 log = logging.getLogger(__name__)
 INSIDE = Path(__file__).with_name("inside")
@@ -94,9 +95,9 @@ def task_toml(record: TaskRecord) -> str:
         # a fresh container of the task's image grades: nothing the agent ran or installed outside /workspace stays
         # root: the copied workspace is root's, and the verifier puts refused paths back before the tests run
         "verifier": {"timeout_sec": VERIFIER_TIMEOUT_S, "environment_mode": "separate", "user": "root"},
-        "environment": {"build_timeout_sec": 600.0, "workdir": "/workspace"},
+        "environment": {"build_timeout_sec": 600.0, "workdir": WORKSPACE},
     }
-    lines = ['schema_version = "1.4"', f"artifacts = {_toml_value(['/workspace'])}"]
+    lines = ['schema_version = "1.4"', f"artifacts = {_toml_value([WORKSPACE])}"]
     for name, table in sections.items():
         lines += ["", f"[{name}]", *(f"{key} = {_toml_value(value)}" for key, value in table.items())]
     return "\n".join(lines) + "\n"
@@ -107,7 +108,7 @@ def dockerfile(record: TaskRecord) -> str:
     if record.workspace_archive is not None:
         # what a reset writes into a container of the image: the editable install's files, then the workspace
         lines += ["ADD install.tar.gz /", "ADD workspace.tar.gz /"]
-    return "\n".join([*lines, "WORKDIR /workspace", ""])
+    return "\n".join([*lines, f"WORKDIR {WORKSPACE}", ""])
 
 
 def _write_script(path: Path, body: str) -> None:
@@ -131,7 +132,7 @@ def write_task(task: Task, folder: Path) -> None:
     workspace = _original_workspace(task)
     (folder / "instruction.md").parent.mkdir(parents=True, exist_ok=True)
     (folder / "instruction.md").write_text(
-        record.problem_statement.rstrip() + "\n\nThe repository is checked out at /workspace.\n"
+        record.problem_statement.rstrip() + f"\n\nThe repository is checked out at {WORKSPACE}.\n"
     )
     (folder / "task.toml").write_text(task_toml(record))
     environment = folder / "environment"
@@ -142,7 +143,7 @@ def write_task(task: Task, folder: Path) -> None:
     (folder / "solution" / "solution.patch").parent.mkdir(parents=True, exist_ok=True)
     (folder / "solution" / "solution.patch").write_text(record.solution_patch)
     _write_script(
-        folder / "solution" / "solve.sh", "set -euo pipefail\ncd /workspace\ngit apply /solution/solution.patch\n"
+        folder / "solution" / "solve.sh", f"set -euo pipefail\ncd {WORKSPACE}\ngit apply /solution/solution.patch\n"
     )
     write_verifier(task, folder / "tests", workspace)
 

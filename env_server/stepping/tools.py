@@ -72,7 +72,7 @@ def workspace_path(path: str) -> str:
         raise ToolRejected("path must be a non-empty string without NUL bytes")
     absolute = posixpath.normpath(posixpath.join(WORKSPACE, path))
     if absolute != WORKSPACE and not absolute.startswith(WORKSPACE + "/"):
-        raise ToolRejected(f"path {path!r} is outside /workspace; use a path relative to /workspace", "PATH_OUTSIDE")
+        raise ToolRejected(f"path {path!r} is outside {WORKSPACE}; use a path relative to {WORKSPACE}", "PATH_OUTSIDE")
     return absolute
 
 

@@ -34,6 +34,7 @@ from regrow.benchmarks.load_server import (
 )
 from regrow.benchmarks.load_stats import MiB, Sample, latency_ms, rss_trend
 from sandbox import DockerBackend, SandboxError
+from sandbox.layout import WORKSPACE
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +140,7 @@ def episode_plan(steps: int, token: str) -> list[tuple[str, dict[str, Any], Chec
     """`steps` tool calls that each have one right answer, the last a submit: a mix of `run` and the file tools."""
     edited = token[::-1]
     cycle: list[tuple[str, dict[str, Any], Check]] = [
-        ("run", {"command": "realpath ."}, lambda obs: obs["output"] == "/workspace\n" and obs["exit_code"] == 0),
+        ("run", {"command": "realpath ."}, lambda obs: obs["output"] == f"{WORKSPACE}\n" and obs["exit_code"] == 0),
         ("write_file", {"path": PROBE, "content": f"{token}\n"}, lambda obs: True),
         ("read_file", {"path": PROBE}, lambda obs: obs["output"] == f"{token}\n"),
         ("edit_file", {"path": PROBE, "old": token, "new": edited}, lambda obs: True),

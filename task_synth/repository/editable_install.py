@@ -49,7 +49,7 @@ def tree_archive(root: Path, prefix: str = "", mtime: int | None = None) -> byte
 # --use-pep517: a project without pyproject.toml (six, pytz) otherwise goes through `setup.py develop`, which new
 # setuptools runs as a pip subprocess with build isolation, and that needs an index.
 EDITABLE_INSTALL = (
-    "pip install -q --no-deps --no-build-isolation --use-pep517 --disable-pip-version-check -e /workspace"
+    f"pip install -q --no-deps --no-build-isolation --use-pep517 --disable-pip-version-check -e {WORKSPACE}"
 )
 
 

@@ -125,7 +125,7 @@ def record_io_checks(
     started = time.monotonic()
     for name, source in RECORDER_FILES.items():
         sb.write_file(f"{PLUGIN_DIR}/{name}", source.read_text())
-    library_files = sorted(f"/workspace/{path}" for path in layout.modules)
+    library_files = sorted(f"{WORKSPACE}/{path}" for path in layout.modules)
     reads = tests_read(sb, fail_to_pass) if deletion.unit.kind == "class" else []
     config = {"functions": functions, "library_files": library_files, "reads": reads}
     sb.write_file(IO_CONFIG, json.dumps(config))

@@ -139,7 +139,7 @@ def coverage_lines(report: dict) -> dict[str, dict[int, set[str]]]:
     contexts = [name or IMPORT_TIME for name in report["contexts"]]
     lines: dict[str, dict[int, set[str]]] = {}
     for path, by_line in report["files"].items():
-        relative = path.removeprefix("/workspace/")
+        relative = path.removeprefix(f"{WORKSPACE}/")
         lines[relative] = {int(line): {contexts[index] for index in indices} for line, indices in by_line.items()}
     return lines
 

@@ -135,9 +135,9 @@ def apply_deletion(sb: Sandbox, deletion: Deletion, restore: bool = False) -> No
     for path, text in deletion.changed.items():
         content = deletion.original[path] if restore else text
         if content is None:
-            gone.append(f"/workspace/{path}")
+            gone.append(f"{WORKSPACE}/{path}")
         else:
-            sb.write_file(f"/workspace/{path}", content)
+            sb.write_file(f"{WORKSPACE}/{path}", content)
     if gone:
         sb.exec(f"rm -f {' '.join(shlex.quote(path) for path in gone)}", timeout=30)
 

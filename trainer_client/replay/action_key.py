@@ -7,8 +7,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from proto.actions import TOOL_ARGS, ToolCall
+from proto.transcript import WORKSPACE
 
-WORKSPACE = "/workspace"
 _PATH_ARGS = ("path",)
 
 
