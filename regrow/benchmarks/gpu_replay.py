@@ -179,20 +179,23 @@ def stand_in_tokenizer(episodes: list[EpisodeTokens]) -> Any:
 
 def replay_rows(episodes: list[EpisodeTokens]) -> dict[str, list]:
     """rollout_func's output for the recorded batch, as trainer_client.rollout.rows builds it from live episodes."""
-    from trainer_client.rollout.rows import HintedTurn
+    from trainer_client.rollout.rows import HintedTurn, RolloutRow, rollout_columns
 
-    return {
-        "prompt_ids": [e.prompt_ids for e in episodes],
-        "completion_ids": [e.completion_ids for e in episodes],
-        "logprobs": [e.logprobs for e in episodes],
-        "env_mask": [e.env_mask for e in episodes],
-        "env_reward": [e.reward for e in episodes],
-        "sdpo_turns": [
-            [HintedTurn(t.hint_at, t.start, t.end, tuple(t.hint_ids)) for t in e.hinted_turns] for e in episodes
-        ],
-        "stop_reason": ["done" for _ in episodes],
-        "policy_version": [0 for _ in episodes],
-    }
+    return rollout_columns(
+        [
+            RolloutRow(
+                prompt_ids=e.prompt_ids,
+                completion_ids=e.completion_ids,
+                logprobs=e.logprobs,
+                env_mask=e.env_mask,
+                env_reward=e.reward or 0.0,  # an episode recorded ungraded counts 0
+                sdpo_turns=[HintedTurn(t.hint_at, t.start, t.end, tuple(t.hint_ids)) for t in e.hinted_turns],
+                stop_reason="done",
+                policy_version=0,
+            )
+            for e in episodes
+        ]
+    )
 
 
 def shape_config(run: ShapeRun, vocab: int) -> dict[str, Any]:

@@ -7,7 +7,7 @@ times; the rows here are placeholders, since the env picks the task, and each gr
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from trainer_client.rollout.agent_loop import Trajectory
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
@@ -24,6 +24,27 @@ class HintedTurn:
     start: int
     end: int
     hint_ids: tuple[int, ...]
+
+
+class RolloutRow(TypedDict):
+    """One episode as `rollout_func` hands it to GRPOTrainer, which merges the fields past its own (ids, logprobs,
+    env mask) into the row its loss reads: their names are declared here once, and mypy holds every read to them."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    env_mask: list[int]
+    env_reward: float  # the env's reward; `env_reward` below reads it by this name
+    sdpo_turns: list[HintedTurn]
+    stop_reason: str
+    policy_version: int | None  # the optimizer step whose weights sampled it
+    stream_counters: NotRequired[dict[str, float]]  # the stream's running totals, logged as rollout/*
+
+
+def rollout_columns(rows: list[RolloutRow]) -> dict[str, list]:
+    """`rows` as rollout_func returns them: one list a field."""
+    names = rows[0].keys() if rows else RolloutRow.__required_keys__
+    return {name: [row.get(name) for row in rows] for name in names}
 
 
 def episode_slots(count: int) -> Any:
@@ -44,18 +65,23 @@ def hinted_turns(trajectory: Trajectory, tokens: EpisodeTokenizer) -> list[Hinte
     ]
 
 
+def trajectory_row(trajectory: Trajectory, tokens: EpisodeTokenizer) -> RolloutRow:
+    """One played episode's row: ids, logprobs and env mask, plus the fields the reward and SDPO read."""
+    return RolloutRow(
+        prompt_ids=trajectory.prompt_ids,
+        completion_ids=trajectory.completion_ids,
+        logprobs=trajectory.logprobs,
+        env_mask=trajectory.env_mask,
+        env_reward=trajectory.reward,
+        sdpo_turns=hinted_turns(trajectory, tokens),
+        stop_reason=trajectory.stop_reason,
+        policy_version=trajectory.policy_version,
+    )
+
+
 def trajectory_rows(trajectories: list[Trajectory], tokens: EpisodeTokenizer) -> dict[str, list]:
-    """rollout_func's output: ids, logprobs and env mask per row, plus the fields the reward and SDPO read."""
-    return {
-        "prompt_ids": [t.prompt_ids for t in trajectories],
-        "completion_ids": [t.completion_ids for t in trajectories],
-        "logprobs": [t.logprobs for t in trajectories],
-        "env_mask": [t.env_mask for t in trajectories],
-        "env_reward": [t.reward for t in trajectories],
-        "sdpo_turns": [hinted_turns(t, tokens) for t in trajectories],
-        "stop_reason": [t.stop_reason for t in trajectories],
-        "policy_version": [t.policy_version for t in trajectories],
-    }
+    """rollout_func's output for `trajectories`: one list a field of their rows."""
+    return rollout_columns([trajectory_row(t, tokens) for t in trajectories])
 
 
 def env_reward(completions: list, env_reward: list[float], **kwargs: Any) -> list[float]:
@@ -101,7 +127,6 @@ class StreamedRollouts:
                 self.on_group(group)
         if final_generation(trainer):  # the stream would play on through the last step's training, for nothing
             self.stream.stop_playing()
-        rows = trajectory_rows([t for group in groups for t in group], self.tokens)
         counters = self.stream.stats.counters()
-        rows["stream_counters"] = [counters] * len(rows["prompt_ids"])
-        return rows
+        rows = [trajectory_row(t, self.tokens) for group in groups for t in group]
+        return rollout_columns([RolloutRow(**row, stream_counters=counters) for row in rows])

@@ -16,7 +16,7 @@ import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from transformers import TrainerCallback
@@ -30,6 +30,7 @@ from trainer_client.channels.sdpo_loss import sdpo_token_loss
 from trainer_client.policy.even_forwards import Forwards, agreed_most, counted_forwards, is_sharded, make_up_forwards
 from trainer_client.policy.policy_forward import head_logits, pair_forwards_at_most, pair_logps
 from trainer_client.policy.prefix_cache import Prefix, recorded_forward
+from trainer_client.rollout.rows import RolloutRow
 from trainer_client.train.channel_gradients import ChannelGradients, next_weight
 from trainer_client.train.settings import TrainSettings
 
@@ -142,17 +143,17 @@ class RegrowGRPOTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
-        # rollout_func's extra fields were merged into `inputs`; carry the hinted turns to the loss
-        output["sdpo_turns"] = [row.get("sdpo_turns") or [] for row in inputs]
-        versions = [row.get("policy_version") for row in inputs]
+        rows = cast(list[RolloutRow], inputs)  # rollout_func's fields were merged into each of them
+        output["sdpo_turns"] = [row.get("sdpo_turns") or [] for row in rows]  # carried to the loss
+        versions = [row.get("policy_version") for row in rows]
         if all(version is not None for version in versions):
             staleness = [float(self.state.global_step - version) for version in versions]
             self._metrics[mode]["rollout/staleness_mean"].append(sum(staleness) / len(staleness))
             self._metrics[mode]["rollout/staleness_max"].append(max(staleness))
-        rewards = [row.get("env_reward") for row in inputs]
+        rewards = [row.get("env_reward") for row in rows]
         if rewards and all(reward is not None for reward in rewards):  # solved: every FAIL_TO_PASS test passes
             self._metrics[mode]["rollout/pass_rate"].append(sum(map(is_pass, rewards)) / len(rewards))
-        counters = inputs[0].get("stream_counters") if inputs else None
+        counters = rows[0].get("stream_counters") if rows else None
         if counters is not None:
             for name in STREAM_COUNTERS:
                 self._metrics[mode][f"rollout/{name}"].append(counters[name])
