@@ -53,11 +53,10 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
 
         Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
         """
-        reset = ResetOptions.of(seed, options)
-        self.runtime.check_reset(reset)  # a bad reset must not end the running episode
+        plan = self.runtime.plan_reset(ResetOptions.of(seed, options))  # a bad reset must not end the running one
         if self.episode is not None and not self.episode.addressable:
             self.runtime.abort(self.episode, "reset again")
-        self.episode = self.runtime.start_episode(reset, episode_id, addressable=self.per_request)
+        self.episode = self.runtime.start_episode(plan, episode_id, addressable=self.per_request)
         return self.runtime.reset_observation(self.episode)
 
     def step(

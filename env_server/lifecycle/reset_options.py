@@ -3,10 +3,14 @@ pass rates); a recorded episode whose prefix to start from; and why, and by whic
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from env_server.stepping.errors import UnknownOrigin
+
+if TYPE_CHECKING:
+    from env_server.task_store import Task
+    from proto.traces import EpisodeTrace, StepTrace
 
 CLIENT_ORIGINS = ("training", "evaluation", "demonstration")  # a prefix reset's origin is the server's to say
 
@@ -44,3 +48,17 @@ class ResetOptions:
         if self.prefix_of is not None:
             return "prefix"
         return self.origin or "training"
+
+
+@dataclass(frozen=True)
+class ResetPlan:
+    """A reset as decided, once, before anything is done about it: the options (a prefix reset's naming its recorded
+    task), the task it plays, the origin it records, and a prefix reset's recorded episode, the writes to replay and
+    the steps they took."""
+
+    options: ResetOptions
+    task: Task
+    origin: str
+    recorded: EpisodeTrace | None = None
+    writes: list[StepTrace] = field(default_factory=list)
+    steps: int = 0

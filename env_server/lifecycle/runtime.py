@@ -18,7 +18,7 @@ from env_server.frontier_sampler import Graded, PassRates, frontier_pick
 from env_server.lifecycle.engine_watch import EngineWatch, server_health
 from env_server.lifecycle.prefix_replay import prefix_origin, replay_prefix
 from env_server.lifecycle.provisioning import SandboxSupply
-from env_server.lifecycle.reset_options import ResetOptions
+from env_server.lifecycle.reset_options import ResetOptions, ResetPlan
 from env_server.observability.event_log import log_event
 from env_server.observability.live_stats import LiveStats
 from env_server.observability.metrics import ServerMetrics
@@ -200,32 +200,33 @@ class EpisodeRuntime:
         )
         return {task: Graded(graded, passed) for task, graded, passed in rows if graded}
 
-    def check_reset(self, options: ResetOptions) -> None:
-        """Refuse a reset that cannot start (an unknown origin, task or sampler, a prefix that cannot be had) before
-        anything is done about it: a bad reset must not end the running episode."""
+    def plan_reset(self, options: ResetOptions) -> ResetPlan:
+        """What a reset plays, decided once: its task (drawn here, when it names none), its origin and, with
+        `prefix_of`, the recorded episode it starts from. Refuses a reset that cannot start (an unknown origin, task
+        or sampler, a prefix that cannot be had) before anything is done about it: a bad reset must not end the
+        running episode."""
+        recorded: EpisodeTrace | None = None
+        writes: list[StepTrace] = []
+        steps = 0
         options.recorded_origin()
         if options.prefixed:
-            prefix_origin(self.traces, options, self.settings.step_budget)
-        else:
-            self.pick_task(options)
+            recorded, writes, steps = prefix_origin(self.traces, options, self.settings.step_budget)
+            options = replace(options, task_id=recorded.task_id)
+        return ResetPlan(options, self.pick_task(options), options.recorded_origin(), recorded, writes, steps)
 
     def start_episode(
-        self, options: ResetOptions | None = None, episode_id: str | None = None, addressable: bool = False
+        self, reset: ResetOptions | ResetPlan | None = None, episode_id: str | None = None, addressable: bool = False
     ) -> Episode:
-        """A new episode in a started sandbox; an addressable one outlives its session and is continued by id.
+        """A new episode in a started sandbox, as `reset` plans it (or options, planned here); an addressable one
+        outlives its session and is continued by id.
 
         With `prefix_of`, the episode plays that recorded episode's task from its workspace after `prefix_steps` steps
         (lifecycle/prefix_replay.py); PrefixRefused says why when that state cannot be restored.
         """
-        options = options or ResetOptions()
-        recorded: EpisodeTrace | None = None  # the episode a prefix reset starts from
-        writes: list[StepTrace] = []
-        steps = 0
-        if options.prefixed:
-            recorded, writes, steps = prefix_origin(self.traces, options, self.settings.step_budget)
-            options = replace(options, task_id=recorded.task_id)
-        origin = options.recorded_origin()
-        task = self.pick_task(options)
+        plan = reset if isinstance(reset, ResetPlan) else self.plan_reset(reset or ResetOptions())
+        options, task, origin, recorded, writes, steps = (
+            plan.options, plan.task, plan.origin, plan.recorded, plan.writes, plan.steps
+        )  # fmt: skip
         engine = self.engine.status
         if not engine.up:
             raise EngineUnreachable(
