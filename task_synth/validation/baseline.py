@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -57,10 +58,13 @@ class Baseline:
 
 
 def suite_error(run: SuiteRun) -> str:
-    """pytest's own error lines of a run that reported no test, with its exit code; a kill says so."""
+    """Why a run reported no test, with its exit code: the first exception pytest printed (the cause a user needs,
+    such as a ModuleNotFoundError) and then what errored; a kill says so."""
     lines = [line.strip() for line in run.output_tail.splitlines() if line.strip()]
-    named = [line for line in lines if line.startswith(("ERROR", "E ", "INTERNALERROR")) or EXCEPTION_LINE.match(line)]
-    shown = " | ".join(dict.fromkeys(named[-3:])) or (lines[-1] if lines else "no output")
+    causes = [cause for line in lines if EXCEPTION_LINE.match(cause := re.sub(r"^E\s+", "", line))]
+    errored = list(dict.fromkeys(line for line in lines if line.startswith(("ERROR", "INTERNALERROR"))))
+    named = causes[:1] + errored[:2] + ([f"and {len(errored) - 2} more"] if len(errored) > 2 else [])
+    shown = " | ".join(named) or (lines[-1] if lines else "no output")
     killed = ""
     if run.exit_code in (137, -9):
         killed = (

@@ -29,13 +29,31 @@ def test_a_suite_that_reports_no_test_shows_pytests_error_and_exit_code():
     )
     assert (
         suite_error(suite_runs.SuiteRun(exit_code=4, output_tail=output))
-        == "exit 4: E   ModuleNotFoundError: No module named 'yaml'"
+        == "exit 4: ModuleNotFoundError: No module named 'yaml'"
     )
     assert suite_error(suite_runs.SuiteRun(exit_code=137, output_tail="....", oom_killed=True)) == (
         "exit 137 (killed: out of memory in the sandbox): ...."
     )
     killed = suite_runs.SuiteRun(exit_code=137, output_tail="....")
     assert "from outside pytest, not out of memory" in suite_error(killed)
+
+
+def test_a_suite_whose_collection_errors_names_the_first_cause_not_only_the_files():
+    """Before, the last three error lines were shown: on a checkout whose generated version file was missing, the
+    files that errored and not the ModuleNotFoundError that said why."""
+    sections = [
+        f"_ ERROR collecting tests/test_{name}.py _\ntests/test_{name}.py:1: in <module>\n    import pkg\n"
+        "pkg/__init__.py:3: in <module>\n    from pkg._version import version\n"
+        "E   ModuleNotFoundError: No module named 'pkg._version'"
+        for name in ("macos", "main", "unix", "windows")
+    ]
+    summary = "".join(f"ERROR tests/test_{name}.py\n" for name in ("macos", "main", "unix", "windows"))
+    output = "\n".join(sections) + "\n=== short test summary info ===\n" + summary + "4 errors in 0.31s\n"
+    said = suite_error(suite_runs.SuiteRun(exit_code=2, output_tail=output))
+    assert said == (
+        "exit 2: ModuleNotFoundError: No module named 'pkg._version' | ERROR tests/test_macos.py | "
+        "ERROR tests/test_main.py | and 2 more"
+    )
 
 
 def test_a_baseline_run_killed_from_outside_is_run_once_more(tmp_path, monkeypatch):
