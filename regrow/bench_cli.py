@@ -11,7 +11,13 @@ from typing import Annotated, cast
 
 import typer
 
-from regrow.bench_options import MemoryBenchOptions, RolloutBenchOptions, TrainBenchOptions, bench_command
+from regrow.bench_options import (
+    LoadBenchOptions,
+    MemoryBenchOptions,
+    RolloutBenchOptions,
+    TrainBenchOptions,
+    bench_command,
+)
 from regrow.bench_report import AS_JSON, report
 from regrow.gpu_check import bench_gpu
 from regrow.output import console, fail
@@ -291,45 +297,6 @@ def bench_sandbox(
         report(run_sandbox_bench(DockerBackend(), repetitions), as_json)
     except SandboxError as error:
         fail(str(error))
-
-
-@dataclass(frozen=True)
-class LoadBenchOptions:
-    """What `regrow bench load` plays, against which server, and the gates its run must pass."""
-
-    tasks: Annotated[Path, typer.Option("--tasks", exists=True, file_okay=False, help="Task store directory.")]
-    episodes: Annotated[
-        int, typer.Option("--episodes", min=1, max=64, help="Concurrent clients, each playing episodes.")
-    ] = 4
-    steps: Annotated[int, typer.Option("--steps", min=1, max=200, help="Steps per episode, the last a submit.")] = 20
-    duration: Annotated[
-        float, typer.Option("--duration", min=1, max=43200, help="Seconds to start new episodes for.")
-    ] = 600.0
-    url: Annotated[
-        str | None,
-        typer.Option(
-            "--url", help="A running server on loopback (http://127.0.0.1:PORT); default: start `regrow serve`."
-        ),
-    ] = None
-    slots: Annotated[
-        int | None, typer.Option("--slots", min=1, help="Episode slots of the started server [default: --episodes].")
-    ] = None
-    warmup: Annotated[float, typer.Option("--warmup", min=0, help="Seconds before RSS growth is measured.")] = 300.0
-    split: Annotated[
-        str | None,
-        typer.Option(
-            "--split", help="Reset by seed from this split, as trainers sample (twins mixed in), not by task id."
-        ),
-    ] = None
-    max_errors: Annotated[
-        int | None, typer.Option("--max-errors", min=0, help="Exit 1 past this many errors (not CAPACITY).")
-    ] = None
-    max_rss_growth: Annotated[
-        float | None,
-        typer.Option(
-            "--max-rss-growth", min=0, help="Exit 1 when server RSS grows more than this fraction after the warm-up."
-        ),
-    ] = None
 
 
 def bench_load(options: LoadBenchOptions, as_json: bool | None) -> None:
