@@ -98,6 +98,21 @@ def test_metrics_report_episodes_latency_rewards_pool_and_failures(memory_server
     assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
 
 
+def test_an_events_fields_reach_the_json_line_as_given_and_a_plain_handler_reads_words(caplog):
+    """Before, the fields went into the message as JSON text and the JSON formatter parsed them back out: a plain
+    handler printed that JSON, and a field's type was whatever the round trip left."""
+    from env_server.observability.event_log import JsonLineFormatter, log_event
+
+    with caplog.at_level(logging.INFO, logger="regrow.events"):
+        log_event("episode.step", episode_id="e1", tool="run", took_s=0.25, error=None)
+    record = caplog.records[-1]
+    assert record.getMessage() == "episode.step episode_id=e1 tool=run took_s=0.25"
+    line = json.loads(JsonLineFormatter().format(record))
+    assert {k: line[k] for k in ("event", "episode_id", "tool", "took_s", "error")} == {
+        "event": "episode.step", "episode_id": "e1", "tool": "run", "took_s": 0.25, "error": None,
+    }  # fmt: skip
+
+
 def test_events_are_logged_one_json_line_each_with_the_episode_id(memory_server, caplog):
     server = memory_server  # the wire alone: no grading, no engine
     with caplog.at_level(logging.INFO, logger="regrow.events"):
@@ -113,5 +128,5 @@ def test_events_are_logged_one_json_line_each_with_the_episode_id(memory_server,
 
 
 def events_of(caplog, episode_id, event=None):
-    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "regrow.events"]
+    events = [r.regrow_event for r in caplog.records if r.name == "regrow.events"]
     return [e for e in events if e["episode_id"] == episode_id and event in (None, e["event"])]
