@@ -197,3 +197,36 @@ def test_the_table_gives_each_arm_a_mean_with_its_interval_and_a_difference_from
     single = LadderTable(**{**table.model_dump(), "seeds": [0], "arms": [run(0, 0, 0.5)], "summary": []})
     single.summarize()
     assert "1 seed: no interval" in single.markdown()
+
+
+def test_a_ladder_of_named_arms_without_evaluation_tables_each_runs_training_reward(monkeypatch, tmp_path):
+    """`--arms a1 --eval-tasks 0` (recipe cpu-overfit): does a reward move the policy at all, read off the training
+    reward of each seed's steps; no held-out split is needed, and nothing is evaluated."""
+    from trainer_client.train import ladder, run
+    from trainer_client.train.ladder import reward_trend, run_ladder
+    from trainer_client.train.run import TrainSummary
+
+    def training(settings, show_progress=None):
+        rewards = [0.2, 0.4, 0.5, 0.9] if settings.seed == 0 else [0.1, 0.1, 0.6, 0.7]
+        return TrainSummary(
+            steps=4, episodes=8, groups_dropped_stale=0, episode_retries=0, groups_dropped_lost=0,
+            groups_dropped_uniform=0, policy_tokens=100, final_model=tmp_path / "final",
+            log_history=[{"loss": 0.0, "reward": reward, "rlvr/loss": 0.0} for reward in rewards],
+        )  # fmt: skip
+
+    monkeypatch.setattr(run, "run_training", training)
+    monkeypatch.setattr(ladder, "start_weights", lambda train: "0" * 64)
+    train = TrainSettings(env=["http://127.0.0.1:9"], task_ids=["t"], output_dir=tmp_path)  # no env is asked
+    table = run_ladder(train, LadderSettings(out=tmp_path, arms=["a1"], eval_tasks=0, seeds=2))
+
+    assert [(arm.name, arm.seed) for arm in table.arms] == [(ARMS[0].name, 0), (ARMS[0].name, 1)]
+    assert [arm.train_rewards for arm in table.arms] == [[0.2, 0.4, 0.5, 0.9], [0.1, 0.1, 0.6, 0.7]]
+    assert all(arm.pass_at_1 is None and arm.eval_episodes == 0 for arm in table.arms)
+    assert reward_trend([0.2, 0.4, 0.5, 0.9]) == (0.2, 0.9)  # the first third of the steps and the last
+    markdown = (tmp_path / "ladder.md").read_text()
+    assert "not evaluated (--eval-tasks 0)" in markdown and "| 0.200 -> 0.900 |" in markdown
+
+
+def test_an_unknown_arm_is_refused_with_the_arms_there_are(tmp_path):
+    with pytest.raises(ValueError, match="give one or more of a1, a2, a3, a4"):
+        LadderSettings(out=tmp_path, arms=["a5"])

@@ -5,7 +5,13 @@ from typer.testing import CliRunner
 
 from regrow.cli import app
 from trainer_client.train.ladder import LadderSettings
-from trainer_client.train.ladder_recipes import RECIPES, recipe_named, recipe_summary, with_recipe
+from trainer_client.train.ladder_recipes import (
+    DEMO_LONGEST_TURN_TOKENS,
+    RECIPES,
+    recipe_named,
+    recipe_summary,
+    with_recipe,
+)
 from trainer_client.train.settings import TrainSettings
 
 
@@ -42,7 +48,7 @@ def test_a_gpu_recipe_without_model_weights_and_an_unknown_recipe_are_refused_wi
     train = TrainSettings(env=["http://127.0.0.1:9"], output_dir=tmp_path)
     with pytest.raises(ValueError, match="give --model"):
         with_recipe(recipe_named("gpu-1x80gb"), train, LadderSettings(out=tmp_path))
-    with pytest.raises(ValueError, match="the recipes are cpu-demo, gpu-1x80gb, gpu-node-8x80gb"):
+    with pytest.raises(ValueError, match="the recipes are cpu-demo, cpu-overfit, gpu-1x80gb, gpu-node-8x80gb"):
         recipe_named("tpu-pod")
 
 
@@ -66,6 +72,30 @@ def test_the_cpu_recipe_fits_a_24_gib_host_in_the_measured_cpu_plan():
     recipe = RECIPES["cpu-demo"]
     settings = TrainSettings(env=["http://127.0.0.1:9"], model="smollm2", alpha_sdpo=1.0, **recipe.train)
     assert plan_memory(shape_of("smollm2"), run_shape(settings, 1, "none", "cpu"), 24).fits
+
+
+def test_the_overfit_recipe_trains_dr_grpo_alone_on_its_own_tasks_and_three_seeds_take_an_hour_at_most(tmp_path):
+    """The check that a reward moves the policy at all: A1 on the training split, every group kept, no evaluation."""
+    from trainer_client.train.memory_plan import plan_memory, run_shape, shape_of
+
+    recipe = RECIPES["cpu-overfit"]
+    train = TrainSettings(env=["http://127.0.0.1:9"], model="smollm2", **recipe.train)
+    ladder = LadderSettings(out=tmp_path, **recipe.ladder)
+
+    assert ladder.arms == ["a1"] and ladder.eval_tasks == 0 and ladder.seeds == 3
+    assert (train.alpha_sdpo, train.beta_dpo, train.loss_type, train.split) == (0.0, 0.0, "dr_grpo", "train")
+    assert train.uniform_groups == "keep"  # a dropped group would leave the step's mean reward, the curve's number
+    assert plan_memory(shape_of("smollm2"), run_shape(train, 1, "none", "cpu"), 24).fits
+    assert recipe.hours(train.steps, ladder.seeds, 0, len(ladder.arms)) <= 1.0
+    summary = " ".join(recipe_summary(recipe, train, ladder).split())
+    assert "1 arm x 3 seeds, each" in summary
+
+
+def test_a_cpu_recipes_turn_budget_holds_the_longest_turn_of_the_demonstrations():
+    """A turn cut at its token cap is a broken tool call: a policy fine-tuned on the demonstrations could never
+    replay the longest of them (cpu-demo's 384 tokens cut 2 of the 3 demo tasks' edits: 416 and 671 tokens)."""
+    for recipe in (RECIPES["cpu-demo"], RECIPES["cpu-overfit"]):
+        assert recipe.train["max_turn_tokens"] >= DEMO_LONGEST_TURN_TOKENS, recipe.name
 
 
 def test_every_gpu_recipe_fits_its_machine_in_the_plan_with_the_micro_batches_it_gets():

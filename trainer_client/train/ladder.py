@@ -3,7 +3,8 @@
 A1 is Dr.GRPO alone, A2 adds SDPO, A3 adds trace-replay DPO, A4 has all three. Every arm loads the same initial
 weights and runs once per seed; a seed fixes the task order, the sampling and the evaluation draws (k samples of each
 of `eval_tasks` tasks of `eval_split`) for every arm. The table gives each arm's mean pass@1 over the seeds with a 95%
-interval, its difference from A1 paired by seed, and each run's figures and cost.
+interval, its difference from A1 paired by seed, and each run's figures and cost, its training reward step by step
+among them (`--arms a1 --eval-tasks 0` is the check that a reward moves the policy at all: recipe cpu-overfit).
 """
 
 import json
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 from pydantic_settings import BaseSettings, CliSuppress, SettingsConfigDict
 
 from proto import is_pass
@@ -31,35 +32,6 @@ logger = logging.getLogger(__name__)
 # The channel weights of the arms that have a channel, when the run does not set them.
 DEFAULT_ALPHA_SDPO = 1.0
 DEFAULT_BETA_DPO = 0.1
-
-
-class LadderSettings(BaseSettings):
-    """What `regrow ladder` adds to the training settings: where the table goes and how arms are evaluated."""
-
-    model_config = SettingsConfigDict(env_prefix="REGROW_LADDER_")
-
-    out: Path = Field(description="Directory of the table (ladder.md, ladder.json) and of each arm's run.")
-    eval_split: str = Field(default="test", description="Held-out task split the arms are evaluated on.")
-    eval_tasks: int = Field(default=8, ge=1, description="Held-out tasks drawn (seeds 0..N-1 of the split).")
-    k: int = Field(default=4, ge=1, description="Episodes per held-out task: pass@1 and mean reward over k samples.")
-    recipe: str | None = Field(
-        default=None,
-        description="A ladder sized for one machine (cpu-demo, gpu-1x80gb, gpu-node-8x80gb): it sets the options not "
-        "given, and says the model shape it is sized for and the hours it will take before the first arm trains.",
-    )
-    seeds: int = Field(
-        default=3,
-        ge=1,
-        description="Seeds per arm, from --seed on: each seed fixes the task order, the sampling and the evaluation "
-        "draws for every arm, so the table gives each arm's mean pass@1 with a 95% interval and its difference from "
-        "A1 paired by seed.",
-    )
-
-
-class ArmsTrainSettings(TrainSettings):
-    """The training settings `regrow ladder` takes: `regrow train`'s but --output-dir, as each arm's is OUT/a1..a4."""
-
-    output_dir: CliSuppress[Path] = TrainSettings.model_fields["output_dir"].default
 
 
 @dataclass(frozen=True)
@@ -83,6 +55,53 @@ ARMS = (
 )
 
 
+class LadderSettings(BaseSettings):
+    """What `regrow ladder` adds to the training settings: where the table goes and how arms are evaluated."""
+
+    model_config = SettingsConfigDict(env_prefix="REGROW_LADDER_")
+
+    out: Path = Field(description="Directory of the table (ladder.md, ladder.json) and of each arm's run.")
+    eval_split: str = Field(default="test", description="Held-out task split the arms are evaluated on.")
+    eval_tasks: int = Field(
+        default=8,
+        ge=0,
+        description="Held-out tasks drawn (seeds 0..N-1 of the split); 0 evaluates nothing, and the table gives the "
+        "training reward alone.",
+    )
+    k: int = Field(default=4, ge=1, description="Episodes per held-out task: pass@1 and mean reward over k samples.")
+    recipe: str | None = Field(
+        default=None,
+        description="A ladder sized for one machine (cpu-demo, cpu-overfit, gpu-1x80gb, gpu-node-8x80gb): it sets the "
+        "options not given, and says the model shape it is sized for and the hours it will take before the first arm "
+        "trains.",
+    )
+    seeds: int = Field(
+        default=3,
+        ge=1,
+        description="Seeds per arm, from --seed on: each seed fixes the task order, the sampling and the evaluation "
+        "draws for every arm, so the table gives each arm's mean pass@1 with a 95% interval and its difference from "
+        "A1 paired by seed.",
+    )
+    arms: list[str] = Field(
+        default_factory=lambda: [arm.folder for arm in ARMS],
+        description="The arms to run (a1 Dr.GRPO, a2 +SDPO, a3 +DPO, a4 all three; repeat the flag), by default all.",
+    )
+
+    @field_validator("arms")
+    @classmethod
+    def _known_arms(cls, arms: list[str]) -> list[str]:
+        known = [arm.folder for arm in ARMS]
+        if not arms or set(arms) - set(known):
+            raise ValueError(f"--arms {' '.join(arms) or '(none)'}: give one or more of {', '.join(known)}")
+        return arms
+
+
+class ArmsTrainSettings(TrainSettings):
+    """The training settings `regrow ladder` takes: `regrow train`'s but --output-dir, as each arm's is OUT/a1..a4."""
+
+    output_dir: CliSuppress[Path] = TrainSettings.model_fields["output_dir"].default
+
+
 class ArmResult(BaseModel):
     """One arm's figures, all from its own training run and its own evaluation."""
 
@@ -103,6 +122,9 @@ class ArmResult(BaseModel):
     steps: int | None = None
     episodes: int | None = None
     final_losses: dict[str, float] = Field(default_factory=dict, description="Last step's loss of each channel.")
+    train_rewards: list[float] = Field(
+        default_factory=list, description="Each training step's mean episode reward, in step order."
+    )
     run_dir: str | None = None
     curves: str | None = Field(default=None, description="The arm's TensorBoard folder.")
 
@@ -140,10 +162,14 @@ class LadderTable(BaseModel):
 
     def markdown(self) -> str:
         """The summary (one row per arm), then every run (one row per arm and seed)."""
+        evaluated = (
+            f"evaluated on {self.eval_tasks} `{self.eval_split}` tasks x {self.k} samples, the same draws for every arm"
+            if self.eval_tasks
+            else "not evaluated (--eval-tasks 0): the training reward is the figure"
+        )
         head = (
             f"Ladder: {self.steps} steps of `{self.model}` from weights {self.start_weights_sha256[:12]}, seeds "
-            f"{', '.join(map(str, self.seeds or [self.seed]))}; evaluated on {self.eval_tasks} `{self.eval_split}` "
-            f"tasks x {self.k} samples, the same draws for every arm.\n\n"
+            f"{', '.join(map(str, self.seeds or [self.seed]))}; {evaluated}.\n\n"
             "| arm | pass@1, mean [95% interval] | minus A1, paired by seed |\n|---|---|---|\n"
         )
         summary = [
@@ -151,19 +177,20 @@ class LadderTable(BaseModel):
             for arm in self.summary
         ]
         runs_head = (
-            "\n| arm | seed | pass@1 | mean reward | train s | eval s | tokens generated | teacher $ "
-            "| SDPO teacher tokens | final losses | curves |\n|---|---|---|---|---|---|---|---|---|---|---|\n"
+            "\n| arm | seed | pass@1 | mean reward | training reward, first third of the steps -> last | train s "
+            "| eval s | tokens generated | teacher $ | SDPO teacher tokens | final losses | curves |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         )
         rows = []
         for arm in self.arms:
             if not arm.ran:
-                rows.append(f"| {arm.name} | {arm.seed} | not run: {arm.reason} |  |  |  |  |  |  |  |  |")
+                rows.append(f"| {arm.name} | {arm.seed} | not run: {arm.reason} |  |  |  |  |  |  |  |  |  |")
                 continue
             losses = ", ".join(f"{name} {value:.4g}" for name, value in arm.final_losses.items())
             rows.append(
-                f"| {arm.name} | {arm.seed} | {arm.pass_at_1:.3f} | {arm.mean_reward:.3f} | {arm.train_s:.0f} "
-                f"| {arm.eval_s:.0f} | {arm.tokens_generated} | {_money(arm.teacher_usd)} "
-                f"| {arm.sdpo_teacher_tokens:.0f} | {losses} | {_link(arm.curves)} |"
+                f"| {arm.name} | {arm.seed} | {_figure(arm.pass_at_1)} | {_figure(arm.mean_reward)} "
+                f"| {_trend(arm.train_rewards)} | {arm.train_s:.0f} | {arm.eval_s:.0f} | {arm.tokens_generated} "
+                f"| {_money(arm.teacher_usd)} | {arm.sdpo_teacher_tokens:.0f} | {losses} | {_link(arm.curves)} |"
             )
         return head + "\n".join(summary) + "\n" + runs_head + "\n".join(rows) + "\n"
 
@@ -174,6 +201,25 @@ def _link(folder: str | None) -> str:
 
 def _money(usd: float | None) -> str:
     return "n/a" if usd is None else f"{usd:.4f}"
+
+
+def _figure(value: float | None) -> str:
+    return "not evaluated" if value is None else f"{value:.3f}"
+
+
+def reward_trend(rewards: list[float]) -> tuple[float, float]:
+    """The mean training reward of the first third of the steps and of the last third (at least one step each)."""
+    if not rewards:
+        raise ValueError("no training step logged a reward")
+    third = max(1, len(rewards) // 3)
+    return sum(rewards[:third]) / third, sum(rewards[-third:]) / third
+
+
+def _trend(rewards: list[float]) -> str:
+    if not rewards:
+        return ""
+    first, last = reward_trend(rewards)
+    return f"{first:.3f} -> {last:.3f}"
 
 
 @dataclass(frozen=True)
@@ -198,8 +244,11 @@ def replay_spend(pairs: Path) -> float | None:
     return float(json.loads(report.read_text())["cost_usd"]) if report.is_file() else None
 
 
-def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> Evaluation:
-    """Play k samples of each held-out draw with the trained policy; pass@1 counts episodes that pass every test."""
+def evaluate(model_dir: Path, train: TrainSettings, ladder: LadderSettings) -> Evaluation | None:
+    """Play k samples of each held-out draw with the trained policy; pass@1 counts episodes that pass every test.
+    None when the ladder evaluates nothing (--eval-tasks 0)."""
+    if not ladder.eval_tasks:
+        return None
     import torch
 
     from trainer_client.policy.policy_loading import load_policy
@@ -236,7 +285,8 @@ def preflight(train: TrainSettings, ladder: LadderSettings) -> None:
     from trainer_client.env.task_splits import require_split
 
     for url in train.env:
-        require_split(url, ladder.eval_split, 1, "the ladder's evaluation (--eval-split)")
+        if ladder.eval_tasks:
+            require_split(url, ladder.eval_split, 1, "the ladder's evaluation (--eval-split)")
         if not train.task_ids:
             require_split(url, train.split, 1, "training (--split)")
 
@@ -280,13 +330,16 @@ def run_arm(
     trained = time.monotonic()
     evaluation = evaluate(summary.final_model, train, ladder)
     figures.ran = True
-    figures.pass_at_1, figures.mean_reward = evaluation.pass_at_1, evaluation.mean_reward
+    if evaluation is not None:
+        figures.pass_at_1, figures.mean_reward = evaluation.pass_at_1, evaluation.mean_reward
     figures.train_s, figures.eval_s = trained - started, time.monotonic() - trained
-    figures.tokens_generated, figures.eval_episodes = summary.policy_tokens, evaluation.episodes
+    figures.tokens_generated = summary.policy_tokens
+    figures.eval_episodes = evaluation.episodes if evaluation is not None else 0
     figures.teacher_usd = replay_spend(train.pairs) if arm.dpo and train.pairs is not None else 0.0
     figures.sdpo_teacher_tokens = summary.distilled_tokens
     figures.steps, figures.episodes = summary.steps, summary.episodes
     figures.final_losses = {k: v for k, v in _final_losses(summary).items() if math.isfinite(v)}
+    figures.train_rewards = [float(entry["reward"]) for entry in summary.log_history if "reward" in entry]
     figures.run_dir = str(settings.output_dir)
     figures.curves = str(summary.curves) if summary.curves else None
     return figures
@@ -298,7 +351,8 @@ def run_ladder(
     on_arm: Callable[[ArmResult], None] | None = None,
     on_progress: "Callable[[str, RolloutProgress], None] | None" = None,
 ) -> LadderTable:
-    """Run A1-A4 in order and write the table to ladder.out as ladder.md and ladder.json."""
+    """Run the arms (A1-A4, or those --arms names) in order and write the table to ladder.out as ladder.md and
+    ladder.json."""
     preflight(train, ladder)
     ladder.out.mkdir(parents=True, exist_ok=True)
     table = LadderTable(
@@ -313,7 +367,7 @@ def run_ladder(
         seeds=list(range(train.seed, train.seed + ladder.seeds)),
         arms=[],
     )
-    for arm in ARMS:
+    for arm in (arm for arm in ARMS if arm.folder in ladder.arms):
         for seed in table.seeds:
             logger.info("ladder: %s, seed %d", arm.name, seed)
             result = run_arm(arm, train.model_copy(update={"seed": seed}), ladder, on_progress)

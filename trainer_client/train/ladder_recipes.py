@@ -1,10 +1,10 @@
 """`regrow ladder --recipe NAME`: the settings of a ladder sized for one kind of machine, and what it will cost.
 
 A recipe sets the training and evaluation options a user did not give (a flag or a REGROW_ variable always wins),
-names the model shape it was sized for, and reckons the hours: four arms times the seeds, each arm its training steps
-and its evaluation episodes. The per-step and per-episode times are estimates, written beside each recipe with what
-they assume; `regrow bench gpu` (the trainer's step) and `regrow bench rollouts` (episodes a minute) measure them on
-the machine itself.
+names the model shape it was sized for, and reckons the hours: the arms (four, or those it names) times the seeds,
+each arm its training steps and its evaluation episodes. The per-step and per-episode times are estimates, written
+beside each recipe with what they assume; `regrow bench gpu` (the trainer's step) and `regrow bench rollouts` (episodes
+a minute) measure them on the machine itself.
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 ARM_COUNT = 4
+# The longest turn of `regrow traces demo`'s demonstrations on the demo store, in SmolLM2's tokens: an edit_file call
+# that rewrites a stubbed function whole. A turn budget below it cuts the demonstration the policy was fine-tuned on.
+DEMO_LONGEST_TURN_TOKENS = 672
 
 
 @dataclass(frozen=True)
@@ -29,9 +32,9 @@ class LadderRecipe:
     assumes: str
     launch: str = ""  # how to start it, when not a plain `regrow ladder`
 
-    def hours(self, steps: int, seeds: int, eval_episodes: int) -> float:
+    def hours(self, steps: int, seeds: int, eval_episodes: int, arms: int = ARM_COUNT) -> float:
         """Wall hours of the whole ladder: every arm and seed trains `steps` steps and plays `eval_episodes`."""
-        return ARM_COUNT * seeds * (steps * self.step_s + eval_episodes * self.eval_episode_s) / 3600
+        return arms * seeds * (steps * self.step_s + eval_episodes * self.eval_episode_s) / 3600
 
 
 RECIPES = {
@@ -47,7 +50,7 @@ RECIPES = {
                 "groups_per_step": 1,
                 "workers": 2,
                 "max_turns": 5,
-                "max_turn_tokens": 384,
+                "max_turn_tokens": DEMO_LONGEST_TURN_TOKENS + 96,
                 # a file read alone is hundreds of tokens: the demonstrator's episodes need 975 to 2,119
                 "max_completion_tokens": 2560,
                 "temperature": 0.3,
@@ -60,6 +63,37 @@ RECIPES = {
             "this machine: 153 s a step of 2 episodes, their sampling included, and 59 s an evaluation episode (the "
             "means of a whole 3-seed ladder from an SFT checkpoint, which took 78 minutes); the step is one, as one "
             "more costs about 2.5 minutes an arm and seed",
+        ),
+        LadderRecipe(
+            name="cpu-overfit",
+            machine="a 2-core CPU box, the env server beside it serving the demo store (`make up`'s 3 tasks)",
+            model_shape="smollm2",
+            train={
+                "steps": 7,
+                "group_size": 2,
+                "groups_per_step": 1,
+                "workers": 2,
+                "split": "train",
+                "max_turns": 5,  # the demonstrations' calls: a read, one or two edits, the tests, submit
+                "max_turn_tokens": DEMO_LONGEST_TURN_TOKENS + 96,
+                "max_completion_tokens": 2048,  # the demonstrations' episodes take 840 to 1,600 after the prompt
+                "micro_batch_rows": 1,
+                "temperature": 1.0,
+                "learning_rate": 2e-5,
+                "uniform_groups": "keep",  # every group counts in the step's mean reward, the curve's one number
+                "save_steps": 1000,
+                "device": "cpu",
+            },
+            ladder={"arms": ["a1"], "seeds": 3, "eval_tasks": 0, "k": 1},
+            step_s=153.0,
+            eval_episode_s=0.0,
+            assumes="an SFT checkpoint of SmolLM2-135M on the demo store's own demonstrations (--model) on 2 cores "
+            "with nothing else running, at cpu-demo's measured 153 s a step of 2 episodes, their sampling included; "
+            "read each seed's first third of the steps against its last in the table's training reward",
+            launch="regrow traces demo --tasks TASKS --env URL; regrow traces export --db TASKS/traces.sqlite --out "
+            "demos.jsonl; regrow sft --traces demos.jsonl --model smollm2 --epochs 6 --learning-rate 1e-4 "
+            "--output-dir runs/sft; then regrow ladder --recipe cpu-overfit --model runs/sft/final --env URL "
+            "--out runs/overfit",
         ),
         LadderRecipe(
             name="gpu-1x80gb",
@@ -134,9 +168,10 @@ def with_recipe(recipe: LadderRecipe, train: Any, ladder: Any) -> tuple[Any, Any
 def recipe_summary(recipe: LadderRecipe, train: Any, ladder: Any) -> str:
     """What a person needs before committing a machine to the ladder: its shape, its size and its hours."""
     episodes = ladder.eval_tasks * ladder.k
-    hours = recipe.hours(train.steps, ladder.seeds, episodes)
+    arms = len(ladder.arms)
+    hours = recipe.hours(train.steps, ladder.seeds, episodes, arms)
     return (
-        f"recipe {recipe.name} ({recipe.machine}): sized for {recipe.model_shape}; {ARM_COUNT} arms x "
+        f"recipe {recipe.name} ({recipe.machine}): sized for {recipe.model_shape}; {arms} arm{'s' * (arms != 1)} x "
         f"{ladder.seeds} seeds, each {train.steps} steps of {train.groups_per_step} groups of {train.group_size} and "
         f"{episodes} evaluation episodes: about {hours:.1f} hours, assuming {recipe.assumes}"
     )
