@@ -8,12 +8,16 @@ An estimate in closed form, so that it needs neither the weights nor a GPU:
 - activations in bf16: about 2 x (8h + 4i) bytes a token a layer, 4 x in fp32 (a CPU, or --no-bf16) (attention
   through a memory-efficient kernel, so nothing quadratic in the length); with gradient checkpointing, 2h bytes
   (4h in fp32) a token a layer plus one layer's whole set;
-- on a CPU (fp32, measured: a 30-layer SmolLM2 step of 2 padded rows of 1,024 to 3,072 tokens on this 2-core host,
-  the plan 1-5% over each peak), 4 x (12h + 5i) bytes a token a layer plus 5 bytes a layer per square token of each
-  row: torch's CPU attention under a padding mask keeps something the size of the mask per layer;
+- on a CPU, in fp32: 9h + 4i values a token a layer (what autograd saves, counted by a saved-tensors hook) plus 7 bytes
+  a layer per square token of each padded row (the attention mask's); TRL's fused LM head in torch ops, whose backward
+  runs first, with every activation held: 8 fp32 temporaries of a tile of min(positions, 4,096) x min(vocab, 32,768)
+  and the head weight's fp32 gradient; a step of one forward frees its gradients at zero_grad and makes each as its
+  layer's activations go, so they count only where AdamW's update (them and a copy) outgrows that backward;
+  `regrow bench memory` holds this within 15% of the peaks of real steps;
 - fp32 logits of one turn a row (TRL scores the rest in chunks; SDPO's student and teacher hold a turn each);
 - an SDPO teacher on `ema` or `initial` weights holds a second full fp32 copy, unless LoRA makes it the same weights;
-- 10% of the rest plus 1.5 GiB for the CUDA context and the allocator's slack.
+- 10% of the rest for the allocator's slack, plus 1.5 GiB for what runs around the step: the CUDA context on a GPU,
+  the interpreter and torch's libraries on a CPU (1.1 GiB resident there before the model loads).
 
 On a CPU the same arithmetic in fp32 is held against the host's available memory: a run past it was killed by the
 kernel mid-step with no word of why.
@@ -35,9 +39,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 GIB = 1024**3
-# A CPU step's activations, fitted to peaks measured on this host (module docstring): values a token a layer, in h and
-# i, and bytes a layer per square token of a row. The GPU's 8h + 4i (a flash kernel, nothing quadratic) is not measured.
-CPU_HIDDEN_FACTOR, CPU_INTERMEDIATE_FACTOR, CPU_SQUARE_BYTES = 12, 5, 5
+# A CPU step's activations, as autograd's saved-tensors hook counts them (module docstring): fp32 values a token a
+# layer, in h and i, and bytes a layer per square token of a padded row. The GPU's 8h + 4i is not measured.
+CPU_HIDDEN_FACTOR, CPU_INTERMEDIATE_FACTOR, CPU_SQUARE_BYTES = 9, 4, 7
+# TRL's fused LM head (trl.kernels.chunked_logprob) projects at most this many positions against this many vocabulary
+# entries at once; on a CPU its backward holds about 8 fp32 temporaries of that tile (measured: 1.0 MiB a position).
+FUSED_HEAD_TOKENS, FUSED_HEAD_VOCAB, CPU_TILE_COPIES = 4096, 32768, 8
 SHAPES = Path(__file__).with_name("model_shapes")
 # SmolLM2-135M-Instruct, the demo policy (its GGUF holds the weights, so its shape is written here).
 DEMO_SHAPE = {
@@ -49,6 +56,10 @@ DEMO_SHAPE = {
     "vocab_size": 49152,
     "tie_word_embeddings": True,
 }
+# A fixed allowance for what holds memory beside the run's own terms: the CUDA context on a GPU; on a CPU the
+# interpreter and torch's libraries (1.1 GiB resident before the model loads, `regrow bench memory`).
+PROCESS_BYTES = 1.5 * GIB
+PROCESS_PART_GPU, PROCESS_PART_CPU = "CUDA context", "interpreter, libraries"
 # A prompt (system message, tools and task) before the completion tokens, in tokens.
 PROMPT_TOKENS = 1024
 Sharding = Literal["none", "fsdp", "zero3"]
@@ -157,6 +168,11 @@ class MemoryPlan:
         return sum(self.parts.values())
 
     @property
+    def modelled_bytes(self) -> float:
+        """What the run's own terms hold, without the fixed allowance for the process around them."""
+        return self.total_bytes - self.parts.get(PROCESS_PART_GPU, 0) - self.parts.get(PROCESS_PART_CPU, 0)
+
+    @property
     def fits(self) -> bool:
         return self.total_bytes <= self.capacity_bytes
 
@@ -205,23 +221,52 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     plan.parts["optimizer (AdamW)"] = 2 * width * trained / shard
     if run.teacher_copy:
         plan.parts["SDPO teacher copy"] = width * params
+    plan.parts["activations"] = activation_bytes(shape, run)
+    plan.parts.update(head_parts(shape, run))
+    if not run.on_gpu and run.forward_rows == run.rows:
+        plan.parts["gradients"] = update_excess(plan.parts)
+    plan.parts["allocator slack"] = 0.1 * plan.total_bytes
+    plan.parts[PROCESS_PART_GPU if run.on_gpu else PROCESS_PART_CPU] = PROCESS_BYTES
+    return plan
+
+
+def activation_bytes(shape: ModelShape, run: RunShape) -> float:
+    """What autograd keeps of one forward for its backward: the rows at once, every layer."""
     tokens = run.forward_rows * run.tokens_per_row
     per_layer_token = run.activation_bytes * (8 * shape.hidden + 4 * shape.intermediate)
     if run.gradient_checkpointing:
-        activations = tokens * (shape.layers * run.activation_bytes * shape.hidden + per_layer_token)
-    elif run.on_gpu:
-        activations = tokens * shape.layers * per_layer_token
-    else:
-        cpu_layer_token = run.activation_bytes * (
-            CPU_HIDDEN_FACTOR * shape.hidden + CPU_INTERMEDIATE_FACTOR * shape.intermediate
-        )
-        square = run.forward_rows * run.tokens_per_row**2 * CPU_SQUARE_BYTES
-        activations = shape.layers * (tokens * cpu_layer_token + square)
-    plan.parts["activations"] = activations
-    plan.parts["logits (fp32)"] = run.forward_rows * run.turn_tokens * shape.vocab * 4 * (2 if run.sdpo_teacher else 1)
-    slack = "CUDA context, slack" if run.on_gpu else "allocator, slack"
-    plan.parts[slack] = 0.1 * plan.total_bytes + 1.5 * GIB
-    return plan
+        return tokens * (shape.layers * run.activation_bytes * shape.hidden + per_layer_token)
+    if run.on_gpu:
+        return tokens * shape.layers * per_layer_token
+    cpu_layer_token = run.activation_bytes * (
+        CPU_HIDDEN_FACTOR * shape.hidden + CPU_INTERMEDIATE_FACTOR * shape.intermediate
+    )
+    square = run.forward_rows * run.tokens_per_row**2 * CPU_SQUARE_BYTES
+    return shape.layers * (tokens * cpu_layer_token + square)
+
+
+def update_excess(parts: dict[str, float]) -> float:
+    """The gradients a CPU step of one forward adds to its peak: each is made as its layer's activations are freed
+    and zero_grad frees them all, so only the optimizer update holds them all, with one copy of their size (AdamW's
+    foreach square root), and it adds only what it holds beyond the backward's activations and head."""
+    backward = parts["activations"] + sum(value for name, value in parts.items() if name.startswith("LM head"))
+    return max(0.0, 2 * parts["gradients"] - backward)
+
+
+def head_parts(shape: ModelShape, run: RunShape) -> dict[str, float]:
+    """What the LM head holds at once: fp32 logits of one turn a row on a GPU (TRL's Triton head scores the rest in
+    tiles; SDPO's student and teacher hold a turn each); on a CPU, TRL's fused head in torch ops, plus SDPO's turns."""
+    turn_logits = run.forward_rows * run.turn_tokens * shape.vocab * 4
+    if run.on_gpu:
+        return {"logits (fp32)": turn_logits * (2 if run.sdpo_teacher else 1)}
+    # the head's backward runs first, with every activation still held: its tile of every position against a
+    # vocabulary chunk, in CPU_TILE_COPIES fp32 temporaries, and the head weight's fp32 gradient accumulator
+    positions = min(run.forward_rows * run.tokens_per_row, FUSED_HEAD_TOKENS)
+    tiles = CPU_TILE_COPIES * positions * min(shape.vocab, FUSED_HEAD_VOCAB) * 4 + shape.vocab * shape.hidden * 4
+    parts = {"LM head tiles (fp32)": float(tiles)}
+    if run.sdpo_teacher:
+        parts["logits (fp32)"] = 2 * turn_logits
+    return parts
 
 
 def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding, device: str = "cuda") -> RunShape:
