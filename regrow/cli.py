@@ -38,13 +38,12 @@ def _register_parts() -> None:
                 raise
             continue
         module.register(app)
-    from env_server.harbor.export import export_harbor
     from regrow.bench_cli import register as register_benchmarks
     from regrow.stack_cli import register as register_stack
-    from task_synth.tasks_cli import TASK_FOLDER_FORMATS
+    from regrow.tasks_export import register as register_tasks_export
+    from task_synth.tasks_cli import tasks_app
 
-    TASK_FOLDER_FORMATS["harbor"] = export_harbor
-
+    register_tasks_export(tasks_app)
     register_benchmarks(bench_app)
     register_stack(app)
 
