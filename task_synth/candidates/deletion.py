@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from task_synth.candidates.import_fixups import fix_imports
 from task_synth.candidates.units import Unit
@@ -87,18 +88,35 @@ def _edit_top_level(module: cst.Module, unit: Unit, mode: str) -> tuple[cst.Modu
 
 
 def _edit_method(klass: cst.BaseStatement, method: str, mode: str) -> cst.ClassDef:
+    """The class with `method` stubbed or removed; removed, the class-body lines that read it at import go with it
+    (`__radd__ = __add__`, and what aliases those), else the class body fails with a NameError."""
     if not isinstance(klass, cst.ClassDef):
         raise DeletionError(f"{klass} is not a class")
     members: list[cst.BaseStatement | cst.BaseSmallStatement] = []
+    gone = {method}
     for member in klass.body.body:
         if isinstance(member, cst.FunctionDef) and member.name.value == method:
             if mode == "stub":
                 members.append(_stubbed(member))
             continue
+        if mode == "remove" and isinstance(member, cst.SimpleStatementLine) and _reads(member, gone):
+            gone |= _assigned(member)
+            continue
         members.append(member)
     if not members:
         members = [cst.SimpleStatementLine([cst.Pass()])]
     return klass.with_changes(body=klass.body.with_changes(body=members))
+
+
+def _reads(line: cst.SimpleStatementLine, names: set[str]) -> bool:
+    return any(name.value in names for name in m.findall(line, m.Name()) if isinstance(name, cst.Name))
+
+
+def _assigned(line: cst.SimpleStatementLine) -> set[str]:
+    """The plain names a class-body line binds (`a = b = c`, `a: T = c`)."""
+    targets = [t.target for s in line.body if isinstance(s, cst.Assign) for t in s.targets]
+    targets += [s.target for s in line.body if isinstance(s, cst.AnnAssign)]
+    return {target.value for target in targets if isinstance(target, cst.Name)}
 
 
 def delete_unit(layout: RepoLayout, unit: Unit, mode: str) -> Deletion:
