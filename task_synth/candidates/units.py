@@ -213,6 +213,8 @@ def enumerate_units(layout: RepoLayout) -> list[Unit]:
     )
     units: list[Unit] = []
     for path, text in sorted(texts.items()):
+        if path in layout.generated:
+            continue
         others = "\n".join(other for other_path, other in texts.items() if other_path != path) + tests_text
         try:
             units += module_units(path, text, others)

@@ -10,6 +10,7 @@ from pathlib import Path
 from sandbox import DockerBackend, Limits
 from sandbox.layout import WORKSPACE
 from task_synth.repository.editable_install import capture_install, install_workspace
+from task_synth.repository.generated_files import copy_generated
 from task_synth.repository.repo_image import SYNTH_LABEL, build_stage_tag
 from task_synth.repository.repo_layout import RepoLayout
 from task_synth.repository.source import Checkout
@@ -35,10 +36,12 @@ class PreparedRepo:
     install_archive: bytes = b""
 
     def capture_editable_install(self) -> None:
-        """Install the checkout editable in the build stage, once, and keep the files the install adds."""
+        """Install the checkout editable in the build stage, once, and keep the files the install adds: to the venv in
+        the install archive, to the source tree (a version file) in the checkout."""
         sb = self.backend.create(
             build_stage_tag(self.repo_image), limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "install"}, workdir=WORKSPACE
         )
         with sb:
             install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
             self.install_archive = capture_install(sb)
+            self.layout = copy_generated(sb, self.layout)

@@ -42,6 +42,8 @@ class RepoLayout:
     test_files: list[str]
     # The first regular package of each tree (`jaraco.functools` inside the namespace `jaraco`), or a single module.
     roots: tuple[str, ...] = ()
+    # Files the build writes (a version file): part of every workspace, never deleted (repository/generated_files.py).
+    generated: frozenset[str] = frozenset()
 
     @property
     def top_packages(self) -> list[str]:

@@ -163,7 +163,7 @@ def prepare_repo(
             with context.sandbox() as sb:
                 context.baseline = run_baseline(
                     sb,
-                    layout,
+                    context.layout,  # with the files the install generated
                     settings.test_command,
                     settings.baseline_runs,
                     settings.test_timeout_s,
