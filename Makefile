@@ -84,7 +84,7 @@ harbor-runner: wheelhouse-harbor setup-core host-tools
 
 # What `deploy/gpu-check/run.sh` installs on a GPU box with no network: pyarrow in big/, the rest in rest/, for the
 # box's Python (GPU_PYTHON) on x86-64 Linux.
-GPU_PYTHON ?= 3.11
+GPU_PYTHON ?= 3.12
 wheelhouse-gpu:
 	rm -rf $(WHEELHOUSE)-gpu
 	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --platform manylinux_2_28_x86_64 \

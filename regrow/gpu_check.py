@@ -57,6 +57,17 @@ class GpuBenchArguments:
             "(its completion tokens after the prompt --plan assumes); on a CPU the recording's.",
         ),
     ] = None
+    micro_batch_rows: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Rows in one forward and backward, accumulated over the step (a divisor of --rows). Default: on a "
+            "GPU the most that `regrow train --plan` fits on a GPU of --plan-gpu-gib; on a CPU all of them.",
+        ),
+    ] = None
+    plan_gpu_gib: Annotated[
+        float, typer.Option(min=1, help="The GPU memory the default micro-batches are fitted to: the recipes' cards.")
+    ] = 80.0
     device: Annotated[str, typer.Option(help="auto (a GPU when torch sees one), cuda or cpu.")] = "auto"
     ignore_versions: Annotated[
         bool,
@@ -85,6 +96,8 @@ def run_bench_gpu(arguments: GpuBenchArguments, as_json: bool | None) -> None:
         pairs=arguments.pairs,
         device=arguments.device,
         pad_to=arguments.pad_to,
+        micro_batch_rows=arguments.micro_batch_rows,
+        plan_gpu_gib=arguments.plan_gpu_gib,
         ignore_versions=arguments.ignore_versions,
     )
     try:

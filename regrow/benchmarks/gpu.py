@@ -2,7 +2,9 @@
 shapes, from a recorded batch (benchmarks/gpu_replay.py), with the bf16 sampler's gap and the plan's memory beside.
 
 Each mix trains a fresh model of the same seed through `Trainer.train`, the path `regrow train` takes (accelerate's
-autocast, clipping, the optimizer), for a warm-up step and the timed ones.
+autocast, gradient accumulation, clipping, the optimizer), for a warm-up step and the timed ones. On a GPU a step's rows
+go through in the micro-batches `regrow train` would choose on a GPU of --plan-gpu-gib (80: the recipes' cards), so
+that the peak it measures is the one the plan for that card promises.
 
 Before it allocates anything it holds the box's torch, transformers, trl, peft and accelerate against the versions
 regrow's trainer needs, and refuses a shape the memory plan says cannot fit. A shape or a mix that fails (out of memory
@@ -44,7 +46,14 @@ from regrow.benchmarks.gpu_replay import (
     stand_in_tokenizer,
     stretched,
 )
-from trainer_client.train.memory_plan import MemoryPlan, ModelShape, RunShape, host_memory_gib, plan_memory
+from trainer_client.train.memory_plan import (
+    MemoryPlan,
+    ModelShape,
+    RunShape,
+    fitted_plan,
+    host_memory_gib,
+    plan_memory,
+)
 from trainer_client.train.placement import resolve_device
 
 log = logging.getLogger(__name__)
@@ -75,6 +84,8 @@ class GpuBenchOptions:
     pairs: int = 4
     device: str = "auto"
     pad_to: int | None = None  # None: a recipe's row on a GPU, the recording's own length on a CPU; 0: the recording's
+    micro_batch_rows: int | None = None  # None: on a GPU what the plan fits in plan_gpu_gib, on a CPU every row
+    plan_gpu_gib: float = 80.0
     ignore_versions: bool = False
     seed: int = 0
 
@@ -149,15 +160,21 @@ def _train_mix(
 
     device, steps = options.device, options.steps or 1
     channels = MIXES[mix]
+    micro = micro_batch_rows(run, episodes, len(tokenizer), mix, options)
+    accumulation = len(episodes) // micro
     model = random_model(run, len(tokenizer), device, options.seed)
-    # the reference logprobs of the weights every mix starts from: the same seed makes the same model
-    pairs = replay_pairs(model, episodes, options.pairs, device) if channels.get("beta_dpo") else []
+    # the reference logprobs of the weights every mix starts from: the same seed makes the same model; every
+    # micro-batch trains a share of the step's pairs
+    pair_count = max(options.pairs, accumulation)
+    pairs = replay_pairs(model, episodes, pair_count, device) if channels.get("beta_dpo") else []
     timer = _step_timer()
     rows = replay_rows(episodes)
     with tempfile.TemporaryDirectory(prefix="regrow-bench-gpu-") as workdir:
         args = RegrowGRPOConfig(
             output_dir=workdir,
-            per_device_train_batch_size=len(episodes),
+            per_device_train_batch_size=micro,
+            gradient_accumulation_steps=accumulation,
+            steps_per_generation=accumulation,  # as `regrow train`: a generation batch is the whole step
             num_generations=options.group_size,
             max_completion_length=max(len(e.completion_ids) for e in episodes),
             max_steps=steps + 1,
@@ -178,7 +195,9 @@ def _train_mix(
             train_dataset=episode_slots(len(episodes) // options.group_size),
             processing_class=tokenizer,
             rollout_func=lambda prompts, trainer: rows,
-            pair_batches=PairBatches([pair for pair, _ in pairs], len(pairs)) if pairs else None,
+            pair_batches=PairBatches([pair for pair, _ in pairs], len(pairs), micro_batches=accumulation)
+            if pairs
+            else None,
             callbacks=[timer],
         )
         # what a terminal shows of a run, and a JSON report on stdout must not carry
@@ -196,6 +215,7 @@ def _train_mix(
     wanted = ("rlvr/grad_norm", "sdpo/grad_norm", "dpo/grad_norm", "sdpo/distilled_tokens", "dpo/pairs")
     clip = {name: value for name, value in metrics.items() if name.startswith("clip_ratio")}
     return {
+        "micro_batch_rows": micro,
         "step_s": round(step_s, 4),
         "steps_timed": len(timed),
         "tokens_per_s": round(tokens / step_s, 1),
@@ -231,13 +251,17 @@ def _attempt(work: Callable[[], dict[str, Any]], device: str, what: str) -> dict
     return measured
 
 
-def _memory_plan(run: ShapeRun, episodes: list[EpisodeTokens], vocab: int, mix: str, device: str) -> MemoryPlan:
+def _memory_plan(
+    run: ShapeRun, episodes: list[EpisodeTokens], vocab: int, mix: str, device: str, rows_at_once: int | None = None
+) -> MemoryPlan:
     """`regrow train --plan`'s figure for one step of `mix` over these rows (its capacity left at 0: unused here)."""
     turn = max((end - start for e in episodes for start, end in policy_spans(e.env_mask)), default=1)
     shape = RunShape(
         rows=len(episodes),
+        rows_at_once=rows_at_once,
         tokens_per_row=max(len(e.prompt_ids) + len(e.completion_ids) for e in episodes),
         turn_tokens=turn,
+        distilled_tokens=max(sum(t.end - t.start for t in e.hinted_turns) for e in episodes),
         lora_r=run.lora_r,
         sdpo_teacher="live" if MIXES[mix].get("alpha_sdpo") else None,
         weight_bytes=2 if run.weights_dtype == "bfloat16" else 4,
@@ -245,6 +269,21 @@ def _memory_plan(run: ShapeRun, episodes: list[EpisodeTokens], vocab: int, mix: 
         on_gpu=device == "cuda",
     )
     return plan_memory(ModelShape.from_config(run.label, shape_config(run, vocab)), shape, 0)
+
+
+def micro_batch_rows(
+    run: ShapeRun, episodes: list[EpisodeTokens], vocab: int, mix: str, options: GpuBenchOptions
+) -> int:
+    """The rows a forward takes: --micro-batch-rows; on a GPU the most (a divisor of the step's) that the plan fits on
+    a GPU of --plan-gpu-gib, as `regrow train` picks them; on a CPU all of them."""
+    if options.micro_batch_rows:
+        return options.micro_batch_rows
+    if options.device != "cuda":
+        return len(episodes)
+    plan = _memory_plan(run, episodes, vocab, mix, options.device)
+    return fitted_plan(
+        ModelShape.from_config(run.label, shape_config(run, vocab)), plan.run, options.plan_gpu_gib
+    ).run.forward_rows
 
 
 def _refusal(run: ShapeRun, episodes: list[EpisodeTokens], vocab: int, options: GpuBenchOptions) -> str | None:
@@ -295,7 +334,7 @@ def _measure_shape(run: ShapeRun, recorded: list[EpisodeTokens], options: GpuBen
         measure = partial(_train_mix, run, mix, episodes, tokenizer, options)
         measured = _attempt(measure, options.device, f"{run.label} {mix}")
         if options.device == "cuda" and "error" not in measured:
-            plan = _memory_plan(run, episodes, len(tokenizer), mix, options.device)
+            plan = _memory_plan(run, episodes, len(tokenizer), mix, options.device, measured["micro_batch_rows"])
             measured["planned_memory_gib"] = round(plan.total_bytes / GIB, 2)
         entry["mixes"][mix] = measured
     timed = {mix: measured.get("step_s") for mix, measured in entry["mixes"].items()}
@@ -337,6 +376,8 @@ def run_gpu_bench(options: GpuBenchOptions) -> dict[str, Any]:
         raise ValueError(f"--mix {unknown[0]!r}: choose among {', '.join(MIXES)}")
     if options.rows % options.group_size:
         raise ValueError(f"--rows {options.rows} is not a whole number of groups of --group-size {options.group_size}")
+    if options.micro_batch_rows and options.rows % options.micro_batch_rows:
+        raise ValueError(f"--micro-batch-rows {options.micro_batch_rows} does not divide --rows {options.rows}")
     for text in options.shapes:
         ShapeRun.parse(text)  # a misspelt shape fails before anything is measured
     recorded = read_recording(options.recording, options.rows)

@@ -55,11 +55,15 @@ def test_a_group_whose_rewards_are_all_equal_gets_rewards_rlvr_has_a_gradient_fo
 
 def test_bench_gpu_on_the_cpu_times_each_mix_and_measures_the_bf16_samplers_gap():
     command = ["bench", "gpu", "--shape", "tiny", "--mix", "rlvr", "--mix", "all", "--rows", "4", "--group-size", "2"]
-    result = CliRunner().invoke(app, [*command, "--steps", "1", "--pairs", "2", "--device", "cpu", "--json"])
+    micro_batches = ["--micro-batch-rows", "2"]  # two accumulated micro-batches, a DPO pair each
+    result = CliRunner().invoke(
+        app, [*command, *micro_batches, "--steps", "1", "--pairs", "2", "--device", "cpu", "--json"]
+    )
 
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["device"] == "cpu" and report["rows"] == 4
+    assert {mix["micro_batch_rows"] for mix in report["shapes"][0]["mixes"].values()} == {2}
     (shape,) = report["shapes"]
     sampler = shape["bf16_sampler"]
     assert sampler["policy_tokens"] == report["policy_tokens_per_step"] > 0
@@ -71,7 +75,7 @@ def test_bench_gpu_on_the_cpu_times_each_mix_and_measures_the_bf16_samplers_gap(
     assert rlvr["step_s"] > 0 and rlvr["tokens_per_s"] > 0 and rlvr["rlvr/grad_norm"] > 0
     assert "sdpo/grad_norm" not in rlvr
     assert everything["sdpo/distilled_tokens"] > 0 and everything["sdpo/grad_norm"] > 0
-    assert everything["dpo/pairs"] == 2 and everything["dpo/grad_norm"] > 0
+    assert everything["dpo/pairs"] == 1 and everything["dpo/grad_norm"] > 0  # a micro-batch's share of the 2
     assert "clip_ratio/region_mean" in everything["trl_clip_ratios"]
 
 
@@ -101,6 +105,18 @@ def test_the_gpu_check_imports_nothing_of_the_env_server_or_the_synthesizer():
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
 
     assert result.stdout.strip() == "[]"
+
+
+def test_the_gpu_check_runs_with_only_what_a_gpu_box_has_and_the_wheels_it_carries():
+    """A box with torch, transformers, accelerate and peft, and deploy/gpu-check/wheels.txt: on an H200 the check
+    first failed at `import pydantic`, which none of the four requires."""
+    from tests.trainer_client.box_imports import run_as_on_a_box
+
+    arguments = ["--device", "cpu", "--rows", "4", "--group-size", "2", "--mix", "all", "--pairs", "2", "--json"]
+    result = run_as_on_a_box(arguments)
+
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout)["shapes"][0]["mixes"]["all"]["dpo/pairs"] == 2
 
 
 def _bench(*arguments: str):

@@ -14,10 +14,16 @@ An estimate in closed form, so that it needs neither the weights nor a GPU:
   and the head weight's fp32 gradient; a step of one forward frees its gradients at zero_grad and makes each as its
   layer's activations go, so they count only where AdamW's update (them and a copy) outgrows that backward;
   `regrow bench memory` holds this within 15% of the peaks of real steps;
-- fp32 logits of one turn a row (TRL scores the rest in chunks; SDPO's student and teacher hold a turn each);
+- fp32 logits of one turn a row (TRL scores the rest in chunks); on a GPU, SDPO holds the student's and the teacher's
+  fp32 logits of every distilled token of the rows at once, beside the step's activations, and its backward the
+  student's gradient: 12 bytes a distilled token a vocabulary entry (an H200 measured 12.2: 49 GiB over RLVR alone
+  for 28k tokens of Qwen2.5's 151,936). On a CPU SDPO added nothing measurable to a step's peak (4k distilled tokens:
+  5.34 GiB against 5.30), which TRL's head tiles set, so a turn each is counted;
+- on a GPU with fp32 weights under bf16 autocast, the bf16 copy of every weight autocast keeps through the forward;
 - an SDPO teacher on `ema` or `initial` weights holds a second full fp32 copy, unless LoRA makes it the same weights;
-- 10% of the rest for the allocator's slack, plus 1.5 GiB for what runs around the step: the CUDA context on a GPU,
-  the interpreter and torch's libraries on a CPU (1.1 GiB resident there before the model loads).
+- 10% of the rest for the allocator's slack (15% on a GPU: with 10%, an H200 measured up to 7% above the plan), plus
+  1.5 GiB for what runs around the step: the CUDA context on a GPU, the interpreter and torch's libraries on a CPU
+  (1.1 GiB resident there before the model loads).
 
 On a CPU the same arithmetic in fp32 is held against the host's available memory: a run past it was killed by the
 kernel mid-step with no word of why.
@@ -45,6 +51,8 @@ CPU_HIDDEN_FACTOR, CPU_INTERMEDIATE_FACTOR, CPU_SQUARE_BYTES = 9, 4, 7
 # TRL's fused LM head (trl.kernels.chunked_logprob) projects at most this many positions against this many vocabulary
 # entries at once; on a CPU its backward holds about 8 fp32 temporaries of that tile (measured: 1.0 MiB a position).
 FUSED_HEAD_TOKENS, FUSED_HEAD_VOCAB, CPU_TILE_COPIES = 4096, 32768, 8
+# What a GPU step with SDPO holds beyond RLVR's, in bytes a distilled token a vocabulary entry (module docstring).
+SDPO_GPU_BYTES = 12
 SHAPES = Path(__file__).with_name("model_shapes")
 # SmolLM2-135M-Instruct, the demo policy (its GGUF holds the weights, so its shape is written here).
 DEMO_SHAPE = {
@@ -134,6 +142,7 @@ class RunShape:
     tokens_per_row: int
     rows_at_once: int | None = None  # sequences in one forward and backward (--micro-batch-rows); None: all rows
     turn_tokens: int = 384  # the longest turn: the logits held at once
+    distilled_tokens: int | None = None  # SDPO's distilled tokens a row at most; None: every completion token
     gpus: int = 1
     sharding: Sharding = "none"
     lora_r: int = 0
@@ -147,6 +156,13 @@ class RunShape:
     def forward_rows(self) -> int:
         """The rows whose activations and logits are held at once: a micro-batch's, or the whole step's."""
         return min(self.rows_at_once or self.rows, self.rows)
+
+    @property
+    def distilled_per_row(self) -> int:
+        """The tokens of a row whose student and teacher distributions SDPO holds: the completion's, at most."""
+        if self.distilled_tokens is not None:
+            return self.distilled_tokens
+        return max(self.tokens_per_row - PROMPT_TOKENS, self.turn_tokens)
 
     @property
     def teacher_copy(self) -> bool:
@@ -225,7 +241,9 @@ def plan_memory(shape: ModelShape, run: RunShape, capacity_gib: float) -> Memory
     plan.parts.update(head_parts(shape, run))
     if not run.on_gpu and run.forward_rows == run.rows:
         plan.parts["gradients"] = update_excess(plan.parts)
-    plan.parts["allocator slack"] = 0.1 * plan.total_bytes
+    if run.on_gpu and run.activation_bytes == 2 and width == 4 and run.sharding == "none":
+        plan.parts["bf16 weight copies (autocast)"] = 2 * params
+    plan.parts["allocator slack"] = (0.15 if run.on_gpu else 0.1) * plan.total_bytes
     plan.parts[PROCESS_PART_GPU if run.on_gpu else PROCESS_PART_CPU] = PROCESS_BYTES
     return plan
 
@@ -255,18 +273,16 @@ def update_excess(parts: dict[str, float]) -> float:
 
 def head_parts(shape: ModelShape, run: RunShape) -> dict[str, float]:
     """What the LM head holds at once: fp32 logits of one turn a row on a GPU (TRL's Triton head scores the rest in
-    tiles; SDPO's student and teacher hold a turn each); on a CPU, TRL's fused head in torch ops, plus SDPO's turns."""
+    tiles); on a CPU, TRL's fused head in torch ops; SDPO's logits of every distilled token, or on a CPU of a turn."""
     turn_logits = run.forward_rows * run.turn_tokens * shape.vocab * 4
     if run.on_gpu:
-        return {"logits (fp32)": turn_logits * (2 if run.sdpo_teacher else 1)}
+        sdpo = SDPO_GPU_BYTES * run.forward_rows * run.distilled_per_row * shape.vocab
+        return {"logits (fp32)": turn_logits, **({"SDPO logits": float(sdpo)} if run.sdpo_teacher else {})}
     # the head's backward runs first, with every activation still held: its tile of every position against a
     # vocabulary chunk, in CPU_TILE_COPIES fp32 temporaries, and the head weight's fp32 gradient accumulator
     positions = min(run.forward_rows * run.tokens_per_row, FUSED_HEAD_TOKENS)
     tiles = CPU_TILE_COPIES * positions * min(shape.vocab, FUSED_HEAD_VOCAB) * 4 + shape.vocab * shape.hidden * 4
-    parts = {"LM head tiles (fp32)": float(tiles)}
-    if run.sdpo_teacher:
-        parts["logits (fp32)"] = 2 * turn_logits
-    return parts
+    return {"LM head tiles (fp32)": float(tiles), **({"logits (fp32)": 2 * turn_logits} if run.sdpo_teacher else {})}
 
 
 def run_shape(settings: TrainSettings, gpus: int, sharding: Sharding, device: str = "cuda") -> RunShape:
