@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sandbox import Sandbox
 from sandbox.layout import AGENT_HOME, AGENT_UID, AGENT_USER, WORKSPACE
+from task_synth.repository.scm_version import version_env
 
 # Not under /tmp: the engine archive API cannot see into the tmpfs mounted there.
 SCRATCH = f"{AGENT_HOME}/.regrow-synth"
@@ -53,12 +54,13 @@ EDITABLE_INSTALL = (
 )
 
 
-def install_workspace(sb: Sandbox, checkout: Path, timeout: float) -> None:
-    """Copy the checkout into /workspace and install it editable, with no network; `capture_install` then reads what
-    the install added to the venv."""
+def install_workspace(sb: Sandbox, checkout: Path, timeout: float, scm_version: str | None = None) -> None:
+    """Copy the checkout into /workspace and install it editable, with no network, as `scm_version` where its build
+    backend would read git (scm_version.py); `capture_install` then reads what the install added to the venv."""
     sb.import_tree(WORKSPACE, tree_archive(checkout))
     sb.exec(f"mkdir -p {SCRATCH} && touch {INSTALL_MARK}", timeout=30).raise_for_timeout()
-    result = sb.exec(EDITABLE_INSTALL, timeout=timeout, cwd=WORKSPACE)
+    env = version_env(checkout, scm_version)
+    result = sb.exec(EDITABLE_INSTALL, timeout=timeout, cwd=WORKSPACE, env=env or None)
     if result.exit_code != 0:
         from task_synth.errors import SynthError
 

@@ -42,6 +42,6 @@ class PreparedRepo:
             build_stage_tag(self.repo_image), limits=SANDBOX_LIMITS, labels={SYNTH_LABEL: "install"}, workdir=WORKSPACE
         )
         with sb:
-            install_workspace(sb, self.checkout.root, self.settings.test_timeout_s)
+            install_workspace(sb, self.checkout.root, self.settings.test_timeout_s, self.checkout.scm_version)
             self.install_archive = capture_install(sb)
             self.layout = copy_generated(sb, self.layout)

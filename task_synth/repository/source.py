@@ -15,6 +15,7 @@ import git
 from sandbox.layout import CACHE_NAMES as LEFT_BY_TOOLS
 from task_synth.errors import SynthError
 from task_synth.repository.repo_layout import SKIPPED_DIRS
+from task_synth.repository.scm_version import described_version
 
 CACHE_NAMES = (*LEFT_BY_TOOLS, "*.egg-info")
 
@@ -26,6 +27,7 @@ class Checkout:
     root: Path
     repo_name: str
     commit: str
+    scm_version: str | None = None  # a clone's version from its tags, for backends that read git (scm_version.py)
 
 
 def _is_url(source: str) -> bool:
@@ -61,9 +63,10 @@ def checkout(source: str, ref: str | None, scratch: Path) -> Checkout:
                 f"cannot clone {source} at {ref or 'HEAD'} ({detail}): check the URL or path and --ref"
             ) from error
         commit = repo.head.commit.hexsha
+        version = described_version(repo)
         _copy_clean(clone_dir, destination)
         shutil.rmtree(clone_dir)
-        return Checkout(destination, name, commit)
+        return Checkout(destination, name, commit, version)
     require_source(source)
     path = Path(source)
     if ref:

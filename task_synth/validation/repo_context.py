@@ -25,8 +25,9 @@ from task_synth.repository.prepared_repo import SANDBOX_LIMITS, PreparedRepo
 from task_synth.repository.pytest_compat import dropped_doctests, kept_options, project_addopts
 from task_synth.repository.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
 from task_synth.repository.repo_layout import read_layout
+from task_synth.repository.scm_version import write_pkg_info
 from task_synth.repository.source import checkout
-from task_synth.repository.wheelhouse import build_wheelhouse
+from task_synth.repository.wheelhouse import build_system, build_wheelhouse, project_name
 from task_synth.settings import DEFAULT_TEST_COMMAND, SynthSettings
 from task_synth.stage_clock import StageClock
 from task_synth.validation.baseline import Baseline, run_baseline
@@ -141,6 +142,7 @@ def prepare_repo(
     stage("wheelhouse")
     build_copy = scratch / "wheel-build"
     shutil.copytree(checked.root, build_copy, symlinks=True)
+    write_pkg_info(build_copy, project_name(build_copy), checked.scm_version, build_system(build_copy).requires)
     python_version = image_python_version(backend, BASE_IMAGE, settings.cache_dir)
     wheelhouse = build_wheelhouse(
         build_copy, settings.cache_dir, tuple(settings.find_links), settings.offline, python_version

@@ -205,10 +205,14 @@ class _InstallThatDies:
     def import_tree(self, path, archive):
         pass
 
-    def exec(self, command, timeout, cwd=None):
+    def __init__(self):
+        self.install_env = None
+
+    def exec(self, command, timeout, cwd=None, env=None):
         from sandbox import ExecResult
 
         killed = command.startswith("pip install")
+        self.install_env = env if killed else self.install_env
         return ExecResult(137 if killed else 0, "", "", timed_out=False, truncated=False, duration_s=41.6)
 
 
@@ -218,3 +222,13 @@ def test_an_install_that_ends_with_no_output_says_how_it_ended(tmp_path):
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '1'\n")
     with pytest.raises(SynthError, match=r"does not install editable in its image \(no output; exit 137 after 42 s\)"):
         install_workspace(_InstallThatDies(), tmp_path, 300)
+
+
+def test_a_clones_install_is_told_its_version_where_its_backend_would_read_git(tmp_path):
+    from task_synth.repository.editable_install import install_workspace
+
+    (tmp_path / "pyproject.toml").write_text("[build-system]\nrequires = ['setuptools_scm']\n")
+    sandbox = _InstallThatDies()
+    with pytest.raises(SynthError):
+        install_workspace(sandbox, tmp_path, 300, scm_version="2.1")
+    assert sandbox.install_env["SETUPTOOLS_SCM_PRETEND_VERSION"] == "2.1"
