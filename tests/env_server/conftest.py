@@ -21,7 +21,7 @@ MINILIB_KINDS = ("function", "method", "class", "group")
 @pytest.fixture(scope="session")
 def minilib_kinds_store(docker_backend, base_image, tmp_path_factory) -> Path:
     """One stub task of each kind synthesized from minilib into one store (the repository image built once): the red
-    team and the class-task tests share it, in one pytest process (`make test` runs both after the logic lane)."""
+    team and the class-task tests share it, in one pytest process (`make test` runs both in its red-team lane)."""
     from task_synth.pipeline import synthesize
     from task_synth.settings import SynthSettings
 
