@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass
 from typing import Any
+
+from env_server.observability.live_stats import percentile
 
 MiB = 1024 * 1024
 
@@ -20,20 +21,12 @@ class Sample:
     containers: int | None
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The q-quantile (0..1) of `values`, interpolated between ranks as `statistics.quantiles` does."""
-    if len(values) == 1 or q <= 0:
-        return min(values)
-    if q >= 1:
-        return max(values)
-    return statistics.quantiles(values, n=1000, method="inclusive")[round(q * 1000) - 1]
-
-
 def latency_ms(values: list[float]) -> dict[str, float | int]:
     """Count and p50/p95/p99 in milliseconds of latencies given in seconds."""
     if not values:
         return {"count": 0}
-    return {"count": len(values), **{f"p{q}_ms": round(percentile(values, q / 100) * 1000, 1) for q in (50, 95, 99)}}
+    quantiles = {f"p{q}_ms": percentile(values, q / 100) for q in (50, 95, 99)}
+    return {"count": len(values), **{name: round(v * 1000, 1) for name, v in quantiles.items() if v is not None}}
 
 
 def least_squares_slope(xs: list[float], ys: list[float]) -> float | None:

@@ -12,8 +12,7 @@ from packaging.specifiers import SpecifierSet
 from typer.testing import CliRunner
 
 from proto import EpisodeTokens
-from regrow.benchmarks import gpu
-from regrow.benchmarks.gpu import version_ok
+from regrow.benchmarks import gpu_versions
 from regrow.benchmarks.gpu_replay import (
     RECORDING,
     ShapeRun,
@@ -23,6 +22,7 @@ from regrow.benchmarks.gpu_replay import (
     rewards_that_train,
     stretched,
 )
+from regrow.benchmarks.gpu_versions import version_ok
 from regrow.cli import app
 
 pytestmark = pytest.mark.train
@@ -200,7 +200,7 @@ def test_a_version_the_trainer_was_not_written_for_stops_the_run_before_it_measu
     assert not version_ok(None, ">=1.0")  # not installed
     assert version_ok("2.15.0+cu132", ">=2.4")  # a CUDA build's local version still meets a range
     assert version_ok("0.21.2", "==0.21.2")
-    monkeypatch.setitem(gpu.NEEDED_VERSIONS, "transformers", "==5.22.0")
+    monkeypatch.setitem(gpu_versions.NEEDED_VERSIONS, "transformers", "==5.22.0")
 
     status, report = _bench("--shape", "qwen2.5-7b", "--device", "cpu")
 
@@ -217,7 +217,7 @@ def test_the_versions_the_check_needs_are_pyproject_tomls_train_extra():
         req.name: req.specifier for req in map(Requirement, pyproject["project"]["optional-dependencies"]["train"])
     }
 
-    assert {name: SpecifierSet(needed) for name, needed in gpu.NEEDED_VERSIONS.items()} == {
-        name: train[name] for name in gpu.NEEDED_VERSIONS
+    assert {name: SpecifierSet(needed) for name, needed in gpu_versions.NEEDED_VERSIONS.items()} == {
+        name: train[name] for name in gpu_versions.NEEDED_VERSIONS
     }
-    assert {"torch", "transformers", "peft", "accelerate"} <= set(gpu.NEEDED_VERSIONS)
+    assert {"torch", "transformers", "peft", "accelerate"} <= set(gpu_versions.NEEDED_VERSIONS)
