@@ -38,8 +38,8 @@ def _register_parts() -> None:
                 raise
             continue
         module.register(app)
-    from regrow.bench_cli import register as register_benchmarks
-    from regrow.stack_cli import register as register_stack
+    from regrow.bench.cli import register as register_benchmarks
+    from regrow.stack.cli import register as register_stack
     from regrow.tasks_export import register as register_tasks_export
     from task_synth.tasks_cli import tasks_app
 

@@ -32,6 +32,7 @@ ROOMS = {
     "env_server": ("observability", "grading", "traces", "stepping", "lifecycle", "dashboard", "harbor"),
     "task_synth": ("repository", "candidates", "validation", "store"),
     "trainer_client": ("env", "rollout", "policy", "channels", "train", "replay"),
+    "regrow": ("bench", "stack"),
 }
 # Rooms that stand beside the room to their left rather than above it: neither imports the other.
 BESIDE = {
@@ -39,6 +40,7 @@ BESIDE = {
     "env_server": {"harbor": "dashboard"},
     "task_synth": {"store": "validation"},
     "trainer_client": {"replay": "train"},
+    "regrow": {"stack": "bench"},
 }
 # Each part's top-level modules below every room, which every room may import.
 GROUND = {
@@ -46,6 +48,7 @@ GROUND = {
     "env_server": {"settings", "task_store", "frontier_sampler"},
     "task_synth": {"errors", "settings", "stage_clock", "task_evidence"},
     "trainer_client": set(),
+    "regrow": {"output", "settings_commands"},
 }
 MAX_MODULE_LINES = 400
 

@@ -227,7 +227,7 @@ def test_stack_synth_runs_a_job_per_repository_retries_a_killed_one_and_merges_e
     """Two repositories as two Swarm jobs on this node; one job's container is killed after its first task is
     written, the swarm starts it again, the new try goes on from the shard's journal, and the merge has every task
     once. Nothing of the jobs is left: no service, no sandbox of the killed try."""
-    from regrow.synth_jobs import plan_jobs
+    from regrow.stack.synth_jobs import plan_jobs
     from sandbox.lifecycle.owner import OWNER_CONTAINER_LABEL
 
     root = Path(tempfile.mkdtemp(prefix="regrow-synth-jobs-"))

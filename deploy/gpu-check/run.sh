@@ -14,4 +14,4 @@ if [ -n "$found" ]; then
     python3 -m pip install -q --no-deps --no-index --disable-pip-version-check --target "$site" --upgrade $found
 fi
 [ "${1:-}" = "--install-only" ] && exit 0
-PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m regrow.gpu_check --json "$@"
+PYTHONPATH="$site:$PWD${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m regrow.bench.gpu_check --json "$@"

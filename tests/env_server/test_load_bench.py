@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from regrow.benchmarks.load import LoadPlan, run_load_bench
+from regrow.bench.load import LoadPlan, run_load_bench
 from regrow.cli import app as regrow_app
 
 pytestmark = pytest.mark.docker
@@ -67,7 +67,7 @@ def test_three_clients_on_two_slots_are_told_capacity_reached_and_nothing_else(d
 
 
 def test_a_load_run_with_errors_shows_what_the_server_warned_of_and_removed(tmp_path):
-    from regrow.benchmarks.load import server_warnings
+    from regrow.bench.load import server_warnings
 
     log = tmp_path / "server.log"
     log.write_text(

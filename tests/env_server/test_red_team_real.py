@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from env_server.task_store import Task
-from regrow.benchmarks.corpus import download_sdist
+from regrow.bench.corpus import download_sdist
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
 from tests.env_server.conftest import live_runtime

@@ -7,7 +7,7 @@ import pytest
 
 from env_server.task_store import TaskStore
 from proto.tasks import TaskRecord, TaskStats
-from regrow.benchmarks.serving import widened_store
+from regrow.bench.serving import widened_store
 
 
 def _record(identifier: str, image="regrow/repo-x:1", repo_dir="repos/x-1", as_files=True) -> TaskRecord:

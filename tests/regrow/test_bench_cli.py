@@ -5,7 +5,7 @@ import json
 import typer
 from typer.testing import CliRunner
 
-from regrow.bench_report import AS_JSON, report
+from regrow.bench.report import AS_JSON, report
 
 RESULT = {"tasks_per_hour": 41.5, "stages": {"baseline_s": 12.0}, "repos": [{"name": "toolz", "valid": 2}]}
 
@@ -48,7 +48,7 @@ def _tiny_sdist(path):
 
 
 def test_bench_synth_reads_an_sdist_a_pinned_requirement_from_the_cache_or_a_path(tmp_path):
-    from regrow.benchmarks.corpus import repo_source
+    from regrow.bench.corpus import repo_source
 
     sdist = _tiny_sdist(tmp_path / "tiny-1.0.tar.gz")
     unpacked = repo_source(str(sdist), tmp_path / "cache", tmp_path / "a")

@@ -1,6 +1,6 @@
 """`regrow bench grade`'s headline ratio pairs each task's grading with its own bare run (no Docker)."""
 
-from regrow.benchmarks.grading import paired_ratio
+from regrow.bench.grading import paired_ratio
 
 
 def test_the_ratio_is_all_grading_over_all_bare_runs_of_the_same_tasks():

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from regrow.benchmarks.load import LoadPlan
-from regrow.benchmarks.load_stats import (
+from regrow.bench.load import LoadPlan
+from regrow.bench.load_stats import (
     MiB,
     Sample,
     gate_failures,

@@ -4,7 +4,7 @@ import asyncio
 
 import pytest
 
-from regrow.benchmarks.rollouts import when_a_slot_frees
+from regrow.bench.rollouts import when_a_slot_frees
 from trainer_client.env.errors import EnvAtCapacity
 
 

@@ -5,7 +5,7 @@ import asyncio
 import json
 
 from proto.tasks import TaskRecord
-from regrow.benchmarks.skill_policy import PATCH_PATH, SKILLS, SkillSampler, skill
+from regrow.bench.skill_policy import PATCH_PATH, SKILLS, SkillSampler, skill
 
 
 class CharTokenizer:
@@ -37,8 +37,8 @@ def test_skills_are_fixed_by_the_task_id_and_spread_over_the_table():
 
 def test_a_solved_episode_writes_applies_and_submits_and_a_failed_one_submits(tmp_path, monkeypatch):
     records = _store(tmp_path, {"always": "Restore always()", "never": "Restore never()"})
-    monkeypatch.setattr("regrow.benchmarks.skill_policy.read_records", lambda store: records)
-    monkeypatch.setattr("regrow.benchmarks.skill_policy.skill", lambda task_id: 1.0 if task_id == "always" else 0.0)
+    monkeypatch.setattr("regrow.bench.skill_policy.read_records", lambda store: records)
+    monkeypatch.setattr("regrow.bench.skill_policy.skill", lambda task_id: 1.0 if task_id == "always" else 0.0)
     sampler = SkillSampler(CharTokenizer(), 0, tmp_path)
     first = _turn(sampler, "system ... user: Restore always()")
     assert first == {"name": "write_file", "arguments": {"path": PATCH_PATH, "content": "patch of always\n"}}

@@ -2,7 +2,7 @@
 
 import json
 
-from regrow import stack_cli
+from regrow.stack import cli as stack_cli
 from tests.regrow.test_swarm import answer as answer_with
 
 

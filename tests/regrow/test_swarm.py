@@ -3,7 +3,7 @@ the sandboxes that removed servers left (on the engine)."""
 
 import pytest
 
-from regrow import swarm
+from regrow.stack import swarm
 
 
 def answer(monkeypatch, replies, module=swarm):

@@ -3,7 +3,7 @@
 
 from pathlib import Path
 
-from regrow.synth_jobs import JobState, job_arguments, job_state, plan_jobs, shard_name
+from regrow.stack.synth_jobs import JobState, job_arguments, job_state, plan_jobs, shard_name
 
 
 def test_a_shard_is_named_the_same_on_every_rerun_and_differs_per_repository_and_ref():

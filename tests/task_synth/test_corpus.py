@@ -10,7 +10,7 @@ from typing import ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from regrow.benchmarks.corpus import (
+from regrow.bench.corpus import (
     CORPUS,
     QUICK,
     CorpusRepo,

@@ -1,5 +1,5 @@
-"""Run `python -m regrow.gpu_check ARGS` as a GPU box would: with the standard library, this tree, the packages a box
-with torch, transformers, accelerate and peft has (their installed requirements, transitively), the wheels
+"""Run `python -m regrow.bench.gpu_check ARGS` as a GPU box would: with the standard library, this tree, the packages a
+box with torch, transformers, accelerate and peft has (their installed requirements, transitively), the wheels
 deploy/gpu-check/wheels.txt carries, and nothing else. The interpreter starts without site-packages (-S) and finds the
 allowed distributions through a folder of links to them, so that a missing one is missing as on the box."""
 
@@ -57,12 +57,14 @@ def link_farm(allowed: set[str], folder: Path) -> None:
 
 
 def run_as_on_a_box(arguments: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
-    """`python -m regrow.gpu_check ARGUMENTS` with only the box's and the carried distributions importable."""
+    """`python -m regrow.bench.gpu_check ARGUMENTS` with only the box's and the carried distributions importable."""
     with tempfile.TemporaryDirectory(prefix="regrow-box-") as temporary:
         folder = str(Path(temporary) / "site-packages")  # dill pickles by value what lies outside one so named
         Path(folder).mkdir()
         link_farm(box_distributions() | carried(), Path(folder))
-        start = f"import sys, runpy; sys.path[:0] = [{str(ROOT)!r}, {folder!r}]; sys.argv[0] = 'regrow.gpu_check'; "
-        start += "runpy.run_module('regrow.gpu_check', run_name='__main__', alter_sys=True)"
+        start = (
+            f"import sys, runpy; sys.path[:0] = [{str(ROOT)!r}, {folder!r}]; sys.argv[0] = 'regrow.bench.gpu_check'; "
+        )
+        start += "runpy.run_module('regrow.bench.gpu_check', run_name='__main__', alter_sys=True)"
         command = [sys.executable, "-S", "-c", start, *arguments]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -18,8 +18,8 @@ import sys
 import torch
 import torch.distributed as dist
 
-from regrow.benchmarks.sharded_training import sgd, sharded_like_accelerate, whole_weights
-from regrow.benchmarks.training import synthetic_pairs
+from regrow.bench.sharded_training import sgd, sharded_like_accelerate, whole_weights
+from regrow.bench.training import synthetic_pairs
 from tests.trainer_client.conftest import play_scripts
 from tests.trainer_client.scripted_env import serve_scripted_env
 from tests.trainer_client.test_trainer_step import MALFORMED, RUN_LS, SUBMIT, WRITE, config

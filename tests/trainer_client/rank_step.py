@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-from regrow.benchmarks.training import synthetic_pairs
+from regrow.bench.training import synthetic_pairs
 from tests.trainer_client.conftest import play_scripts
 from tests.trainer_client.scripted_env import serve_scripted_env
 from tests.trainer_client.test_trainer_step import MALFORMED, RUN_LS, SUBMIT, WRITE, config

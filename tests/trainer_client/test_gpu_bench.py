@@ -12,8 +12,8 @@ from packaging.specifiers import SpecifierSet
 from typer.testing import CliRunner
 
 from proto import EpisodeTokens
-from regrow.benchmarks import gpu_versions
-from regrow.benchmarks.gpu_replay import (
+from regrow.bench import gpu_versions
+from regrow.bench.gpu_replay import (
     RECORDING,
     ShapeRun,
     policy_spans,
@@ -22,7 +22,7 @@ from regrow.benchmarks.gpu_replay import (
     rewards_that_train,
     stretched,
 )
-from regrow.benchmarks.gpu_versions import version_ok
+from regrow.bench.gpu_versions import version_ok
 from regrow.cli import app
 
 pytestmark = pytest.mark.train
@@ -98,7 +98,7 @@ def test_the_gpu_check_imports_nothing_of_the_env_server_or_the_synthesizer():
     import sys
 
     probe = (
-        "import sys, regrow.gpu_check, regrow.benchmarks.gpu, trainer_client.train.grpo_trainer; "
+        "import sys, regrow.bench.gpu_check, regrow.bench.gpu, trainer_client.train.grpo_trainer; "
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'env_server', 'task_synth', 'sandbox', 'docker', 'git', 'grpc', 'libcst', 'coverage'}))"
     )

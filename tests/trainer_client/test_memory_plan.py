@@ -225,7 +225,7 @@ def test_the_plans_modelled_bytes_leave_out_only_the_fixed_allowance_for_the_pro
 
 @pytest.mark.parametrize("text", ["3x2", "2x0", "2by8", "x8", "2x"])
 def test_a_memory_bench_shape_is_an_even_number_of_rows_by_some_turns(text):
-    from regrow.benchmarks.memory import parsed_shape
+    from regrow.bench.memory import parsed_shape
 
     assert parsed_shape("4X12") == (4, 12)
     with pytest.raises(ValueError, match="ROWSxTURNS"):
@@ -256,8 +256,8 @@ def _balanced_policy(folder, tokenizer):
 
 @pytest.mark.train
 def test_the_cpu_plan_is_within_15_percent_of_the_peak_a_real_training_step_reaches(tmp_path, tokenizer):
-    from regrow.bench_options import MemoryBenchOptions
-    from regrow.benchmarks.memory import run_memory_bench
+    from regrow.bench.memory import run_memory_bench
+    from regrow.bench.options import MemoryBenchOptions
 
     folder = _balanced_policy(tmp_path / "policy", tokenizer)
     result = run_memory_bench(MemoryBenchOptions(model=str(folder), shape=["2x2"]))

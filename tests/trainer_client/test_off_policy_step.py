@@ -137,7 +137,7 @@ def test_each_channel_logs_its_gradient_norm_and_rlvrs_is_its_own(tmp_path, toke
 
 
 def test_dpo_enters_the_step_as_a_sum_over_pairs_on_dr_grpo_scale(tmp_path, tokenizer, trajectories, episode_tokens):
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import PairBatches
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 

@@ -82,7 +82,7 @@ def test_an_empty_policy_has_the_loaded_shape_ties_and_buffers_and_storage_of_it
 
 
 def test_two_fsdp_ranks_hold_one_copy_and_shard_rank_zeros_weights(tiny_model, tmp_path):
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import BF16_AUTOCAST, write_pairs
     from trainer_client.policy.policy_loading import load_policy
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from regrow.benchmarks.sharded_training import update_gap
+from regrow.bench.sharded_training import update_gap
 from trainer_client.channels.hinted_self import LIVE_ROWS_PER_PASS
 
 pytestmark = pytest.mark.train

@@ -9,7 +9,7 @@ pytestmark = pytest.mark.train
 
 
 def test_the_bench_batch_is_on_policy_so_sdpo_tokens_keep_their_weight(tmp_path, tokenizer, episode_tokens):
-    from regrow.benchmarks.training import _timed_step, bench_trainer, synthetic_trajectories
+    from regrow.bench.training import _timed_step, bench_trainer, synthetic_trajectories
 
     model = tiny_qwen2(tokenizer)
     trajectories = synthetic_trajectories(episode_tokens, rows=2, turns=2, hinted_share=0.5, policy=model)

@@ -227,7 +227,7 @@ def test_shared_prompt_pair_logps_match_a_full_forward(tokenizer):
 def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
     tmp_path, tokenizer, trajectories, episode_tokens, context_grad
 ):
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import PairBatches
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
@@ -256,7 +256,7 @@ def test_dpo_channel_runs_beside_rollouts_and_logs_by_name(
 
 def test_three_channels_continue_a_bf16_autocast_forward(tmp_path, tokenizer, trajectories, episode_tokens):
     """The GPU path's mixed precision, on CPU: the extra channels continue keys and values recorded in bf16."""
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import PairBatches
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
@@ -295,7 +295,7 @@ def test_dpo_weight_without_pairs_is_refused(tmp_path, tokenizer, trajectories, 
 def test_auto_channel_weights_steer_each_channels_gradient_towards_its_share_of_rlvrs(
     tmp_path, tokenizer, trajectories, episode_tokens
 ):
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import PairBatches
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 
@@ -327,7 +327,7 @@ def test_an_automatic_weight_moves_halfway_in_log_space_and_holds_without_a_meas
 def test_pairs_scored_in_float32_are_scored_again_at_the_bf16_autocast_training_uses(
     tmp_path, tokenizer, trajectories, episode_tokens
 ):
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import BF16_AUTOCAST, PairBatches
     from trainer_client.channels.reference_policy import rescored_at, training_precision
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
@@ -376,7 +376,7 @@ def test_a_step_of_four_accumulated_micro_batches_equals_one_whole_batch_in_all_
     """--micro-batch-rows: Dr.GRPO divides each micro-batch's token sum by its rows x L_max and by the accumulation
     steps, SDPO alike, and each micro-batch takes its slice of the step's DPO pairs, so the sums add up to the whole
     batch's. Before, each micro-batch drew a whole batch of pairs: DPO trained on 4x the pairs at 4x the weight."""
-    from regrow.benchmarks.training import synthetic_pairs
+    from regrow.bench.training import synthetic_pairs
     from trainer_client.channels.preference_pairs import PairBatches
     from trainer_client.train.grpo_trainer import RegrowGRPOConfig, RegrowGRPOTrainer
 

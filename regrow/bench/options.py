@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 import typer
 
-from regrow.bench_report import AS_JSON
+from regrow.bench.report import AS_JSON
 
 Options = TypeVar("Options")
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from regrow.bench_options import MemoryBenchOptions
+from regrow.bench.options import MemoryBenchOptions
 from trainer_client.train.memory_plan import GIB, MemoryPlan, ModelShape, RunShape, plan_memory
 
 TOLERANCE = 0.15  # the contract: the plan within 15% of the measured peak, either way
@@ -81,7 +81,7 @@ def measure_steps(model_spec: str, rows: int, turns: int, steps: int) -> Measure
     fresh process: the peak is the process's)."""
     import torch
 
-    from regrow.benchmarks.training import TURN_TOKENS, bench_model, bench_trainer
+    from regrow.bench.training import TURN_TOKENS, bench_model, bench_trainer
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.rows import EPISODE_SLOT
 
@@ -125,7 +125,7 @@ def measure_steps(model_spec: str, rows: int, turns: int, steps: int) -> Measure
 def padded_batch(tokens: Any, rows: int, turns: int) -> list:
     """Synthetic rows, every other one a quarter of its turns short, so that the batch is left-padded as a real one
     is (an attention mask, whose size the plan counts) and the first row is the longest (the trainer's length)."""
-    from regrow.benchmarks.training import synthetic_trajectories
+    from regrow.bench.training import synthetic_trajectories
 
     full = synthetic_trajectories(tokens, rows, turns, hinted_share=0.0)
     short = synthetic_trajectories(tokens, rows, max(1, turns * 3 // 4), hinted_share=0.0)

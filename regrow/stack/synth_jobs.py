@@ -24,7 +24,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from rich.table import Table
 
 from regrow.output import console, fail
-from regrow.swarm import StackError, check_manager, docker, ensure_image, remove_sandboxes_of
+from regrow.stack.swarm import StackError, check_manager, docker, ensure_image, remove_sandboxes_of
 from task_synth.settings import Mode, SynthSettings
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from env_server.lifecycle.provisioning import seed
 from env_server.settings import ServerSettings
 from env_server.task_store import Task, TaskStore
 from proto import is_pass
-from regrow.benchmarks.grading import _apply_solution
+from regrow.bench.grading import _apply_solution
 from sandbox import DockerBackend
 from sandbox.layout import WORKSPACE
 from sandbox.settings import SandboxSettings

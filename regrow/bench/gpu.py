@@ -1,5 +1,5 @@
 """`regrow bench gpu --json`: step time, tokens per second and peak memory of each channel mix on models of real
-shapes, from a recorded batch (benchmarks/gpu_replay.py), with the bf16 sampler's gap and the plan's memory beside.
+shapes, from a recorded batch (gpu_replay.py), with the bf16 sampler's gap and the plan's memory beside.
 
 Each mix trains a fresh model of the same seed through `Trainer.train`, the path `regrow train` takes (accelerate's
 autocast, gradient accumulation, clipping, the optimizer), for a warm-up step and the timed ones. On a GPU a step's rows
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from proto import EpisodeTokens
-from regrow.benchmarks.gpu_replay import (
+from regrow.bench.gpu_replay import (
     GIB,
     MIXES,
     RECIPE_ROW_TOKENS,
@@ -45,7 +45,7 @@ from regrow.benchmarks.gpu_replay import (
     stand_in_tokenizer,
     stretched,
 )
-from regrow.benchmarks.gpu_versions import checked_versions, version_mismatches
+from regrow.bench.gpu_versions import checked_versions, version_mismatches
 from trainer_client.train.memory_plan import (
     MemoryPlan,
     ModelShape,
@@ -64,7 +64,7 @@ WEIGHT_PARTS = ("weights", "gradients", "optimizer (AdamW)", "SDPO teacher copy"
 
 @dataclass(frozen=True)
 class GpuBenchOptions:
-    """What `regrow bench gpu` measures; its options are documented in regrow/gpu_check.py."""
+    """What `regrow bench gpu` measures; its options are documented in regrow/bench/gpu_check.py."""
 
     recording: Path = RECORDING
     shapes: tuple[str, ...] = ()  # none: the shipped shapes on a GPU, tiny on a CPU

@@ -1,7 +1,7 @@
 """`regrow bench train --processes N`: the bench's steps on N CPU processes that torchrun starts (gloo), each training
 its share of the batch with its gradients all-reduced, as under `accelerate launch` (or, with `--sharding fsdp`, its
 weights sharded: sharded_training.py); the launcher combines what the ranks measured.
-`python -m regrow.benchmarks.training_ranks OUT OPTIONS_JSON` is one rank."""
+`python -m regrow.bench.training_ranks OUT OPTIONS_JSON` is one rank."""
 
 import dataclasses
 import json
@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from regrow.bench_options import TrainBenchOptions
+from regrow.bench.options import TrainBenchOptions
 
 # A bench of a real model on a CPU takes minutes a step; past this the ranks are taken to hang.
 RANKS_TIMEOUT_S = 3600
@@ -32,7 +32,7 @@ def run_ranked_train_bench(options: TrainBenchOptions) -> dict:
             "--nproc_per_node",
             str(processes),
             "-m",
-            "regrow.benchmarks.training_ranks",
+            "regrow.bench.training_ranks",
             out,
             json.dumps(dataclasses.asdict(options)),
         ]
@@ -75,8 +75,8 @@ def combined(ranks: list[dict], threads: int) -> dict:
 
 
 def main(out: str, options: str) -> None:
-    from regrow.benchmarks.sharded_training import run_sharded_train_bench
-    from regrow.benchmarks.training import run_train_bench
+    from regrow.bench.sharded_training import run_sharded_train_bench
+    from regrow.bench.training import run_train_bench
 
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     parsed = TrainBenchOptions(**json.loads(options))

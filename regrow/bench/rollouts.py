@@ -7,8 +7,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from proto import is_pass
-from regrow.bench_options import RolloutBenchOptions
-from regrow.benchmarks.training import bench_model
+from regrow.bench.options import RolloutBenchOptions
+from regrow.bench.training import bench_model
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer
 
 CAPACITY_WAIT_S = 120.0  # how long the latency probe waits for a free episode slot
@@ -18,7 +18,7 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
     """Episodes per minute that `workers` rollout workers sustain against a live env server, and the share of groups
     whose rewards are all equal (no GRPO signal) under the env's `sampler_name` draw.
 
-    With `--skill-policy` the policy is benchmarks/skill_policy.py's stand-in of known skill on that store's tasks."""
+    With `--skill-policy` the policy is skill_policy.py's stand-in of known skill on that store's tasks."""
     import itertools
 
     from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
@@ -31,7 +31,7 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
     tokens = EpisodeTokenizer(tokenizer)
     policy: TurnSampler
     if skill_store is not None:
-        from regrow.benchmarks.skill_policy import SkillSampler
+        from regrow.bench.skill_policy import SkillSampler
 
         policy = SkillSampler(tokenizer, tokens.end_of_turn_id, skill_store, options.seed)
         limits = EpisodeLimits(max_turns=options.max_turns, max_turn_tokens=16384, max_completion_tokens=32768)

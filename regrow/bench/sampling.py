@@ -2,7 +2,7 @@
 busy processes (what an env server's test runs are to a trainer on the same box), under each OpenMP wait policy.
 
 OpenMP reads its wait policy when torch loads, so each measurement runs in a fresh interpreter (`python -m
-regrow.benchmarks.sampling PROBE_JSON`), which prints one JSON line.
+regrow.bench.sampling PROBE_JSON`), which prints one JSON line.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Any
 
-from regrow.benchmarks.training import bench_model
+from regrow.bench.training import bench_model
 
 # A core's worth of pure Python: it never sleeps, as a test run in a sandbox mostly does not.
 BUSY_LOOP = "while True: pass"

@@ -19,7 +19,7 @@ from env_server.observability.live_stats import MAX_STEPS, LiveStats
 from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation, RewardDetails
-from regrow.benchmarks.load_stats import latency_ms
+from regrow.bench.load_stats import latency_ms
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

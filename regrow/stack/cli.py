@@ -13,7 +13,7 @@ import httpx
 import typer
 
 from regrow.output import console, fail
-from regrow.swarm import StackError, check_manager, docker, ensure_image, remove_sandboxes_of
+from regrow.stack.swarm import StackError, check_manager, docker, ensure_image, remove_sandboxes_of
 
 stack_app = typer.Typer(help="Serve on many Docker hosts: the stack of deploy/swarm.yaml.", no_args_is_help=True)
 
@@ -245,7 +245,7 @@ def traces(
 
 def register(app: typer.Typer) -> None:
     from regrow.settings_commands import PASS_THROUGH
-    from regrow.synth_jobs import synth_command
+    from regrow.stack.synth_jobs import synth_command
 
     stack_app.command("synth", context_settings=PASS_THROUGH, add_help_option=False)(synth_command)
     app.add_typer(stack_app, name="stack")

@@ -17,7 +17,7 @@ from typing import Any
 
 from proto import ToolCall, tool_specs
 from proto.transcript import format_tool_call, initial_messages
-from regrow.bench_options import TrainBenchOptions
+from regrow.bench.options import TrainBenchOptions
 from trainer_client.rollout.agent_loop import Trajectory, TurnRecord
 from trainer_client.rollout.chat_format import hint_message
 from trainer_client.rollout.chat_tokens import EpisodeTokenizer

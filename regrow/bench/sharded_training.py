@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from regrow.bench_options import TrainBenchOptions
+from regrow.bench.options import TrainBenchOptions
 
 if TYPE_CHECKING:
     import torch
@@ -76,7 +76,7 @@ def run_sharded_train_bench(options: TrainBenchOptions, rank: int, world: int) -
     import torch
     import torch.distributed as dist
 
-    from regrow.benchmarks.training import bench_model, synthetic_pairs, synthetic_trajectories
+    from regrow.bench.training import bench_model, synthetic_pairs, synthetic_trajectories
     from trainer_client.rollout.chat_tokens import EpisodeTokenizer
     from trainer_client.rollout.rows import EPISODE_SLOT
 
@@ -133,7 +133,7 @@ def three_channels(options: TrainBenchOptions) -> dict:
 
 def _trainer(model, tokenizer, rows, tokens, pairs, workdir: Path, options: TrainBenchOptions, **channels) -> Any:
     """The bench's trainer on this rank's rows, with its model left unprepared: the bench shards its own copies."""
-    from regrow.benchmarks.training import TrainedAs, bench_trainer
+    from regrow.bench.training import TrainedAs, bench_trainer
 
     return bench_trainer(model, tokenizer, rows, tokens, pairs, workdir, TrainedAs(options.lora), **channels)
 

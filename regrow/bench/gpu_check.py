@@ -1,6 +1,6 @@
-"""`regrow bench gpu`, also runnable alone as `python -m regrow.gpu_check` on a GPU box that has torch, transformers,
-accelerate and peft but not the rest of regrow's dependencies (the env server's, the synthesizer's): this imports only
-the trainer's side (proto, trainer_client), TRL and typer."""
+"""`regrow bench gpu`, also runnable alone as `python -m regrow.bench.gpu_check` on a GPU box that has torch,
+transformers, accelerate and peft but not the rest of regrow's dependencies (the env server's, the synthesizer's): this
+imports only the trainer's side (proto, trainer_client), TRL and typer."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from typing import Annotated
 
 import typer
 
-from regrow.bench_options import bench_command
-from regrow.bench_report import report
-from regrow.benchmarks.gpu_replay import RECIPE_ROW_TOKENS
+from regrow.bench.gpu_replay import RECIPE_ROW_TOKENS
+from regrow.bench.options import bench_command
+from regrow.bench.report import report
 from regrow.output import fail
 
 
@@ -83,8 +83,8 @@ def run_bench_gpu(arguments: GpuBenchArguments, as_json: bool | None) -> None:
     """The trainer's step on recorded token batches with random-init models of real shapes, no env: step time,
     tokens/s, peak memory against the plan, the bf16 sampler's logprob gap, IS ratio and clip shares, SDPO's cost.
     Whatever fails or is refused is recorded under "problems" and the run goes on; the exit status is then 1."""
-    from regrow.benchmarks.gpu import GpuBenchOptions, run_gpu_bench
-    from regrow.benchmarks.gpu_replay import MIXES, RECORDING
+    from regrow.bench.gpu import GpuBenchOptions, run_gpu_bench
+    from regrow.bench.gpu_replay import MIXES, RECORDING
 
     options = GpuBenchOptions(
         recording=arguments.tokens or RECORDING,

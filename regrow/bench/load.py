@@ -25,14 +25,14 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake
 from websockets.sync.client import ClientConnection, connect
 
 from env_server.task_store import TaskStore
-from regrow.benchmarks.load_server import (
+from regrow.bench.load_server import (
     LoadedServer,
     own_server,
     process_metrics,
     server_containers,
     twin_counts,
 )
-from regrow.benchmarks.load_stats import MiB, Sample, latency_ms, rss_trend
+from regrow.bench.load_stats import MiB, Sample, latency_ms, rss_trend
 from sandbox import DockerBackend, SandboxError
 from sandbox.layout import WORKSPACE
 

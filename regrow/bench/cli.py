@@ -11,15 +11,15 @@ from typing import Annotated, cast
 
 import typer
 
-from regrow.bench_options import (
+from regrow.bench.gpu_check import bench_gpu
+from regrow.bench.options import (
     LoadBenchOptions,
     MemoryBenchOptions,
     RolloutBenchOptions,
     TrainBenchOptions,
     bench_command,
 )
-from regrow.bench_report import AS_JSON, report
-from regrow.gpu_check import bench_gpu
+from regrow.bench.report import AS_JSON, report
 from regrow.output import console, fail
 from task_synth.cli import MODES_HELP, progress_bars, synth_settings
 
@@ -29,7 +29,7 @@ def bench_proxy(
     as_json: bool = AS_JSON,
 ) -> None:
     """Sandbox exec and create+destroy p50/p95 in ms, straight to the engine and through `regrow sandbox proxy`."""
-    from regrow.benchmarks.containers import run_proxy_bench
+    from regrow.bench.containers import run_proxy_bench
     from sandbox import SandboxError
 
     try:
@@ -51,7 +51,7 @@ def bench_corpus(
     as_json: bool = AS_JSON,
 ) -> None:
     """Synthesis on the pinned corpus of real PyPI sdists: per repo tests, candidates, yield and errors."""
-    from regrow.benchmarks.corpus import run_corpus_bench, select
+    from regrow.bench.corpus import run_corpus_bench, select
     from sandbox import SandboxError
     from task_synth.cli import stop_on_sigterm
     from task_synth.errors import SynthError
@@ -112,8 +112,8 @@ class SynthBenchOptions:
 
 def bench_synth(options: SynthBenchOptions, as_json: bool | None) -> None:
     """Valid tasks per hour and the time per stage of one whole run; optionally guided against naive validation."""
-    from regrow.benchmarks import corpus
-    from regrow.benchmarks.synthesis import run_synth_bench, run_throughput_bench
+    from regrow.bench import corpus
+    from regrow.bench.synthesis import run_synth_bench, run_throughput_bench
     from sandbox import SandboxError
     from task_synth.cli import stop_on_sigterm
     from task_synth.errors import SynthError
@@ -152,8 +152,8 @@ def bench_pytest_fork(
     as_json: bool = AS_JSON,
 ) -> None:
     """Seconds per test run in a validation sandbox: through its pytest fork server against a fresh pytest."""
-    from regrow.benchmarks import corpus
-    from regrow.benchmarks.synthesis import run_fork_bench
+    from regrow.bench import corpus
+    from regrow.bench.synthesis import run_fork_bench
     from sandbox import SandboxError
     from task_synth.errors import SynthError
 
@@ -173,7 +173,7 @@ def bench_grade(
     as_json: bool = AS_JSON,
 ) -> None:
     """Grading each task's own solution with every defence on, against a bare pytest run of the same tests."""
-    from regrow.benchmarks.grading import run_grade_bench
+    from regrow.bench.grading import run_grade_bench
     from sandbox import SandboxError
 
     try:
@@ -190,7 +190,7 @@ def bench_mutants(
     as_json: bool = AS_JSON,
 ) -> None:
     """What one-token mutants of each task's own solution earn: a strong grader pays none of them 1.0."""
-    from regrow.benchmarks.mutant_rewards import run_mutant_bench
+    from regrow.bench.mutant_rewards import run_mutant_bench
 
     report(run_mutant_bench(tasks, max_tasks, per_unit, seed), as_json)
 
@@ -210,14 +210,14 @@ def bench_server(
     as_json: bool = AS_JSON,
 ) -> None:
     """Step overhead of /ws and gRPC over a direct exec, warm reset against cold create, and a load test."""
-    from regrow.benchmarks.serving import run_server_bench
+    from regrow.bench.serving import run_server_bench
 
     report(run_server_bench(tasks, repetitions, episodes, steps, store_size), as_json)
 
 
 def bench_rollouts(options: RolloutBenchOptions, as_json: bool | None) -> None:
     """Episodes per minute against a live env server; with groups, the share whose rewards are all equal per sampler."""
-    from regrow.benchmarks.rollouts import run_rollout_bench
+    from regrow.bench.rollouts import run_rollout_bench
     from trainer_client.env.errors import EnvError
 
     unknown = sorted(set(options.sampler) - {"uniform", "frontier"})
@@ -232,8 +232,8 @@ def bench_rollouts(options: RolloutBenchOptions, as_json: bool | None) -> None:
 
 def bench_train(options: TrainBenchOptions, as_json: bool | None) -> None:
     """Step time of plain GRPO vs all three channels on the same batches; target ratio <= 1.35."""
-    from regrow.benchmarks.training import run_train_bench, split_problem
-    from regrow.benchmarks.training_ranks import run_ranked_train_bench
+    from regrow.bench.training import run_train_bench, split_problem
+    from regrow.bench.training_ranks import run_ranked_train_bench
 
     if problem := split_problem(options.rows, options.pairs, options.processes):
         fail(problem)
@@ -248,7 +248,7 @@ def bench_train(options: TrainBenchOptions, as_json: bool | None) -> None:
 
 def bench_memory(options: MemoryBenchOptions, as_json: bool | None) -> None:
     """The memory plan (`regrow train --plan`) beside the peak memory real CPU training steps reach; contract: 15%."""
-    from regrow.benchmarks.memory import run_memory_bench
+    from regrow.bench.memory import run_memory_bench
 
     try:
         result = run_memory_bench(options)
@@ -272,7 +272,7 @@ def bench_sampling(
     as_json: bool = AS_JSON,
 ) -> None:
     """Tokens a second of the CPU turn sampler, alone and beside busy processes, per OpenMP wait policy."""
-    from regrow.benchmarks.sampling import run_sampling_bench
+    from regrow.bench.sampling import run_sampling_bench
 
     policies = [policy.upper() for policy in wait_policy or ["PASSIVE", "ACTIVE"]]
     unknown = sorted(set(policies) - {"PASSIVE", "ACTIVE"})
@@ -290,7 +290,7 @@ def bench_sandbox(
     as_json: bool = AS_JSON,
 ) -> None:
     """Container start, warm-pool acquire and exec overhead, p50/p95 in ms."""
-    from regrow.benchmarks.containers import run_sandbox_bench
+    from regrow.bench.containers import run_sandbox_bench
     from sandbox import DockerBackend, SandboxError
 
     try:
@@ -303,8 +303,8 @@ def bench_load(options: LoadBenchOptions, as_json: bool | None) -> None:
     """Clients play whole episodes over /ws back to back: throughput, latency per tool, errors, server memory."""
     from rich.progress import Progress
 
-    from regrow.benchmarks.load import LoadPlan, run_load_bench
-    from regrow.benchmarks.load_stats import gate_failures
+    from regrow.bench.load import LoadPlan, run_load_bench
+    from regrow.bench.load_stats import gate_failures
 
     duration = options.duration
     try:
@@ -345,7 +345,7 @@ def bench_dashboard(
     as_json: bool = AS_JSON,
 ) -> None:
     """What one dashboard refresh costs: its SQL summaries on a large trace database, and its rolling windows full."""
-    from regrow.benchmarks.dashboard import run_dashboard_bench
+    from regrow.bench.dashboard import run_dashboard_bench
 
     report(run_dashboard_bench(episodes, tasks, steps, repetitions), as_json)
 
