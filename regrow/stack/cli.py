@@ -17,7 +17,7 @@ from regrow.stack.swarm import StackError, check_manager, docker, ensure_image, 
 
 stack_app = typer.Typer(help="Serve on many Docker hosts: the stack of deploy/swarm.yaml.", no_args_is_help=True)
 
-STACK_FILE = Path(__file__).resolve().parent.parent / "deploy" / "swarm.yaml"
+STACK_FILE = Path(__file__).resolve().parents[2] / "deploy" / "swarm.yaml"
 APP_IMAGE = "regrow/app:0.1.0"
 NAMESPACE_LABEL = "com.docker.stack.namespace"
 POLL_S = 2.0

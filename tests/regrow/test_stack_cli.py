@@ -35,3 +35,11 @@ def test_only_ready_active_nodes_are_waited_for_and_a_manager_at_0000_is_named_b
 def test_node_urls_bracket_ipv6():
     assert stack_cli.node_url(stack_cli.Node("a", "127.0.0.1"), 8000) == "http://127.0.0.1:8000"
     assert stack_cli.node_url(stack_cli.Node("b", "fd00::1"), 8000) == "http://[fd00::1]:8000"
+
+
+def test_the_default_stack_file_is_the_repositorys_swarm_yaml():
+    """`regrow stack deploy` defaults to deploy/swarm.yaml; moving the command into regrow/stack/ had left the path
+    one folder short, and the deploy failed with no such file."""
+    from regrow.stack.cli import STACK_FILE
+
+    assert STACK_FILE.is_file() and STACK_FILE.parts[-2:] == ("deploy", "swarm.yaml")
