@@ -117,6 +117,17 @@ async def test_turn_limit_stops_the_episode(scripted_env_url, tokenizer, episode
     assert trajectory.stop_reason == "turn_limit" and trajectory.reward == 0.0
 
 
+async def test_an_episode_cut_off_before_submit_is_graded_as_it_stands(scripted_env_url, tokenizer, episode_tokens):
+    """As TRL's path grades one (trl_environment.get_reward): before, the loop left it ungraded at 0 and the server
+    aborted it, so a policy that fixed the code and ran out of turns before `submit` earned nothing."""
+    trajectory, _ = await play(
+        scripted_env_url, tokenizer, episode_tokens, [WRITE, RUN_LS, RUN_LS], EpisodeLimits(max_turns=2)
+    )
+
+    assert len(trajectory.turns) == 2 and not trajectory.done and trajectory.stop_reason == "turn_limit"
+    assert trajectory.reward == 1.0  # the scripted grader's verdict on the workspace the policy left
+
+
 async def test_token_budget_stops_the_episode(scripted_env_url, tokenizer, episode_tokens):
     limits = EpisodeLimits(max_turns=50, max_completion_tokens=120, min_turn_tokens=8)
     trajectory, _ = await play(scripted_env_url, tokenizer, episode_tokens, [RUN_LS] * 50, limits)

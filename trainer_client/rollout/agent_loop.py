@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from proto import CodingObservation, tool_specs
+from proto import CodingObservation, ToolCall, tool_specs
 from proto.transcript import (
     ASSISTANT_TEXT_KEY,
     TURN_KEY,
@@ -157,6 +157,8 @@ async def play_episode(
             trajectory.append(closing + segment.response_ids, None, from_policy=False)
             prompt_at = len(trajectory.completion_ids)
             trajectory.append(segment.generation_prompt_ids, None, from_policy=False)
+        if not trajectory.done:
+            await _grade_as_it_stands(episode, trajectory)
         logger.debug(
             "episode %s: %d turns, stop=%s, reward=%.3f",
             reset_options,
@@ -165,6 +167,15 @@ async def play_episode(
             trajectory.reward,
         )
         return trajectory
+
+
+async def _grade_as_it_stands(episode: Episode, trajectory: Trajectory) -> None:
+    """Submit an episode the turn limit or the token budget cut off, so that its workspace is graded as TRL's path
+    grades one (trl_environment.get_reward) and its sandbox is freed; the trajectory stays not done, its tokens as
+    the policy left them."""
+    final = await episode.step(ToolCall(tool="submit", args={}, metadata={TURN_KEY: len(trajectory.turns)}))
+    trajectory.reward = float(final.reward or 0.0)
+    trajectory.final_metadata = final.metadata
 
 
 async def _send_calls(episode: Episode, text: str, turn_index: int) -> list[tuple[ParsedToolCall, CodingObservation]]:
