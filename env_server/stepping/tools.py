@@ -192,6 +192,12 @@ def run(sb: Sandbox, args: RunArgs, settings: ServerSettings) -> ToolResult:
         )
     elif result.oom_killed:
         feedback, error = "command ran out of memory and was killed", "OOM"
+    elif result.reclaimed:
+        feedback, error = (
+            f"the sandbox's process limit was full: {result.reclaimed} processes that earlier commands left running "
+            "were killed before this command ran; files are kept",
+            "PIDS_RECLAIMED",
+        )
     return ToolResult(
         output=output,
         exit_code=result.exit_code,

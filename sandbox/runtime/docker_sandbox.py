@@ -14,8 +14,8 @@ import requests.exceptions
 from sandbox.errors import SandboxGone
 from sandbox.limits import Limits
 from sandbox.runtime import docker_files
-from sandbox.runtime.exec_stream import read_exec_stream
-from sandbox.runtime.process_sweep import sweep_command
+from sandbox.runtime.exec_stream import StreamResult, read_exec_stream
+from sandbox.runtime.process_sweep import entry_command, entry_could_not_fork, split_reclaimed, sweep_command
 from sandbox.runtime.sandbox_protocol import DirEntry, ExecResult
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,7 @@ EXEC_MARKER = "REGROW_EXEC"
 EXIT_CODE_WAIT_S = 15.0
 EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
 SWEEP_ATTEMPTS = 5
+START_ATTEMPTS = 5
 SWEEP_TIMEOUT_S = 30.0
 OOM_CHECK_TIMEOUT_S = 30.0
 _OOM_COUNT = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
@@ -39,6 +40,14 @@ def _gone_or_raise(error: docker.errors.APIError, container_id: str) -> Exceptio
             f"sandbox container {container_id[:12]} is gone ({error.explanation or error}); start a new sandbox"
         )
     return error
+
+
+def _environment(env: Mapping[str, str]) -> list[str]:
+    """`env` as the engine takes it, each NAME=value checked."""
+    for key, value in env.items():
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"invalid environment variable {key!r}: names need no '=' and no NUL")
+    return [f"{key}={value}" for key, value in env.items()]
 
 
 class DockerSandbox:
@@ -69,46 +78,71 @@ class DockerSandbox:
         env: Mapping[str, str] | None = None,
         user: str | None = None,
     ) -> ExecResult:
-        """Run `command` (a shell string, or argv) under `timeout -k` in its own process group."""
+        """Run `command` (a shell string, or argv) under `timeout -k` in its own process group, through the exec entry
+        (process_sweep): what it leaves in its group ends with it, and a spent pids limit is reclaimed before it."""
         if not 0 < timeout <= 24 * 3600:
             raise ValueError(f"timeout must be in (0, 86400] seconds, got {timeout}")
         argv = command if isinstance(command, list) else ["sh", "-c", command]
         marker = f"{EXEC_MARKER}={uuid.uuid4().hex}"
-        environment = [marker]
-        for key, value in (env or {}).items():
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"invalid environment variable {key!r}: names need no '=' and no NUL")
-            environment.append(f"{key}={value}")
-        wrapped = ["timeout", "-k", f"{KILL_GRACE_S:g}", f"{timeout:g}", *argv]
-        started = time.monotonic()
-        try:
-            exec_id = self.api.exec_create(
-                self.id, wrapped, user=user or self.user, workdir=cwd, environment=environment, stdin=False, tty=False
-            )["Id"]
-            sock = self.api.exec_start(exec_id, socket=True)
-        except docker.errors.APIError as error:
-            raise _gone_or_raise(error, self.id) from error
-        try:
-            stream = read_exec_stream(
-                sock, started + timeout + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes
+        environment = [marker, *_environment(env or {})]
+        started, reclaim = time.monotonic(), False
+        for attempt in range(START_ATTEMPTS):
+            wrapped = entry_command(argv, timeout, KILL_GRACE_S, reclaim=reclaim)
+            exec_id, stream = self._start_and_read(wrapped, user or self.user, cwd, environment, started + timeout)
+            exit_code = self._exit_code(exec_id, stream.deadline_hit)
+            # Either the engine or the entry could not fork the command into the container: its pids limit is spent
+            # by what earlier commands left, so the command never ran and runs again, after a reclaim.
+            if entry_could_not_fork(exit_code, stream.stderr):
+                reclaim = True
+            elif exit_code != 126 or not self._never_started(exec_id):
+                break
+            log.info(
+                "exec %d in %s did not start: %s", attempt + 1, self.id[:12], (stream.stdout + stream.stderr)[-200:]
             )
-        finally:
-            sock.close()
-        exit_code = self._exit_code(exec_id, stream.deadline_hit)
+            time.sleep(0.2 * attempt)
         duration = time.monotonic() - started
         timed_out = stream.deadline_hit or (exit_code in (124, 137) and duration >= timeout)
         if timed_out:
             self._sweep(marker, user or self.user)
         oom = exit_code == 137 and not timed_out and self._oom_killed_since_last_check()
+        stderr, reclaimed = split_reclaimed(stream.stderr)
+        if reclaimed:
+            log.warning("the pids limit of %s was spent: %d left-over processes were killed", self.id[:12], reclaimed)
         return ExecResult(
             exit_code=exit_code,
             stdout=stream.stdout.decode("utf-8", errors="replace"),
-            stderr=stream.stderr.decode("utf-8", errors="replace"),
+            stderr=stderr.decode("utf-8", errors="replace"),
             timed_out=timed_out,
             truncated=stream.truncated,
             duration_s=duration,
             oom_killed=oom,
+            reclaimed=reclaimed,
         )
+
+    def _start_and_read(
+        self, wrapped: list[str], user: str, cwd: str | None, environment: list[str], timeout_at: float
+    ) -> tuple[str, StreamResult]:
+        try:
+            exec_id = self.api.exec_create(
+                self.id, wrapped, user=user, workdir=cwd, environment=environment, stdin=False, tty=False
+            )["Id"]
+            sock = self.api.exec_start(exec_id, socket=True)
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+        try:
+            return exec_id, read_exec_stream(
+                sock, timeout_at + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes
+            )
+        finally:
+            sock.close()
+
+    def _never_started(self, exec_id: str) -> bool:
+        """Whether the engine failed to start the exec's process at all (it reports 126 and no pid then)."""
+        try:
+            info = self.api.exec_inspect(exec_id)
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+        return not info.get("Pid")
 
     def _exit_code(self, exec_id: str, deadline_hit: bool) -> int:
         """The exit code of a finished exec; -1 when the engine still reports it running after EXIT_CODE_WAIT_S."""

@@ -21,6 +21,7 @@ class ExecResult:
     truncated: bool
     duration_s: float
     oom_killed: bool = False
+    reclaimed: int = 0  # processes earlier commands left running, killed first because they held every free pid
 
     def raise_for_timeout(self) -> ExecResult:
         if self.timed_out:

@@ -85,3 +85,23 @@ def test_the_wall_clock_budget_grades_the_workspace_at_the_next_step(memory_runt
     final = act(runtime, episode, "run", command="echo never")
     assert final.done and "wall-clock budget ran out" in final.feedback and "never" not in final.output
     assert runtime.traces.get_episode(episode.id).status == "budget_exhausted"
+
+
+class _ReclaimedSandbox:
+    """A sandbox whose exec reports what the Docker one reports after its entry reclaimed a spent pids limit."""
+
+    def exec(self, command, timeout=30.0, cwd=None, env=None, user=None):
+        from sandbox import ExecResult
+
+        return ExecResult(0, "ALIVE\n", "", False, False, 0.1, reclaimed=62)
+
+
+def test_a_run_after_left_over_processes_filled_the_pids_limit_says_they_were_killed():
+    from env_server.settings import ServerSettings
+    from env_server.stepping.tools import run
+    from proto.actions import RunArgs
+
+    result = run(_ReclaimedSandbox(), RunArgs(command="echo ALIVE"), ServerSettings())
+    assert result.output == "ALIVE\n" and result.exit_code == 0
+    assert result.error == "PIDS_RECLAIMED"
+    assert result.feedback.startswith("the sandbox's process limit was full: 62 processes")

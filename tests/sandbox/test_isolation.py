@@ -36,6 +36,36 @@ def test_a_fork_bomb_that_outlives_its_timeout_is_swept(docker_backend, base_ima
         assert sb.exec("echo usable", timeout=10).stdout == "usable\n"  # at once: no stragglers hold the pids
 
 
+def test_after_a_fork_bomb_the_next_command_finds_its_sandbox_usable_every_time(docker_backend, base_image):
+    with docker_backend.create(base_image, limits=Limits(pids=64)) as sb:
+        for _ in range(8):  # in a row, in one container: nothing of an earlier bomb may be left for the next
+            sb.exec("bomb() { bomb | bomb & }; bomb", timeout=10)
+            after = sb.exec("echo ALIVE", timeout=10)
+            # what the bomb left is killed after it, or reclaimed before this, and either way this command runs
+            assert (after.exit_code, after.stdout, after.stderr) == (0, "ALIVE\n", "")
+
+
+# The first process returns at once; its child leaves the session and it and its children fork for as long as they live.
+_DETACHED_BOMB = (
+    "python3 -c 'import os, sys\nif os.fork():\n    sys.exit(0)\nos.setsid()\nwhile True:\n    try:\n"
+    "        os.fork()\n    except OSError:\n        pass'"
+)
+
+
+def test_a_detached_fork_bomb_is_reclaimed_before_the_next_command_and_said_so(docker_backend, base_image):
+    with docker_backend.create(base_image, limits=Limits(pids=64)) as sb:
+        for _ in range(3):
+            bomb = sb.exec(_DETACHED_BOMB, timeout=10)
+            assert bomb.exit_code == 0 and not bomb.timed_out  # it returned: the detached part is not its business
+            time.sleep(1)  # the bomb fills the pids limit
+            after = sb.exec("echo ALIVE", timeout=10)
+            assert (after.exit_code, after.stdout, after.stderr) == (0, "ALIVE\n", "")
+            assert after.reclaimed > 50  # nearly the whole limit was the bomb's, and each was counted
+        kept = sb.exec("setsid sleep 60 > /dev/null 2>&1 & echo started", timeout=10)
+        assert kept.stdout == "started\n"
+        assert "sleep" in sb.exec("cat /proc/[0-9]*/comm", timeout=10).stdout  # a detached process outlives its command
+
+
 def test_memory_hog_is_oom_killed_and_reported(docker_backend, base_image):
     with docker_backend.create(base_image, limits=Limits(memory_bytes=128 * MiB)) as sb:
         result = sb.exec("python3 -c 'x = bytearray(1024 * 1024 * 1024); print(len(x))'", timeout=60)
