@@ -105,32 +105,74 @@ def _assigned_names(small: cst.BaseSmallStatement) -> set[str]:
     return set()
 
 
-def _import_time_names(definition: cst.FunctionDef | cst.ClassDef) -> set[str]:
-    """Names a def or class statement evaluates when the module is imported."""
-    names: set[str] = set()
-    for decorator in definition.decorators:
-        names |= referenced_names(decorator)
+def _import_time_parts(definition: cst.FunctionDef | cst.ClassDef) -> list[cst.CSTNode]:
+    """What a def or class statement evaluates when the module is imported."""
+    parts: list[cst.CSTNode] = [decorator.decorator for decorator in definition.decorators]
     if isinstance(definition, cst.FunctionDef):
-        names |= referenced_names(definition.params)
-        if definition.returns:
-            names |= referenced_names(definition.returns)
-        return names
-    for arg in (*definition.bases, *definition.keywords):
-        names |= referenced_names(arg)
-    for member in definition.body.body:
-        if isinstance(member, cst.SimpleStatementLine):
-            names |= referenced_names(member)
-    return names
+        return [*parts, definition.params, *([definition.returns] if definition.returns else [])]
+    members = [member for member in definition.body.body if isinstance(member, cst.SimpleStatementLine)]
+    return [*parts, *definition.bases, *definition.keywords, *members]
+
+
+def _module_bindings(module: cst.Module, module_name: str, is_package: bool, known: set[str]) -> dict[str, str]:
+    """The names the module's top-level imports bind to modules (`from . import cli`: cli -> pkg.cli), so that an
+    attribute read such as `cli.main` can be followed to the module that defines `main`."""
+    bindings: dict[str, str] = {}
+    for statement in module.body:
+        for small in statement.body if isinstance(statement, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Import):
+                for alias in small.names:
+                    full = get_full_name_for_node(alias.name) or ""
+                    bound = full if alias.asname is not None else full.split(".")[0]
+                    bindings[_bound_name(alias)] = bound
+            elif isinstance(small, cst.ImportFrom) and not isinstance(small.names, cst.ImportStar):
+                source = _source_module(small, module_name, is_package)
+                for alias in small.names:
+                    full = f"{source}.{get_full_name_for_node(alias.name)}"
+                    if full in known:
+                        bindings[_bound_name(alias)] = full
+    return bindings
+
+
+class _AttributeReads(cst.CSTVisitor):
+    def __init__(self) -> None:
+        self.dotted: list[str] = []
+
+    def visit_Attribute(self, node: cst.Attribute) -> bool:
+        dotted = get_full_name_for_node(node)
+        if dotted:
+            self.dotted.append(dotted)
+            return False
+        return True
+
+
+def _reads_gone_attribute(node: cst.CSTNode, bindings: dict[str, str], gone_names: dict[str, set[str]]) -> bool:
+    """Whether `node` reads a deleted name through a module it imported: `cli.main`, `pkg.cli.main`."""
+    reads = _AttributeReads()
+    node.visit(reads)
+    for dotted in reads.dotted:
+        head, *rest = dotted.split(".")
+        if head not in bindings:
+            continue
+        for at in range(len(rest)):
+            if rest[at] in gone_names.get(".".join([bindings[head], *rest[:at]]), ()):
+                return True
+    return False
 
 
 def _fixed_module(
-    module: cst.Module, module_name: str, is_package: bool, gone_modules, gone_names
+    module: cst.Module, module_name: str, is_package: bool, gone_modules, gone_names, known: set[str]
 ) -> tuple[cst.Module, set[str]]:
     lost = set(gone_names.get(module_name, set()))
+    bindings = _module_bindings(module, module_name, is_package, known)
+
+    def breaks(node: cst.CSTNode) -> bool:
+        return bool(referenced_names(node) & lost) or _reads_gone_attribute(node, bindings, gone_names)
+
     body: list[cst.BaseStatement] = []
     for statement in module.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
-            if _import_time_names(statement) & lost:
+            if any(breaks(part) for part in _import_time_parts(statement)):
                 lost.add(statement.name.value)
                 continue
             body.append(statement)
@@ -146,7 +188,7 @@ def _fixed_module(
             filtered = _filtered_all(small, lost)
             if filtered is not None:
                 kept.append(filtered)
-            elif not isinstance(small, (cst.Import, cst.ImportFrom)) and referenced_names(small) & lost:
+            elif not isinstance(small, (cst.Import, cst.ImportFrom)) and breaks(small):
                 lost |= _assigned_names(small)
             else:
                 kept.append(small)
@@ -162,6 +204,7 @@ def fix_imports(
     """New text of every module that had to change, iterated until no module loses another name."""
     gone_names = {module: set(names) for module, names in gone_names.items()}
     changed: dict[str, str] = {}
+    known = set(layout.modules.values())
     for _ in range(len(layout.modules) + 2):
         progress = False
         for path, module_name in sorted(layout.modules.items()):
@@ -169,7 +212,7 @@ def fix_imports(
                 continue
             is_package = path.endswith("__init__.py")
             fixed, lost = _fixed_module(
-                cst.parse_module(sources[path]), module_name, is_package, gone_modules, gone_names
+                cst.parse_module(sources[path]), module_name, is_package, gone_modules, gone_names, known
             )
             if fixed.code != sources[path]:
                 sources[path] = changed[path] = fixed.code
