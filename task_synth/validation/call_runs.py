@@ -31,6 +31,8 @@ POOL = "regrow_receiver_pool"
 POOL_SOURCE = Path(__file__).with_name("inside") / "receiver_pool.py"
 REACH = "regrow_line_reach"
 REACH_SOURCE = Path(__file__).with_name("inside") / "line_reach.py"
+PATCH = "regrow_mutant_patch"
+PATCH_SOURCE = Path(__file__).with_name("inside") / "mutant_patch.py"
 RECIPES = "regrow_argument_recipes"
 RECIPES_SOURCE = Path(__file__).with_name("inside") / "argument_recipes.py"
 # The recorder, the call runner and the modules they import, by their names beside them in the sandbox.
@@ -44,6 +46,7 @@ RECORDER_FILES = {
     f"{RECIPES}.py": RECIPES_SOURCE,
     f"{POOL}.py": POOL_SOURCE,
     f"{REACH}.py": REACH_SOURCE,
+    f"{PATCH}.py": PATCH_SOURCE,
 }
 REACH_OUT = f"{SCRATCH}/io_reach.jsonl"  # a JSON line [index, {path: [line, ...]}] per replayed call
 MUTANTS_JSON = f"{SCRATCH}/io_mutants.json"  # {"mutants": [{"module": name, "path": its file, "source": text}]}
