@@ -16,23 +16,25 @@ from proto.tasks import HASH_SEED
 from sandbox import FileTooLarge, Sandbox, SandboxFileNotFound
 from sandbox.layout import WORKSPACE
 
-# The agent's commands hash strings as the task's test runs did, so that its pytest sees the same ids and orders.
-RUN_ENV = {"PYTHONHASHSEED": str(HASH_SEED)}
+# The agent's commands hash strings as the task's test runs did, so that its pytest sees the same ids and orders. They
+# write no bytecode and no pytest cache into the workspace, whose directories the effect check below reads.
+RUN_ENV = {"PYTHONHASHSEED": str(HASH_SEED), "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": "-p no:cacheprovider"}
 # Whether a command changed the workspace (a file added, removed, written or chmod-ed; .git and caches aside) is
 # recorded with its step: a prefix reset replays file writes only, so a prefix whose commands changed files is refused.
+# One find after the command, and no fork before it: anything whose status changed since the stamp was truncated,
+# where a file added or removed changes its directory's (before: two listings, sorted and summed, eleven processes).
 EFFECT_MARK = "regrow-workspace-effect:"
-_FILES = (
-    f"find {WORKSPACE} \\( -path {WORKSPACE}/.git -o -name __pycache__ -o -name .pytest_cache \\) -prune -o ! -type d"
+EFFECT_STAMP = "/tmp/.regrow-run-stamp"
+_CHANGED_SINCE = (
+    f"find {WORKSPACE} \\( -path {WORKSPACE}/.git -o -name __pycache__ -o -name .pytest_cache \\) -prune -o "
+    '-cnewer "$s" -print -quit'
 )
 TRACKED_RUN = (
-    "s=/tmp/.regrow-run-$$; "
-    f'before=$({_FILES} -print 2>/dev/null | sort | cksum); : > "$s"; '
+    f's={EFFECT_STAMP}; : > "$s"; '
     'sh -c "$1"; code=$?; effect=unknown; '
-    # A find that cannot run its test (a stamp the command removed, a find without -cnewer) leaves the effect unknown.
-    f'if [ -e "$s" ] && newer=$({_FILES} -cnewer "$s" -print -quit 2>/dev/null); then '
-    f"after=$({_FILES} -print 2>/dev/null | sort | cksum); "
-    'if [ "$before" = "$after" ] && [ -z "$newer" ]; then effect=unchanged; else effect=changed; fi; fi; '
-    'rm -f "$s"; '
+    # A find that cannot run its test (a stamp the command removed, no fork left) leaves the effect unknown.
+    f'if [ -e "$s" ] && newer=$({_CHANGED_SINCE} 2>/dev/null); then '
+    'if [ -z "$newer" ]; then effect=unchanged; else effect=changed; fi; fi; '
     f"printf '\\n{EFFECT_MARK}%s\\n' \"$effect\" >&2; exit $code"
 )
 

@@ -71,6 +71,19 @@ def test_each_command_step_records_whether_it_changed_the_workspace(runtime, rec
     assert trace.steps[5].observation.metadata["workspace_changed"] is True
 
 
+def test_a_test_run_leaves_the_workspace_unchanged_and_a_removed_file_changes_it(runtime):
+    """The effect is read from the status times of the workspace's files and directories: the agent's pytest writes no
+    bytecode or cache there, and a removed file shows in its directory."""
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    try:
+        tests = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "python -m pytest -q tests"}))
+        assert tests.metadata["workspace_changed"] is False, tests.output
+        removed = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "rm calc/__init__.py"}))
+        assert removed.metadata["workspace_changed"] is True
+    finally:
+        runtime.abort(episode, "test over")
+
+
 def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, recorded):
     origin, after_prefix = recorded
     episode = runtime.start_episode(ResetOptions(prefix_of=origin, prefix_steps=PREFIX))
