@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 KILL_GRACE_S = 2.0
 # Beyond timeout + kill grace, the host stops waiting and kills the command's processes itself.
 OUTER_GRACE_S = 5.0
+# A reclaim runs before the command's own timeout starts (stop_then_kill: a 5 s budget, 2 s to reap, python's start).
+RECLAIM_ALLOWANCE_S = 10.0
 EXEC_MARKER = "REGROW_EXEC"
 EXIT_CODE_WAIT_S = 15.0
 EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
@@ -131,7 +133,7 @@ class DockerSandbox:
             raise _gone_or_raise(error, self.id) from error
         try:
             return exec_id, read_exec_stream(
-                sock, timeout_at + KILL_GRACE_S + OUTER_GRACE_S, self.limits.output_cap_bytes
+                sock, timeout_at + KILL_GRACE_S + OUTER_GRACE_S + RECLAIM_ALLOWANCE_S, self.limits.output_cap_bytes
             )
         finally:
             sock.close()

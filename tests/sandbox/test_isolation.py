@@ -58,7 +58,7 @@ def test_a_detached_fork_bomb_is_reclaimed_before_the_next_command_and_said_so(d
             bomb = sb.exec(_DETACHED_BOMB, timeout=10)
             assert bomb.exit_code == 0 and not bomb.timed_out  # it returned: the detached part is not its business
             time.sleep(1)  # the bomb fills the pids limit
-            after = sb.exec("echo ALIVE", timeout=10)
+            after = sb.exec("echo ALIVE", timeout=10)  # the reclaim before it does not count against its 10 s
             assert (after.exit_code, after.stdout, after.stderr) == (0, "ALIVE\n", "")
             assert after.reclaimed > 50  # nearly the whole limit was the bomb's, and each was counted
         kept = sb.exec("setsid sleep 60 > /dev/null 2>&1 & echo started", timeout=10)
