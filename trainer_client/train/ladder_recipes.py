@@ -16,6 +16,8 @@ ARM_COUNT = 4
 # The longest turn of `regrow traces demo`'s demonstrations on the demo store, in SmolLM2's tokens: an edit_file call
 # that rewrites a stubbed function whole. A turn budget below it cuts the demonstration the policy was fine-tuned on.
 DEMO_LONGEST_TURN_TOKENS = 672
+# The same on the store of single-function demo tasks that cpu-overfit trains on (`--kinds function --max-tasks 4`).
+FUNCTION_DEMO_LONGEST_TURN_TOKENS = 270
 
 
 @dataclass(frozen=True)
@@ -66,37 +68,40 @@ RECIPES = {
         ),
         LadderRecipe(
             name="cpu-overfit",
-            machine="a 2-core CPU box, the env server beside it serving the demo store (`make up`'s 3 tasks)",
+            machine="a 2-core CPU box, the env server beside it serving a store of 4 single-function demo tasks",
             model_shape="smollm2",
             train={
-                "steps": 7,
+                "steps": 6,
                 "group_size": 2,
-                "groups_per_step": 1,
+                # with --task-ids the 4 tasks take turns: each third of the 6 steps plays every task once, so the
+                # first third's mean reward and the last's compare
+                "groups_per_step": 2,
                 "workers": 2,
                 "split": "train",
-                "max_turns": 5,  # the demonstrations' calls: a read, one or two edits, the tests, submit
-                "max_turn_tokens": DEMO_LONGEST_TURN_TOKENS + 96,
-                "max_completion_tokens": 2048,  # the demonstrations' episodes take 840 to 1,600 after the prompt
+                "max_turns": 5,  # the demonstrations' calls: a read, an edit, the tests, submit
+                "max_turn_tokens": FUNCTION_DEMO_LONGEST_TURN_TOKENS + 114,
+                "max_completion_tokens": 2048,  # the demonstrations' episodes take 1,106 to 1,162 after the prompt
                 "micro_batch_rows": 1,
-                # at 1.0 the fine-tuned policy (assistant loss 0.036 on its demonstrations) derails inside its first
-                # edit's verbatim `old` text and every episode scores 0; at 0.3 it plays them whole, some pass
-                "temperature": 0.3,
-                "learning_rate": 2e-5,
+                # at 0.7 the fine-tuned policy (assistant loss 0.015) passes some of each task's episodes and not
+                # others: groups whose rewards differ, the only ones GRPO learns from
+                "temperature": 0.7,
+                "learning_rate": 3e-5,
                 "uniform_groups": "keep",  # every group counts in the step's mean reward, the curve's one number
                 "save_steps": 1000,
                 "device": "cpu",
             },
             ladder={"arms": ["a1"], "seeds": 3, "eval_tasks": 0, "k": 1},
-            step_s=153.0,
+            step_s=180.0,
             eval_episode_s=0.0,
-            assumes="an SFT checkpoint of SmolLM2-135M on the demo store's own demonstrations (--model: 6 epochs at "
-            "1e-4 take their assistant loss from 1.04 to 0.036; `regrow sft`'s 1e-5 still had 0.87 after 4 of 9 steps) "
-            "on 2 cores with nothing else running, at cpu-demo's measured 153 s a step of 2 episodes, their sampling "
-            "included; read each seed's first third of the steps against its last in the table's training reward",
-            launch="regrow traces demo --tasks TASKS --env URL; regrow traces export --db TASKS/traces.sqlite --out "
-            "demos.jsonl; regrow sft --traces demos.jsonl --model smollm2 --epochs 6 --learning-rate 1e-4 "
-            "--output-dir runs/sft; then regrow ladder --recipe cpu-overfit --model runs/sft/final --env URL "
-            "--out runs/overfit",
+            assumes="an SFT checkpoint of SmolLM2-135M on the store's own 4 demonstrations (--model: 6 epochs at 1e-4 "
+            "take their assistant loss from 1.38 to 0.015) on 2 cores with nothing else running: about 75 s an episode "
+            "of a single-function task, 2 at a time, and a step of 4 episodes in 3 minutes; read each seed's first "
+            "third of the steps against its last in the table's training reward",
+            launch="regrow synth tests/fixtures/minilib --out TASKS --kinds function --max-tasks 4 --seed 0; regrow "
+            "serve --tasks TASKS; regrow traces demo --tasks TASKS --env URL; regrow traces export --db "
+            "TASKS/traces.sqlite --out demos.jsonl; regrow sft --traces demos.jsonl --model smollm2 --epochs 6 "
+            "--learning-rate 1e-4 --output-dir runs/sft; then regrow ladder --recipe cpu-overfit --model "
+            "runs/sft/final --env URL --out runs/overfit --task-ids ID1,ID2,ID3,ID4 (the store's 4 instance ids)",
         ),
         LadderRecipe(
             name="gpu-1x80gb",
