@@ -40,7 +40,7 @@ class EditFileArgs(_Args):
 
 
 class RunArgs(_Args):
-    """Run a shell command in /workspace and return its output and exit code."""
+    """Run a shell command in /workspace and return its output and exit code; setsid what must outlive it."""
 
     command: str = Field(min_length=1, description="Shell command, run in /workspace.")
     timeout: float | None = Field(default=None, gt=0, description="Seconds; capped by the server.")

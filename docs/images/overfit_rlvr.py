@@ -1,4 +1,5 @@
-"""Draw the mean training reward of each step, one line a seed, from a ladder's table, as the README's SVG:
+"""Draw the mean training reward of each step, one line a seed (or an arm's `label`), from a ladder's table, as the
+README's SVG:
 `python docs/images/overfit_rlvr.py runs/overfit/ladder.json docs/images/overfit-rlvr.svg`.
 """
 
@@ -56,7 +57,11 @@ def curve_svg(runs: list[tuple[str, list[float]]], title: str) -> str:
 
 def main(table_path: Path, svg_path: Path) -> None:
     table = json.loads(table_path.read_text())
-    runs = [(f"seed {arm['seed']}", arm["train_rewards"]) for arm in table["arms"] if arm.get("train_rewards")]
+    runs = [
+        (arm.get("label") or f"seed {arm['seed']}", arm["train_rewards"])
+        for arm in table["arms"]
+        if arm.get("train_rewards")
+    ]
     title = "Dr.GRPO on the demo tasks, from SmolLM2-135M fine-tuned on their demonstrations (CPU)"
     svg_path.write_text(curve_svg(runs, title))
 
