@@ -77,6 +77,10 @@ def widened_store(source: Path, destination: Path, size: int) -> int:
     """Copy the store to `destination` with at least `size` tasks: each task beyond the store's own is a copy of one of
     them under a new id (its archives linked, not copied). Returns how many distinct tasks the store had."""
     shutil.copytree(source, destination, ignore=shutil.ignore_patterns("*.sqlite*", "workspaces"), dirs_exist_ok=True)
+    # Every archive of the store, its tasks' twins' too, linked as it is: a twin's archive is named by the twin's id.
+    for archive in sorted((source / "workspaces").glob("*")):
+        (destination / "workspaces").mkdir(parents=True, exist_ok=True)
+        (destination / "workspaces" / archive.name).hardlink_to(archive)
     records = [task.record for task in TaskStore(source).tasks.values()]
     lines = []
     for index in range(max(size, len(records))):
@@ -85,9 +89,9 @@ def widened_store(source: Path, destination: Path, size: int) -> int:
         copy = record.model_copy(update={"instance_id": f"{record.instance_id}__copy{index}"}) if duplicate else record
         if record.workspace_archive:
             archive = f"workspaces/{copy.instance_id}.tar.gz"
-            (destination / archive).parent.mkdir(parents=True, exist_ok=True)
-            (destination / archive).hardlink_to(source / record.workspace_archive)
-            copy = copy.model_copy(update={"workspace_archive": archive})
+            if duplicate:
+                (destination / archive).hardlink_to(source / record.workspace_archive)
+                copy = copy.model_copy(update={"workspace_archive": archive})
         if duplicate:
             shutil.copytree(source / "hidden" / record.instance_id, destination / "hidden" / copy.instance_id)
         lines.append(copy.model_dump_json() + "\n")

@@ -74,6 +74,18 @@ def test_the_bench_widens_a_store_with_linked_copies_under_new_ids(tmp_path):
     assert wide.get("a__copy2").workspace_archive() == b"a" and wide.get("b__copy3").workspace_archive() == b"b"
 
 
+def test_the_bench_widens_a_store_that_has_twins_with_their_archives(tmp_path):
+    """Before, only the tasks' own archives were linked: a store synthesized with twins (the default) failed to load
+    in `regrow bench server` with "twin's archive is missing"."""
+    source = _store(tmp_path / "src", [_record("a"), _record("t")])
+    tasks = (source / "tasks.jsonl").read_text().splitlines(keepends=True)
+    (source / "tasks.jsonl").write_text(tasks[0])
+    (source / "twins.jsonl").write_text(tasks[1])
+    assert widened_store(source, tmp_path / "wide", 3) == 1
+    wide = TaskStore(tmp_path / "wide")
+    assert sorted(wide.tasks) == ["a", "a__copy1", "a__copy2"] and wide.get("t").workspace_archive() == b"t"
+
+
 def _tree(archive: bytes) -> dict[str, tuple]:
     import gzip
     import io
