@@ -91,12 +91,13 @@ RECIPES = {
                 "device": "cpu",
             },
             ladder={"arms": ["a1"], "seeds": 3, "eval_tasks": 0, "k": 1},
-            step_s=180.0,
+            step_s=195.0,
             eval_episode_s=0.0,
             assumes="an SFT checkpoint of SmolLM2-135M on the store's own 4 demonstrations (--model: 6 epochs at 1e-4 "
-            "take their assistant loss from 1.38 to 0.015) on 2 cores with nothing else running: about 75 s an episode "
-            "of a single-function task, 2 at a time, and a step of 4 episodes in 3 minutes; read each seed's first "
-            "third of the steps against its last in the table's training reward",
+            "take their assistant loss from 1.38 to 0.015) on 2 cores with nothing else running: 75 to 100 s an "
+            "episode of a single-function task, 2 at a time, and a step of 4 episodes in 178 to 213 s as measured "
+            "(1,253 s for a 6-step seed, the model's load and the first groups included); read each seed's first third "
+            "of the steps against its last in the table's training reward",
             launch="regrow synth tests/fixtures/minilib --out TASKS --kinds function --max-tasks 4 --seed 0; regrow "
             "serve --tasks TASKS; regrow traces demo --tasks TASKS --env URL; regrow traces export --db "
             "TASKS/traces.sqlite --out demos.jsonl; regrow sft --traces demos.jsonl --model smollm2 --epochs 6 "
