@@ -1227,11 +1227,15 @@ def unit_reexported_from_a_new_module():
 
 @honest
 def with_notes_and_caches_left_behind():
-    """The solution plus a notes.txt, and the `__pycache__` and `.pytest_cache` of the agent's own test run."""
+    """The solution plus a notes.txt, and the `__pycache__` and `.pytest_cache` of the agent's own test run (the run
+    tool's environment asks for neither, so this agent unsets it)."""
     return [
         write("calc/ops.py", ORIGINAL_OPS),
         write("notes.txt", "clamp: done; ran the tests.\n"),
-        run("python -m pytest -q tests && ls calc/__pycache__ tests/__pycache__ .pytest_cache"),
+        run(
+            "env -u PYTHONDONTWRITEBYTECODE -u PYTEST_ADDOPTS python -m pytest -q tests && "
+            "ls calc/__pycache__ tests/__pycache__ .pytest_cache"
+        ),
     ]
 
 
