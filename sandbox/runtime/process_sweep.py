@@ -16,6 +16,7 @@ them all. Where the image has no python3 it falls back to a shell loop, which fo
 stragglers while the container's pids limit is exhausted.
 """
 
+import functools
 import re
 from pathlib import Path
 
@@ -67,9 +68,15 @@ _ENTRY_COULD_NOT_FORK = re.compile(rf"\A{ENTRY_NAME}: \d+: Cannot fork\n\Z")
 _RECLAIMED = re.compile(r"\Aregrow-sandbox: the pids limit was spent; processes killed before this command: (\d+)\n")
 
 
+@functools.cache
+def _stop_then_kill_source() -> str:
+    """Read once: every exec passes it to its entry."""
+    return _STOP_THEN_KILL_SOURCE.read_text()
+
+
 def sweep_command(marker: str, budget_s: float = 10.0) -> list[str]:
     """argv that ends every process carrying `marker` ("NAME=value"), spending at most `budget_s` rescanning."""
-    return ["sh", "-c", _ENTRY, marker, _STOP_THEN_KILL_SOURCE.read_text(), f"{budget_s:g}"]
+    return ["sh", "-c", _ENTRY, marker, _stop_then_kill_source(), f"{budget_s:g}"]
 
 
 def entry_command(argv: list[str], timeout_s: float, kill_grace_s: float, reclaim: bool = False) -> list[str]:
@@ -81,7 +88,7 @@ def entry_command(argv: list[str], timeout_s: float, kill_grace_s: float, reclai
         EXEC_ENTRY,
         ENTRY_NAME,
         "reclaim" if reclaim else "check",
-        _STOP_THEN_KILL_SOURCE.read_text(),
+        _stop_then_kill_source(),
         EXEC_ENTRY,
         "-k",
         f"{kill_grace_s:g}",
