@@ -78,9 +78,9 @@ def widened_store(source: Path, destination: Path, size: int) -> int:
     them under a new id (its archives linked, not copied). Returns how many distinct tasks the store had."""
     shutil.copytree(source, destination, ignore=shutil.ignore_patterns("*.sqlite*", "workspaces"), dirs_exist_ok=True)
     # Every archive of the store, its tasks' twins' too, linked as it is: a twin's archive is named by the twin's id.
-    for archive in sorted((source / "workspaces").glob("*")):
+    for archive_path in sorted((source / "workspaces").glob("*")):
         (destination / "workspaces").mkdir(parents=True, exist_ok=True)
-        (destination / "workspaces" / archive.name).hardlink_to(archive)
+        (destination / "workspaces" / archive_path.name).hardlink_to(archive_path)
     records = [task.record for task in TaskStore(source).tasks.values()]
     lines = []
     for index in range(max(size, len(records))):
