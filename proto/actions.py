@@ -7,8 +7,9 @@ schema, the MCP tools, the server's dispatch and the TRL environment class are a
 import inspect
 from typing import Any, ClassVar
 
-from openenv.core.env_server.types import Action
 from pydantic import BaseModel, ConfigDict, Field
+
+from proto.openenv_types import Action
 
 
 class _Args(BaseModel):

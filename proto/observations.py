@@ -2,8 +2,9 @@
 
 from typing import Any, Literal
 
-from openenv.core.env_server.types import Observation, State
 from pydantic import BaseModel, Field
+
+from proto.openenv_types import Observation, State
 
 # fraction: the share of deleted units whose secret checks agree, times the share of FAIL_TO_PASS tests not failing,
 # when no PASS_TO_PASS test broke; binary: 1 only when everything holds.
