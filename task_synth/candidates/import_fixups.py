@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import libcst as cst
 from libcst.helpers import get_full_name_for_node
 
@@ -160,42 +162,55 @@ def _reads_gone_attribute(node: cst.CSTNode, bindings: dict[str, str], gone_name
     return False
 
 
+def _same_nodes(new: list, old) -> bool:
+    return len(new) == len(old) and all(a is b for a, b in zip(new, old))
+
+
 def _fixed_module(
     module: cst.Module, module_name: str, is_package: bool, gone_modules, gone_names, known: set[str]
 ) -> tuple[cst.Module, set[str]]:
+    """The module without what reads a deleted name at import time (the module itself when nothing does), and the
+    names it no longer binds."""
     lost = set(gone_names.get(module_name, set()))
     bindings = _module_bindings(module, module_name, is_package, known)
 
     def breaks(node: cst.CSTNode) -> bool:
         return bool(referenced_names(node) & lost) or _reads_gone_attribute(node, bindings, gone_names)
 
+    def fixed_small(small: cst.BaseSmallStatement) -> cst.BaseSmallStatement | None:
+        small = _fixed_import(small, module_name, is_package, gone_modules, gone_names, lost)
+        if small is None:
+            return None
+        filtered = _filtered_all(small, lost)
+        if filtered is not None:
+            return filtered
+        if not isinstance(small, (cst.Import, cst.ImportFrom)) and breaks(small):
+            lost.update(_assigned_names(small))
+            return None
+        return small
+
     body: list[cst.BaseStatement] = []
     for statement in module.body:
         if isinstance(statement, (cst.FunctionDef, cst.ClassDef)):
             if any(breaks(part) for part in _import_time_parts(statement)):
                 lost.add(statement.name.value)
-                continue
-            body.append(statement)
-            continue
-        if not isinstance(statement, cst.SimpleStatementLine):
-            body.append(statement)
-            continue
-        kept = []
-        for small in statement.body:
-            small = _fixed_import(small, module_name, is_package, gone_modules, gone_names, lost)
-            if small is None:
-                continue
-            filtered = _filtered_all(small, lost)
-            if filtered is not None:
-                kept.append(filtered)
-            elif not isinstance(small, (cst.Import, cst.ImportFrom)) and breaks(small):
-                lost |= _assigned_names(small)
             else:
-                kept.append(small)
-        if kept:
+                body.append(statement)
+        elif not isinstance(statement, cst.SimpleStatementLine):
+            body.append(statement)
+        elif _same_nodes(kept := [k for k in map(fixed_small, statement.body) if k is not None], statement.body):
+            body.append(statement)  # untouched: kept as it is, so that the module is not printed again
+        elif kept:
             kept[-1] = kept[-1].with_changes(semicolon=cst.MaybeSentinel.DEFAULT)
             body.append(statement.with_changes(body=kept))
-    return module.with_changes(body=body), lost
+    return (module if _same_nodes(body, module.body) else module.with_changes(body=body)), lost
+
+
+@functools.lru_cache(maxsize=512)
+def _parsed(text: str) -> cst.Module:
+    """A module's tree by its text: every deletion of a repository reads the same untouched modules (libcst trees
+    are immutable, so one tree serves every caller)."""
+    return cst.parse_module(text)
 
 
 def fix_imports(
@@ -211,10 +226,9 @@ def fix_imports(
             if _is_gone_module(module_name, gone_modules):
                 continue
             is_package = path.endswith("__init__.py")
-            fixed, lost = _fixed_module(
-                cst.parse_module(sources[path]), module_name, is_package, gone_modules, gone_names, known
-            )
-            if fixed.code != sources[path]:
+            parsed = _parsed(sources[path])
+            fixed, lost = _fixed_module(parsed, module_name, is_package, gone_modules, gone_names, known)
+            if fixed is not parsed and fixed.code != sources[path]:
                 sources[path] = changed[path] = fixed.code
                 progress = True
             if lost - gone_names.get(module_name, set()):

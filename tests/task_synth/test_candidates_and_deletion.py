@@ -1,5 +1,6 @@
 """Candidate enumeration and the three deletion modes, on the minilib fixture (pure Python, no Docker)."""
 
+import json
 import shutil
 import subprocess
 import sys
@@ -46,14 +47,35 @@ def _apply(deletion, tmp_path: Path) -> Path:
 
 
 def _import_errors(copy: Path, modules: list[str]) -> str:
-    code = "import importlib, sys\nfor name in sys.argv[1:]: importlib.import_module(name)"
-    result = subprocess.run(
-        [sys.executable, "-B", "-c", code, *modules],
-        env={"PYTHONPATH": str(copy / "src")},
-        capture_output=True,
-        text=True,
-    )
-    return result.stderr
+    return _import_errors_of_each([(copy, modules)])[0]
+
+
+# One interpreter for many copies: each copy's modules are dropped before the next copy's are imported.
+_IMPORT_EACH = """
+import importlib, json, sys, traceback
+errors = []
+for root, names in json.loads(sys.argv[1]):
+    for name in [name for name in sys.modules if name == "minilib" or name.startswith("minilib.")]:
+        del sys.modules[name]
+    sys.path.insert(0, root)
+    importlib.invalidate_caches()
+    try:
+        for name in names:
+            importlib.import_module(name)
+        errors.append("")
+    except Exception:
+        errors.append(traceback.format_exc())
+    sys.path.remove(root)
+print(json.dumps(errors))
+"""
+
+
+def _import_errors_of_each(copies: list[tuple[Path, list[str]]]) -> list[str]:
+    """The traceback of each copy's first failing import ("" where all import), in one interpreter."""
+    argument = json.dumps([(str(copy / "src"), modules) for copy, modules in copies])
+    result = subprocess.run([sys.executable, "-B", "-c", _IMPORT_EACH, argument], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
 
 
 def test_layout_separates_package_modules_from_tests(layout):
@@ -166,6 +188,7 @@ def test_file_mode_deletes_module_and_fixes_its_importers(layout, units, tmp_pat
 
 
 def test_every_unit_deletes_in_every_mode_and_the_package_imports(layout, units, tmp_path):
+    cases, copies = [], []
     for (kind, qualname), unit in units.items():
         for mode, kinds in MODE_KINDS.items():
             if kind not in kinds:
@@ -173,7 +196,19 @@ def test_every_unit_deletes_in_every_mode_and_the_package_imports(layout, units,
             deletion = delete_unit(layout, unit, mode)
             target = tmp_path / f"{mode}-{kind}-{qualname}"
             remaining = [name for name in MODULES if not (mode == "file" and name == qualname)]
-            assert _import_errors(_apply(deletion, target), remaining) == "", (mode, qualname)
+            cases.append((mode, qualname))
+            copies.append((_apply(deletion, target), remaining))
+    errors = dict(zip(cases, _import_errors_of_each(copies)))
+    assert len(errors) > 20
+    assert {case: error for case, error in errors.items() if error} == {}
+
+
+def test_one_interpreter_tells_a_broken_copy_from_the_good_ones_around_it(layout, units, tmp_path):
+    good = _apply(delete_unit(layout, units[("function", "wrap_words")], "stub"), tmp_path / "good")
+    broken = _apply(delete_unit(layout, units[("function", "wrap_words")], "stub"), tmp_path / "broken")
+    (broken / "src" / "minilib" / "textops.py").write_text("raise ImportError('broken on purpose')\n")
+    errors = _import_errors_of_each([(good, MODULES), (broken, MODULES), (good, MODULES)])
+    assert errors[0] == errors[2] == "" and "broken on purpose" in errors[1]
 
 
 def test_mode_refuses_kinds_it_cannot_delete(layout, units):
