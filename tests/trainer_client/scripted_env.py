@@ -31,7 +31,8 @@ class ScriptedCodingEnv(Environment):
     finished_commands: ClassVar[list[str]] = []  # every `run` answered here: a test can wait for a late reply
     draws: ClassVar[Iterator[int]] = itertools.count()
     busy_resets: ClassVar[int] = 0
-    reset_tags: ClassVar[list[tuple]] = []  # (origin, run_id) of every reset: what a client said of its episodes
+    # (task_id, origin, run_id) of every reset: what a client said of its episodes
+    reset_tags: ClassVar[list[tuple]] = []
 
     def __init__(self):
         super().__init__()
@@ -39,7 +40,7 @@ class ScriptedCodingEnv(Environment):
         self.files: dict[str, str] = {}
 
     def reset(self, seed=None, episode_id=None, task_id=None, **kwargs) -> CodingObservation:
-        ScriptedCodingEnv.reset_tags.append((kwargs.get("origin"), kwargs.get("run_id")))
+        ScriptedCodingEnv.reset_tags.append((task_id, kwargs.get("origin"), kwargs.get("run_id")))
         if ScriptedCodingEnv.busy_resets > 0:  # an episode outlives its socket while its sandbox closes
             ScriptedCodingEnv.busy_resets -= 1
             raise ValueError("CAPACITY_REACHED: all 1 episode slots are busy; retry later")

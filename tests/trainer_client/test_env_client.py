@@ -212,7 +212,8 @@ def test_every_reset_of_a_stream_carries_its_origin_and_run(scripted_env_url, to
     run_id = training_run_id(Path("runs/a"))
     assert run_id == training_run_id(Path("runs/a").resolve()) != training_run_id(Path("runs/b"))
     sampler = ScriptedSampler(tokenizer, episode_tokens.end_of_turn_id, [SUBMIT] * 10)
-    options = iter([{"task_id": f"task-{n}"} for n in range(100)])
+    # Ids of this test's own: a reset left over from an earlier test's stream can reach the shared server late.
+    options = iter([{"task_id": f"tagged-{n}"} for n in range(100)])
     tags = {"origin": "training", "run_id": run_id}
     ScriptedCodingEnv.reset_tags.clear()
     stream = RolloutStream(
@@ -225,4 +226,5 @@ def test_every_reset_of_a_stream_carries_its_origin_and_run(scripted_env_url, to
     )
     with stream:
         stream.next_groups(1, policy_version=0, timeout=60)
-    assert ScriptedCodingEnv.reset_tags[:2] == [("training", run_id)] * 2
+    own = [tags for task_id, *tags in ScriptedCodingEnv.reset_tags if str(task_id).startswith("tagged-")]
+    assert own[:2] == [["training", run_id]] * 2
