@@ -36,7 +36,8 @@ DETACH_POLLS = 2000
 # Bounds the wait for init to reap what the command left: builtin `kill -0` calls, a few milliseconds in all.
 REAP_POLLS = 5000
 
-# $1: check, checked or reclaim; $2: the stop_then_kill source; $3: this text; then timeout's arguments. `read`, `[`,
+# $0: ENTRY_NAME, kept through a reclaim; $1: check, checked or reclaim; $2: the stop_then_kill source; $3: this text;
+# then timeout's arguments. `read`, `[`,
 # `kill`, `wait`, `command` and `exec` are dash builtins, so nothing here forks but `timeout`. A backgrounded command
 # would ignore SIGINT, but timeout installs its own handlers, so the command starts with the default ones.
 EXEC_ENTRY = f"""flag=$1 sweep=$2 entry=$3; shift 3
@@ -52,7 +53,7 @@ spent() {{
 }}
 if [ "$flag" = check ] && spent; then flag=reclaim; fi
 if [ "$flag" = reclaim ] && command -v python3 >/dev/null; then
-  exec python3 -c "$sweep" reclaim "$entry" "$@"
+  exec python3 -c "$sweep" reclaim "$0" "$entry" "$@"
 fi
 timeout "$@" & p=$!
 wait $p; code=$?

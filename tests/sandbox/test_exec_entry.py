@@ -51,3 +51,13 @@ def test_only_the_entrys_own_fork_failure_counts_as_a_command_that_never_ran():
     assert not entry_could_not_fork(2, b"sh: 1: Cannot fork\n")  # the command's own shell: it ran
     assert not entry_could_not_fork(0, f"{ENTRY_NAME}: 17: Cannot fork\n".encode())
     assert not entry_could_not_fork(2, f"output\n{ENTRY_NAME}: 17: Cannot fork\n".encode())
+
+
+def test_the_reclaim_is_handed_the_entrys_name_so_that_its_fork_failures_are_still_known(tmp_path):
+    """After a reclaim the entry ran as `sh`, so a fork failure right after it read as the command's own."""
+    fake = tmp_path / "python3"  # stands in for the reclaim, which on this host would end every process of the box
+    fake.write_text('#!/bin/sh\nprintf "%s|%s|%s" "$3" "$4" "$6"\n')
+    fake.chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
+    done = subprocess.run(entry_command(["true"], 5, 1, reclaim=True), capture_output=True, env=env, timeout=60)
+    assert done.stdout.decode() == f"reclaim|{ENTRY_NAME}|-k"

@@ -4,9 +4,10 @@ then kills them all and waits a while for them to be reaped; it forks nothing.
 `python3 -c SOURCE MARKER BUDGET_S`: exit 0 when a pass found no new one within BUDGET_S seconds, 3 when the budget
 ran out first.
 
-`python3 -c SOURCE reclaim ENTRY ARGS...`: the exec entry's way out when the container's pids limit is spent. It ends
-every process outside init's session but itself, says so on stderr, then becomes `sh -c ENTRY` again with the
-check turned off, so that the command runs in the pids it freed.
+`python3 -c SOURCE reclaim NAME ENTRY ARGS...`: the exec entry's way out when the container's pids limit is spent. It
+ends every process outside init's session but itself, says so on stderr, then becomes `sh -c ENTRY` again, named
+NAME (so that the host still knows the entry's own errors) and with the check turned off, so that the command runs
+in the pids it freed.
 """
 
 import os
@@ -74,13 +75,13 @@ def carries(marker: bytes):
 
 def main(argv: list[str]) -> None:
     if argv[1] == "reclaim":
-        entry, command = argv[2], argv[3:]
+        name, entry, command = argv[2], argv[3], argv[4:]
         # init's session holds the container's own processes; every exec starts a session of its own
         container = session(1)
         _, count = stop_then_kill(lambda pid: session(pid) != container, RECLAIM_BUDGET_S)
         sys.stderr.write(f"{RECLAIMED}{count}\n")
         sys.stderr.flush()
-        os.execv("/bin/sh", ["sh", "-c", entry, "sh", "checked", "-", "-", *command])
+        os.execv("/bin/sh", ["sh", "-c", entry, name, "checked", "-", "-", *command])
     settled, _ = stop_then_kill(carries(argv[1].encode()), float(argv[2]))
     sys.exit(0 if settled else 3)
 
