@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from regrow.cli import app as regrow_app
 from tests.live_process import free_port, wait_healthy
-from tests.replay.tool_caller import READ_CORE
+from tests.replay.tool_caller import READ_CORE, train_tool_caller
 from tests.task_fixture import DEMO_TASK_ID, build_demo_task_store
 from trainer_client.channels.preference_pairs import read_pairs
 from trainer_client.replay.action_key import action_key
@@ -87,14 +87,33 @@ def live_traces(live_server, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def live_pairs(live_traces, read_teacher_dir, openai_server, tiny_model_dir, tmp_path_factory) -> Path:
+def live_teacher_dir(live_traces, tiny_model_dir, tmp_path_factory) -> Path:
+    """The read teacher, taught its reply in the live episodes' own contexts too: a tiny model's habit did not carry
+    over to a live `run` step's observation, and its answers there did not parse."""
+    from proto.transcript import format_tool_call, transcript
+
+    contexts = [transcript(trace, before_step=step.index) for trace in read_traces(live_traces) for step in trace.steps]
+    out = tmp_path_factory.mktemp("live-read-teacher")
+    return train_tool_caller(tiny_model_dir, out, format_tool_call(READ_CORE), contexts=contexts)
+
+
+@pytest.fixture(scope="module")
+def live_teacher_served(live_teacher_dir, tmp_path_factory):
+    from tests.openai_serve import transformers_serve
+
+    with transformers_serve(live_teacher_dir, tmp_path_factory.mktemp("serve") / "serve.log") as base:
+        yield f"{base}/v1", str(live_teacher_dir)
+
+
+@pytest.fixture(scope="module")
+def live_pairs(live_traces, live_teacher_dir, live_teacher_served, tiny_model_dir, tmp_path_factory) -> Path:
     """`regrow replay` of the live traces against a local HF teacher and a `transformers serve` teacher."""
-    base_url, served_model = openai_server
+    base_url, served_model = live_teacher_served
     work = tmp_path_factory.mktemp("replay")
     teachers = work / "teachers.yaml"
     teachers.write_text(
         "concurrency: 2\nmax_cost_usd: 1.0\nteachers:\n"
-        f"  - {{name: local, kind: hf, path: '{read_teacher_dir}'}}\n"
+        f"  - {{name: local, kind: hf, path: '{live_teacher_dir}'}}\n"
         f"  - {{name: served, kind: openai, base_url: '{base_url}', model: '{served_model}',"
         " input_usd_per_mtok: 1.0, output_usd_per_mtok: 4.0}\n"
     )
@@ -121,7 +140,7 @@ def test_regrow_replay_turns_live_episodes_into_pairs_and_a_report(live_traces, 
     pairs = read_pairs(live_pairs)
     traces = {trace.episode_id: trace for trace in read_traces(live_traces)}
     # every student turn differs from the teachers' read_file(mathlib/core.py)
-    assert report["decisions"]["pair"] == 5 == len(pairs)
+    assert report["decisions"]["pair"] == 5 == len(pairs), json.dumps(report, indent=1)[:4000]
     assert {t["trace_id"]: t["pairs"] for t in report["traces"]} == {"live-1": 2, "live-2": 3}
     assert all(action_key(p.chosen) == action_key(READ_CORE) for p in pairs)
     assert [p.rejected.tool for p in pairs] == ["list_dir", "submit", "run", "read_file", "submit"]

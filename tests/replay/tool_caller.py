@@ -17,8 +17,9 @@ def replay_contexts() -> list[list[dict[str, str]]]:
     return [transcript(trace, before_step=step.index) for trace in recorded_traces() for step in trace.steps]
 
 
-def train_tool_caller(base: Path, out: Path, reply: str, max_steps: int = 100) -> Path:
-    """Fine-tune the model in `base` until its greedy reply to every replay context is `reply`; save to `out`.
+def train_tool_caller(base: Path, out: Path, reply: str, max_steps: int = 100, contexts: list | None = None) -> Path:
+    """Fine-tune the model in `base` until its greedy reply to every replay context (and every one of `contexts`) is
+    `reply`; save to `out`.
 
     `reply` should be one of the base tokenizer's whole-reply tokens, which keeps this to a few steps.
     """
@@ -28,7 +29,7 @@ def train_tool_caller(base: Path, out: Path, reply: str, max_steps: int = 100) -
     tokenizer = AutoTokenizer.from_pretrained(base)
     model = AutoModelForCausalLM.from_pretrained(base)
     torch.manual_seed(0)
-    examples = [completion_ids(tokenizer, context, reply) for context in replay_contexts()]
+    examples = [completion_ids(tokenizer, context, reply) for context in replay_contexts() + (contexts or [])]
     width = max(len(p) + len(c) for p, c in examples)
     input_ids = torch.full((len(examples), width), tokenizer.pad_token_id)
     labels = torch.full((len(examples), width), -100)
