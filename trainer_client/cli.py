@@ -51,7 +51,7 @@ def train(settings: TrainSettings) -> None:
     from rich.text import Text
 
     from trainer_client.env.errors import EnvError
-    from trainer_client.rollout.vllm_sampler import check_vllm_answers
+    from trainer_client.rollout.vllm_server import check_vllm_answers
 
     if settings.plan:
         show_plan(settings)

@@ -16,7 +16,8 @@ import pytest
 
 from tests.live_process import free_port, served_in_thread, served_subprocess
 from tests.trainer_client.tiny_policy import tiny_qwen2
-from trainer_client.rollout.vllm_sampler import VLLMServerError, VLLMTurnSampler, check_vllm_ready, parsed_turn
+from trainer_client.rollout.vllm_sampler import VLLMTurnSampler, parsed_turn
+from trainer_client.rollout.vllm_server import VLLMServerError, check_vllm_ready
 
 pytestmark = pytest.mark.train
 

@@ -33,7 +33,7 @@ def prepare_run(settings: TrainSettings) -> PreparedRun:
     """Check `settings` against the launch, the device, the memory and the vLLM server, and settle what the load
     reads: the weights' dtype (the pairs' reference dtype, where they agree) and, unless given, the most rows a
     forward takes that fit."""
-    from trainer_client.rollout.vllm_sampler import check_vllm_ready
+    from trainer_client.rollout.vllm_server import check_vllm_ready
 
     rank, world = process_rank()
     local_groups(settings, world)  # said before the model loads

@@ -38,7 +38,7 @@ def accumulation_steps(settings: TrainSettings, world: int) -> int:
 
 
 def build_config(settings: TrainSettings, device: str, world: int = 1) -> "RegrowGRPOConfig":
-    from trainer_client.rollout.vllm_sampler import server_mode_config
+    from trainer_client.rollout.vllm_server import server_mode_config
     from trainer_client.train.grpo_trainer import CHANNEL_SETTINGS, RegrowGRPOConfig
 
     vllm = server_mode_config(settings.vllm_server, settings.vllm_timeout_s) if settings.vllm_server else {}
