@@ -177,7 +177,7 @@ class LadderTable(BaseModel):
             for arm in self.summary
         ]
         runs_head = (
-            "\n| arm | seed | pass@1 | mean reward | training reward, first third of the steps -> last | train s "
+            "\n| arm | seed | pass@1 | mean reward | training reward, first half of the steps -> last | train s "
             "| eval s | tokens generated | teacher $ | SDPO teacher tokens | final losses | curves |\n"
             "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
         )
@@ -208,11 +208,11 @@ def _figure(value: float | None) -> str:
 
 
 def reward_trend(rewards: list[float]) -> tuple[float, float]:
-    """The mean training reward of the first third of the steps and of the last third (at least one step each)."""
+    """The mean training reward of the first half of the steps and of the last half (at least one step each)."""
     if not rewards:
         raise ValueError("no training step logged a reward")
-    third = max(1, len(rewards) // 3)
-    return sum(rewards[:third]) / third, sum(rewards[-third:]) / third
+    half = max(1, len(rewards) // 2)
+    return sum(rewards[:half]) / half, sum(rewards[-half:]) / half
 
 
 def _trend(rewards: list[float]) -> str:

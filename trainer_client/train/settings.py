@@ -84,6 +84,11 @@ class TrainSettings(BaseSettings):
         gt=0,
         description=f"Optimizer learning rate; default {FULL_LEARNING_RATE:g}, {LORA_LEARNING_RATE:g} with --lora-r.",
     )
+    lr_schedule: Literal["linear", "constant", "cosine"] = Field(
+        default="linear",
+        description="How the learning rate moves over the steps (transformers' scheduler): linear decays it to 0 "
+        "by the last step; constant keeps it, as a run of a few steps wants.",
+    )
     loss_type: str = Field(default="dr_grpo", description="TRL loss: dr_grpo, grpo, dapo, bnpo, cispo, sapo, ...")
     importance_correction: bool = Field(
         default=True,

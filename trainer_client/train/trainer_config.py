@@ -52,6 +52,7 @@ def build_config(settings: TrainSettings, device: str, world: int = 1) -> "Regro
         max_completion_length=settings.max_completion_tokens,
         max_steps=settings.steps,
         learning_rate=settings.learning_rate,
+        lr_scheduler_type=settings.lr_schedule,
         temperature=settings.temperature,
         loss_type=settings.loss_type,
         **settings.model_dump(include=set(CHANNEL_SETTINGS)),
