@@ -34,6 +34,9 @@ class Baseline:
     test_executions: int = 0
     flaky: set[str] = field(default_factory=set)
     mentions: dict[str, set[str]] = field(default_factory=dict)
+    # The repository's packages that pytest itself imports (pluggy): a fork server's children would inherit the
+    # modules it imported before a deletion, so that no test saw it; candidates then run in a fresh pytest each.
+    runner_packages: list[str] = field(default_factory=list)
 
     def covering(self, unit: Unit) -> set[str]:
         """Stable tests that execute any line of the unit's body (of any part's, for a group, whose parts may sit in
@@ -206,9 +209,10 @@ def run_baseline(
     imported = runner_imports(sb, layout.top_packages, timeout)
     if imported:
         log.warning(
-            "pytest itself imports %s: a deletion in code pytest runs breaks the test runner, and such candidates are "
-            "rejected as runner_broken; the others make tasks",
+            "pytest itself imports %s: each candidate's tests run in a fresh pytest, and a deletion in code pytest "
+            "runs breaks the test runner (such candidates are rejected as runner_broken); the others make tasks",
             ", ".join(imported),
         )
     flaky = set.union(*passes) - stable
-    return Baseline(stable, collected, lines, packages, test_texts, executions, flaky, mention_index(test_texts))
+    mentions = mention_index(test_texts)
+    return Baseline(stable, collected, lines, packages, test_texts, executions, flaky, mentions, imported)

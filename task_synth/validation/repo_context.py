@@ -56,7 +56,7 @@ class RepoContext(PreparedRepo):
         )
         try:
             seed_workspace(sb, self.install_archive, tree_archive(self.checkout.root, f"{WORKSPACE.lstrip('/')}/"))
-            if self.settings.fork_server:
+            if self.settings.fork_server and not self.baseline.runner_packages:
                 start_fork_server(sb, SERVER_ENV)
         except BaseException:
             sb.destroy()
