@@ -1,8 +1,6 @@
 """Files the build writes into the source tree (a setuptools-scm, hatch-vcs or versioneer `_version.py`, which git
 ignores) are copied from the editable install into every workspace, and are never deleted."""
 
-import subprocess
-import textwrap
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,13 +9,8 @@ import pytest
 from task_synth.candidates.units import enumerate_units
 from task_synth.repository.generated_files import declared_version_files, generated_paths
 from task_synth.repository.repo_layout import read_layout
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for path, text in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(textwrap.dedent(text))
-    return root
+from tests.task_synth.written_repos import committed_clone
+from tests.task_synth.written_repos import write_files as _write
 
 
 def test_the_version_file_each_tool_declares_is_found(tmp_path):
@@ -151,12 +144,7 @@ VERLIB = {
 @pytest.fixture
 def verlib_clone(tmp_path) -> Path:
     """A git repository of VERLIB, as a clone has it: no _version.py."""
-    root = _write(tmp_path / "verlib", VERLIB)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "verlib"], check=True)
-    return root
+    return committed_clone(tmp_path / "verlib", VERLIB)
 
 
 @pytest.mark.docker

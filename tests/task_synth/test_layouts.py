@@ -1,18 +1,10 @@
 """Where real projects keep their code: src/ and flat packages, PEP 420 namespaces, and single-module projects."""
 
-from pathlib import Path
-
 from task_synth.candidates.units import enumerate_units
 from task_synth.repository.repo_layout import read_layout
+from tests.task_synth.written_repos import write_files as _write
 
 FUNCTION = "def double(x):\n    y = x * 2\n    z = y + 0\n    return z\n"
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for path, text in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    return root
 
 
 def test_a_single_module_project_is_its_own_package(tmp_path):

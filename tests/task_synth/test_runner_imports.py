@@ -1,10 +1,10 @@
 """A repository that pytest itself imports: a deletion reaches the tests, not pytest's own copy of the package."""
 
-import subprocess
-import textwrap
 from pathlib import Path
 
 import pytest
+
+from tests.task_synth.written_repos import committed_clone
 
 # pytest imports iniconfig when it starts, and takes any version from 1.0.1 on: this stand-in, made here, is one.
 INICONFIG = {
@@ -110,21 +110,9 @@ INICONFIG = {
 }
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(textwrap.dedent(text))
-    return root
-
-
 @pytest.fixture
 def iniconfig_clone(tmp_path) -> Path:
-    root = _write(tmp_path / "iniconfig", INICONFIG)
-    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
-    subprocess.run([*git, "init", "-q"], check=True)
-    subprocess.run([*git, "add", "-A"], check=True)
-    subprocess.run([*git, "commit", "-qm", "iniconfig"], check=True)
-    return root
+    return committed_clone(tmp_path / "iniconfig", INICONFIG)
 
 
 @pytest.mark.docker

@@ -1,0 +1,22 @@
+"""Repositories a test writes from a dict of files (texts dedented), and committed as a fresh clone has them."""
+
+import subprocess
+import textwrap
+from pathlib import Path
+
+
+def write_files(root: Path, files: dict[str, str]) -> Path:
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(textwrap.dedent(text))
+    return root
+
+
+def committed_clone(root: Path, files: dict[str, str]) -> Path:
+    """FILES written under ROOT and committed to a new git repository, with no tag: what a clone of it would hold."""
+    write_files(root, files)
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(root)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", root.name], check=True)
+    return root
