@@ -1,7 +1,7 @@
 """OpenEnv's wire base models (Action, Observation, State), without OpenEnv's server.
 
 `openenv.core.env_server.types` needs only pydantic, but importing it runs its package's `__init__`, which imports
-the HTTP server, fastmcp and gradio: about 2 s of every process that imports `proto` (the CLI, the trainer). The
+the HTTP server, fastmcp and gradio: seconds of every process that imports `proto` (the CLI, the trainer). The
 module is loaded here under its own name, so that when the server does import the package, `from .types import ...`
 finds this very module and the classes stay one and the same (openenv is pinned in pyproject.toml).
 """

@@ -37,9 +37,9 @@ DETACH_POLLS = 2000
 REAP_POLLS = 5000
 
 # $0: ENTRY_NAME, kept through a reclaim; $1: check, checked or reclaim; $2: the stop_then_kill source; $3: this text;
-# then timeout's arguments. `read`, `[`,
-# `kill`, `wait`, `command` and `exec` are dash builtins, so nothing here forks but `timeout`. A backgrounded command
-# would ignore SIGINT, but timeout installs its own handlers, so the command starts with the default ones.
+# then timeout's arguments. `read`, `[`, `kill`, `wait`, `command` and `exec` are dash builtins, so nothing here forks
+# but `timeout`. A backgrounded command would ignore SIGINT, but timeout installs its own handlers, so the command
+# starts with the default ones.
 EXEC_ENTRY = f"""flag=$1 sweep=$2 entry=$3; shift 3
 spent() {{
   for f in /sys/fs/cgroup/pids.current /sys/fs/cgroup/pids/pids.current; do

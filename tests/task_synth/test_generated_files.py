@@ -9,7 +9,7 @@ import pytest
 from task_synth.candidates.units import enumerate_units
 from task_synth.repository.generated_files import declared_version_files, generated_paths
 from task_synth.repository.repo_layout import read_layout
-from tests.task_synth.written_repos import committed_clone
+from tests.task_synth.written_repos import committed_clone, prepared_clone
 from tests.task_synth.written_repos import write_files as _write
 
 
@@ -155,13 +155,8 @@ def test_a_clone_whose_build_writes_its_version_file_gets_a_baseline_and_workspa
     from task_synth.settings import SynthSettings
     from task_synth.store.task_builder import task_workspace
     from task_synth.validation.canary_scan import archive_files
-    from task_synth.validation.repo_context import prepare_repo
 
-    images: list[str] = []
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    context = prepare_repo(str(verlib_clone), SynthSettings(seed=0), docker_backend, scratch, images)
-    try:
+    with prepared_clone(verlib_clone, SynthSettings(seed=0), docker_backend, tmp_path) as context:
         assert context.baseline.stable >= {"tests/test_verlib.py::test_version"}
         assert (context.checkout.root / "src/verlib/_version.py").read_text().startswith('version = "1.4.0"')
         assert context.layout.generated == {"src/verlib/_version.py"}
@@ -171,6 +166,3 @@ def test_a_clone_whose_build_writes_its_version_file_gets_a_baseline_and_workspa
         workspace = task_workspace(context, delete_unit(context.layout, units[0], "stub"))
         files = dict(archive_files(workspace.archive))
         assert b"def version_tuple" in files["workspace/src/verlib/_version.py"]
-    finally:
-        for image in images:
-            docker_backend.remove_image(image)

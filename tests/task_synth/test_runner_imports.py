@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.task_synth.written_repos import committed_clone
+from tests.task_synth.written_repos import committed_clone, prepared_clone
 
 # pytest imports iniconfig when it starts, and takes any version from 1.0.1 on: this stand-in, made here, is one.
 INICONFIG = {
@@ -124,15 +124,10 @@ def test_a_deletion_in_a_package_pytest_imports_fails_the_tests_that_use_it(
     from task_synth.candidates.deletion import delete_unit
     from task_synth.candidates.units import enumerate_units
     from task_synth.settings import SynthSettings
-    from task_synth.validation.repo_context import prepare_repo
     from task_synth.validation.verdict import validate
 
-    images: list[str] = []
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
     settings = SynthSettings(seed=0)
-    context = prepare_repo(str(iniconfig_clone), settings, docker_backend, scratch, images)
-    try:
+    with prepared_clone(iniconfig_clone, settings, docker_backend, tmp_path) as context:
         assert context.baseline.runner_packages == ["iniconfig"]
         [unit] = [u for u in enumerate_units(context.layout) if u.qualname == "parse_lines"]
         with context.sandbox() as sb:
@@ -147,6 +142,3 @@ def test_a_deletion_in_a_package_pytest_imports_fails_the_tests_that_use_it(
         }
         assert verdict.rejection is None and verdict.fail_to_pass, verdict
         assert set(verdict.fail_to_pass) | set(verdict.trivially_passed) == reads, verdict
-    finally:
-        for image in images:
-            docker_backend.remove_image(image)

@@ -1,7 +1,10 @@
-"""Repositories a test writes from a dict of files (texts dedented), and committed as a fresh clone has them."""
+"""Repositories a test writes from a dict of files (texts dedented), committed as a fresh clone has them, and prepared
+for synthesis."""
 
 import subprocess
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -20,3 +23,18 @@ def committed_clone(root: Path, files: dict[str, str]) -> Path:
     subprocess.run([*git, "add", "-A"], check=True)
     subprocess.run([*git, "commit", "-qm", root.name], check=True)
     return root
+
+
+@contextmanager
+def prepared_clone(clone: Path, settings, backend, tmp_path: Path) -> Iterator:
+    """The RepoContext of CLONE (its images built as synthesis builds them), the images removed after."""
+    from task_synth.validation.repo_context import prepare_repo
+
+    images: list[str] = []
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    try:
+        yield prepare_repo(str(clone), settings, backend, scratch, images)
+    finally:
+        for image in images:
+            backend.remove_image(image)
