@@ -7,6 +7,11 @@ import time
 
 import pytest
 
+from proto.openenv_types import leave_out_openenv_web_ui
+
+# Test modules import OpenEnv's client before any regrow package does: spare each test process its gradio too.
+leave_out_openenv_web_ui()
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 # The train extra is gated here and nowhere else (`make test-unit` runs on the core install, without it).
 TRAIN_PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "gguf")

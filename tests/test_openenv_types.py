@@ -28,3 +28,25 @@ def test_the_server_package_imported_after_proto_shares_its_classes():
         " issubclass(proto.ToolCall, server.Action), issubclass(proto.CodingObservation, server.Observation))"
     )
     assert _run(code) == "True True True True"
+
+
+def test_the_server_and_the_client_load_without_openenvs_gradio_ui():
+    """OpenEnv's package `__init__` imported its gradio web UI in every server, trainer and test process (~2.5 s)."""
+    code = (
+        "import sys\n"
+        "import env_server.app, trainer_client.env.client\n"
+        "print('gradio' in sys.modules, 'openenv.core.env_server.http_server' in sys.modules)"
+    )
+    assert _run(code) == "False True"
+
+
+def test_enable_web_interface_keeps_openenvs_web_ui():
+    code = (
+        "import os\n"
+        "os.environ['ENABLE_WEB_INTERFACE'] = 'true'\n"
+        "from proto.openenv_types import leave_out_openenv_web_ui\n"
+        "left_out = leave_out_openenv_web_ui()\n"
+        "import openenv.core.env_server as server\n"
+        "print(left_out, server.create_web_interface_app is not None)"
+    )
+    assert _run(code) == "False True"
