@@ -71,6 +71,9 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         "episodes_per_minute": round(60 * len(played) / elapsed, 2),
         "episode_retries": stream.stats.episode_retries,
         "reset_latency": latency,
+        # context tokens run at the start of a turn, and those the sampler's turn cache spared it
+        "prefilled_tokens": getattr(policy, "prefilled_tokens", None),
+        "reused_tokens": getattr(policy, "reused_tokens", None),
     }
 
 

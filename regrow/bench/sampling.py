@@ -65,8 +65,9 @@ def measure(model: str, batch: int, context: int, new_tokens: int, threads: int)
     torch.set_num_threads(threads)
     policy, tokenizer = bench_model(model)
     policy.eval()
-    # No stop token: every row writes all its tokens, so runs compare the same work.
-    sampler = HFTurnSampler(policy, tokenizer.pad_token_id or 0, stop_ids=[])
+    # No stop token: every row writes all its tokens, so runs compare the same work. No turn cache: the warm-up's
+    # contexts are the timed ones, and the figure is a whole turn's, its prefill included.
+    sampler = HFTurnSampler(policy, tokenizer.pad_token_id or 0, stop_ids=[], cached_turns=0)
     ids = [[100 + (row * 7 + i) % 1000 for i in range(context)] for row in range(batch)]
     sampler.generate_batch(ids, [8] * batch)  # warm-up: first-call allocations stay out of the figure
     started = time.monotonic()

@@ -20,6 +20,7 @@ from transformers.cache_utils import Cache, DynamicLayer
 from transformers.masking_utils import create_causal_mask
 
 from trainer_client.policy.lora_adapter import causal_lm
+from trainer_client.rollout.turn_cache import keys_and_values, layer_holding
 
 if TYPE_CHECKING:  # annotations only: importing it loads transformers' modeling code, about a second
     from torch.nn.attention.flex_attention import BlockMask
@@ -84,7 +85,7 @@ def empty_prefix(rows: int, device: torch.device) -> Prefix:
     return Prefix([], empty, empty, empty)
 
 
-def reuses_keys_and_values(model: PreTrainedModel) -> bool:
+def reuseskeys_and_values(model: PreTrainedModel) -> bool:
     """Whether a prefix of this model can be continued: every layer attends to the whole context."""
     layer_types = getattr(backbone_of(model).config, "layer_types", None)
     return not layer_types or all(kind == "full_attention" for kind in layer_types)
@@ -152,7 +153,7 @@ def _forward(
     """The backbone on new tokens after the prefix; `nodes` (0 shared, k branch k) keeps branches apart."""
     backbone = backbone_of(model)
     if prefix.layers:
-        cache = Cache(layers=[_layer_holding(keys, values) for keys, values in prefix.layers])
+        cache = Cache(layers=[layer_holding(keys, values) for keys, values in prefix.layers])
     else:
         cache = Cache(layers=[DynamicLayer() for _ in range(backbone.config.num_hidden_layers)])
     mask = torch.cat([prefix.mask, new_mask], dim=1)
@@ -168,22 +169,7 @@ def _forward(
     hidden = backbone(
         input_ids=input_ids, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True
     ).last_hidden_state
-    return hidden, [_keys_and_values(layer) for layer in cache.layers]
-
-
-def _layer_holding(keys: torch.Tensor, values: torch.Tensor) -> DynamicLayer:
-    """A cache layer that starts with these keys and values."""
-    layer = DynamicLayer()
-    layer.lazy_initialization(keys, values)
-    layer.keys, layer.values = keys, values
-    return layer
-
-
-def _keys_and_values(layer: object) -> tuple[torch.Tensor, torch.Tensor]:
-    """What a cache layer holds after the forward; every layer of a full-attention model holds keys and values."""
-    if not isinstance(layer, DynamicLayer) or layer.keys is None or layer.values is None:
-        raise RuntimeError(f"a {type(layer).__name__} cache layer holds no keys and values after the forward")
-    return layer.keys, layer.values
+    return hidden, [keys_and_values(layer) for layer in cache.layers]
 
 
 class _KeptLayer(DynamicLayer):
@@ -221,7 +207,7 @@ def recorded_forward(model: PreTrainedModel, keep_prefix: bool) -> Iterator[Reco
     recorded = RecordedForward()
     thread = threading.get_ident()
     backbone = backbone_of(model)
-    keep_prefix = keep_prefix and reuses_keys_and_values(model)
+    keep_prefix = keep_prefix and reuseskeys_and_values(model)
     pending: list[tuple[Cache, torch.Tensor, torch.Tensor]] = []
 
     def give_cache(module, args, kwargs):

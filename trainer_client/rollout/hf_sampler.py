@@ -10,8 +10,10 @@ import threading
 from dataclasses import dataclass
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from trainer_client.rollout.agent_loop import GeneratedTurn
+from trainer_client.rollout.turn_cache import TurnCache, prefill_inputs, row_keys_and_values
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,7 @@ class HFTurnSampler:
         temperature: float = 1.0,
         max_batch: int = 16,
         weights_lock: "threading.Lock | None" = None,
+        cached_turns: int | None = None,
     ):
         self.model = model
         # Held over each forward: a teacher that swaps the model's adapter holds it too, so no turn is sampled from it.
@@ -43,6 +46,10 @@ class HFTurnSampler:
         self.temperature = temperature
         self.max_batch = max_batch
         self.version = 0
+        # each in-flight episode's latest turn, twice over: a group's episodes and the next group's share prompts
+        self.turn_cache = TurnCache(2 * max_batch if cached_turns is None else cached_turns)
+        self.reused_tokens = 0  # context tokens taken from the cache, not run again
+        self.prefilled_tokens = 0  # context tokens run in a turn's first forward
         self._queue: asyncio.Queue[_Request] | None = None
         self._server: asyncio.Task | None = None
 
@@ -78,28 +85,29 @@ class HFTurnSampler:
 
     @torch.no_grad()
     def generate_batch(self, contexts: list[list[int]], max_new_tokens: list[int]) -> list[GeneratedTurn]:
-        """Sample one turn for each context (left-padded into one batch), token by token with a KV cache."""
+        """Sample one turn for each context, token by token with a KV cache; each row prefills only the tokens
+        past the longest start it shares with a cached turn (left-padded into one batch)."""
         device = next(self.model.parameters()).device
-        width = max(len(c) for c in contexts)
-        input_ids = torch.full((len(contexts), width), self.pad_token_id, dtype=torch.long)
-        attention_mask = torch.zeros((len(contexts), width), dtype=torch.long)
-        for row, context in enumerate(contexts):
-            input_ids[row, width - len(context) :] = torch.tensor(context)
-            attention_mask[row, width - len(context) :] = 1
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
-        position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        version = self.version  # read once: the trainer may move it while this batch runs
+        cached = [self.turn_cache.longest_prefix(context, version) for context in contexts]
+        inputs = prefill_inputs(contexts, cached, self.pad_token_id)
+        self.reused_tokens += sum(inputs.reused)
+        self.prefilled_tokens += sum(len(c) for c in contexts) - sum(inputs.reused)
+        attention_mask, position_ids = inputs.attention_mask.to(device), inputs.position_ids.to(device)
         stops = torch.tensor(self.stop_ids, device=device)
         limits = torch.tensor(max_new_tokens, device=device)
         finished = torch.zeros(len(contexts), dtype=torch.bool, device=device)
         tokens, logprobs = [], []
         with self.weights_lock:
             output = self.model(
-                input_ids=input_ids,
+                input_ids=inputs.input_ids.to(device),
                 attention_mask=attention_mask,
                 position_ids=position_ids,
+                past_key_values=inputs.past,
                 use_cache=True,
                 logits_to_keep=1,
             )
+        fed = 0  # sampled tokens run through the model, whose keys and values the cache holds
         for step in range(max(max_new_tokens)):
             step_logprobs = torch.log_softmax(output.logits[:, -1].float() / self.temperature, dim=-1)
             token = torch.multinomial(step_logprobs.exp(), 1).squeeze(-1)
@@ -123,10 +131,14 @@ class HFTurnSampler:
                     past_key_values=output.past_key_values,
                     use_cache=True,
                 )
-        new_tokens = torch.stack(tokens, dim=1).cpu()
-        new_logprobs = torch.stack(logprobs, dim=1).cpu()
+            fed += 1
+        turns = self._turns(torch.stack(tokens, dim=1).cpu(), torch.stack(logprobs, dim=1).cpu(), max_new_tokens)
+        self._remember(contexts, turns, output.past_key_values, attention_mask, fed, version)
+        return turns
+
+    def _turns(self, new_tokens: torch.Tensor, new_logprobs: torch.Tensor, limits: list[int]) -> list[GeneratedTurn]:
         turns = []
-        for row, limit in enumerate(max_new_tokens):
+        for row, limit in enumerate(limits):
             ids = new_tokens[row, :limit].tolist()
             stop = next((i for i, t in enumerate(ids) if t in self.stop_ids), None)
             end = len(ids) if stop is None else stop + 1
@@ -134,3 +146,14 @@ class HFTurnSampler:
                 GeneratedTurn(ids=ids[:end], logprobs=new_logprobs[row, :end].tolist(), finished=stop is not None)
             )
         return turns
+
+    def _remember(self, contexts, turns, cache, attention_mask, fed: int, version: int) -> None:
+        """Cache each row's context and the part of its turn that ran, for the episode's next turn to continue."""
+        if not self.turn_cache.capacity or cache is None:
+            return
+        if any(type(layer) is not DynamicLayer for layer in cache.layers):
+            return  # a sliding-window or quantized layer does not hold every column the rows ran
+        for row, (context, turn) in enumerate(zip(contexts, turns)):
+            ran = turn.ids[: min(len(turn.ids), fed)]
+            layers = row_keys_and_values(cache, attention_mask, row, len(context) + len(ran))
+            self.turn_cache.store(tuple(context + ran), layers, version)
