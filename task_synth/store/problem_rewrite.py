@@ -5,8 +5,6 @@ from __future__ import annotations
 import logging
 import os
 
-import openai
-
 from task_synth.settings import SynthSettings
 
 log = logging.getLogger(__name__)
@@ -27,6 +25,8 @@ def rewrite_problem_statement(template: str, settings: SynthSettings) -> str:
     """
     if not settings.rewrite_base_url or not settings.rewrite_model:
         return template
+    import openai  # here, not at the top: the SDK takes half a second to import, and most runs never rewrite
+
     key = os.environ.get(settings.rewrite_api_key_env, "") if settings.rewrite_api_key_env else ""
     try:
         # one try, no retries: a failed rewrite only keeps the template
