@@ -59,6 +59,10 @@ class RolloutBenchOptions:
     workers: Annotated[int, typer.Option(min=1, help="Concurrent rollout workers.")] = 4
     episodes: Annotated[int, typer.Option(min=1, help="Episodes to play.")] = 16
     max_turns: Annotated[int, typer.Option(min=1, help="Turn limit per episode.")] = 4
+    max_turn_tokens: Annotated[
+        int, typer.Option(min=1, help="Tokens a turn may write (48 measures throughput; a real turn needs hundreds).")
+    ] = 48
+    temperature: Annotated[float, typer.Option(min=0.01, help="The policy's sampling temperature.")] = 1.0
     task_id: Annotated[
         list[str], typer.Option("--task-id", help="Tasks to play (repeat); default: sample by seed.")
     ] = field(default_factory=list)

@@ -36,8 +36,8 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         policy = SkillSampler(tokenizer, tokens.end_of_turn_id, skill_store, options.seed)
         limits = EpisodeLimits(max_turns=options.max_turns, max_turn_tokens=16384, max_completion_tokens=32768)
     else:
-        policy = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, max_batch=workers)
-        limits = EpisodeLimits(max_turns=options.max_turns, max_turn_tokens=48, max_completion_tokens=2048)
+        policy = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, options.temperature, max_batch=workers)
+        limits = EpisodeLimits(options.max_turns, options.max_turn_tokens, max_completion_tokens=2048)
     drawn = {"sampler": sampler_name} if sampler_name != "uniform" else {}
     resets: Iterator[dict[str, Any]] = (
         ({"task_id": t} for t in itertools.cycle(options.task_id))
@@ -64,6 +64,8 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         "group_size": group_size,
         "zero_variance_share": round(len(flat) / len(groups), 3) if groups and group_size > 1 else None,
         "pass_rate": round(statistics.mean(is_pass(t.reward) for t in played), 3),
+        # which tasks a policy sometimes passes: the ones whose groups differ, the only ones GRPO learns from
+        "pass_rate_by_task": pass_rate_by_task(played),
         "tasks_played": len({t.task_id for t in played}),
         "turns_per_episode": round(statistics.mean(len(t.turns) for t in played), 2),
         "env_steps": sum(turn.calls for t in played for turn in t.turns),
@@ -75,6 +77,13 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         "prefilled_tokens": getattr(policy, "prefilled_tokens", None),
         "reused_tokens": getattr(policy, "reused_tokens", None),
     }
+
+
+def pass_rate_by_task(played: list) -> dict[str, float]:
+    outcomes: dict[str, list[bool]] = {}
+    for trajectory in played:
+        outcomes.setdefault(trajectory.task_id or "?", []).append(is_pass(trajectory.reward))
+    return {task: round(statistics.mean(passed), 3) for task, passed in sorted(outcomes.items())}
 
 
 async def when_a_slot_frees(attempt: Callable[[], Awaitable[float]], wait_s: float) -> float:
