@@ -86,6 +86,8 @@ def test_the_overfit_recipe_trains_dr_grpo_alone_on_its_own_tasks_and_three_seed
     assert ladder.arms == ["a1"] and ladder.eval_tasks == 0 and ladder.seeds == 3
     assert (train.alpha_sdpo, train.beta_dpo, train.loss_type, train.split) == (0.0, 0.0, "dr_grpo", "train")
     assert train.uniform_groups == "keep"  # a dropped group would leave the step's mean reward, the curve's number
+    # nor is any group dropped as stale (a first run lost its third group so): the stream buffers 2 a step's groups
+    assert train.max_staleness >= 2 * train.groups_per_step
     # sampled at 1.0, a policy fine-tuned to an assistant loss of 0.036 derailed in every episode's first edit: reward 0
     assert train.temperature < 1.0
     # with 3 task ids, each half of the steps plays every task once: the first half's mean reward and the last's compare

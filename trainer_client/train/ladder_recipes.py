@@ -89,6 +89,9 @@ RECIPES = {
                 "learning_rate": 1e-5,
                 "lr_schedule": "constant",
                 "uniform_groups": "keep",  # every group counts in the step's mean reward, the curve's one number
+                # the stream plays up to 2 groups ahead of the trainer (2 a step's groups); a group dropped as stale
+                # shifts the task cycle, and the halves of the steps then play different tasks
+                "max_staleness": 2,
                 "save_steps": 1000,
                 "device": "cpu",
             },
