@@ -63,6 +63,9 @@ class RolloutBenchOptions:
         int, typer.Option(min=1, help="Tokens a turn may write (48 measures throughput; a real turn needs hundreds).")
     ] = 48
     temperature: Annotated[float, typer.Option(min=0.01, help="The policy's sampling temperature.")] = 1.0
+    turn_cache: Annotated[
+        bool, typer.Option(help="Continue each turn from the keys and values of the episode's last one (the default).")
+    ] = True
     task_id: Annotated[
         list[str], typer.Option("--task-id", help="Tasks to play (repeat); default: sample by seed.")
     ] = field(default_factory=list)

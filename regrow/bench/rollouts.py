@@ -21,23 +21,13 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
     With `--skill-policy` the policy is skill_policy.py's stand-in of known skill on that store's tasks."""
     import itertools
 
-    from trainer_client.rollout.agent_loop import EpisodeLimits, TurnSampler
-    from trainer_client.rollout.hf_sampler import HFTurnSampler
     from trainer_client.rollout.stream import RolloutStream
     from trainer_client.rollout.stream_settings import StreamSettings
 
-    env_url, workers, group_size, skill_store = options.env, options.workers, options.group_size, options.skill_policy
+    env_url, workers, group_size = options.env, options.workers, options.group_size
     model, tokenizer = bench_model(options.model)
     tokens = EpisodeTokenizer(tokenizer)
-    policy: TurnSampler
-    if skill_store is not None:
-        from regrow.bench.skill_policy import SkillSampler
-
-        policy = SkillSampler(tokenizer, tokens.end_of_turn_id, skill_store, options.seed)
-        limits = EpisodeLimits(max_turns=options.max_turns, max_turn_tokens=16384, max_completion_tokens=32768)
-    else:
-        policy = HFTurnSampler(model, tokenizer.pad_token_id, tokens.stop_ids, options.temperature, max_batch=workers)
-        limits = EpisodeLimits(options.max_turns, options.max_turn_tokens, max_completion_tokens=2048)
+    policy, limits = _policy_and_limits(options, model, tokenizer, tokens)
     drawn = {"sampler": sampler_name} if sampler_name != "uniform" else {}
     resets: Iterator[dict[str, Any]] = (
         ({"task_id": t} for t in itertools.cycle(options.task_id))
@@ -56,7 +46,7 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
     latency = prefix_reset_latency(env_url, played) if options.prefix_latency else None
     return {
         "env": env_url,
-        "model": "skill policy" if skill_store is not None else options.model,
+        "model": "skill policy" if options.skill_policy is not None else options.model,
         "sampler": sampler_name,
         "workers": workers,
         "episodes": len(played),
@@ -77,6 +67,27 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         "prefilled_tokens": getattr(policy, "prefilled_tokens", None),
         "reused_tokens": getattr(policy, "reused_tokens", None),
     }
+
+
+def _policy_and_limits(options: RolloutBenchOptions, model, tokenizer, tokens: EpisodeTokenizer) -> tuple:
+    """The transformers sampler, or with `--skill-policy` the stand-in of known skill, and its episode limits."""
+    from trainer_client.rollout.agent_loop import EpisodeLimits
+    from trainer_client.rollout.hf_sampler import HFTurnSampler
+
+    if options.skill_policy is not None:
+        from regrow.bench.skill_policy import SkillSampler
+
+        policy = SkillSampler(tokenizer, tokens.end_of_turn_id, options.skill_policy, options.seed)
+        return policy, EpisodeLimits(max_turns=options.max_turns, max_turn_tokens=16384, max_completion_tokens=32768)
+    sampler = HFTurnSampler(
+        model,
+        tokenizer.pad_token_id,
+        tokens.stop_ids,
+        options.temperature,
+        max_batch=options.workers,
+        cached_turns=None if options.turn_cache else 0,
+    )
+    return sampler, EpisodeLimits(options.max_turns, options.max_turn_tokens, max_completion_tokens=2048)
 
 
 def pass_rate_by_task(played: list) -> dict[str, float]:
