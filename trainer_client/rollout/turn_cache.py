@@ -117,10 +117,11 @@ def _padded_layer(cached: list[tuple[CachedTurn | None, int]], index: int, width
 
 
 def row_keys_and_values(cache: Cache, attention_mask: torch.Tensor, row: int, tokens: int) -> KeysAndValues:
-    """Row `row`'s first `tokens` unmasked columns of every layer: the tokens it ran, in order, without holes."""
-    columns = attention_mask[row].nonzero().squeeze(-1)[:tokens].to(attention_mask.device)
+    """Row `row`'s first `tokens` unmasked columns of every layer: the tokens it ran, in order, without holes (a
+    copy: indexing by a tensor of columns copies, so the batch's cache can go)."""
+    columns = attention_mask[row].nonzero().squeeze(-1)[:tokens]
     return [
-        (keys[row : row + 1, :, columns].clone(), values[row : row + 1, :, columns].clone())
+        (keys[row : row + 1, :, columns], values[row : row + 1, :, columns])
         for keys, values in (keys_and_values(layer) for layer in cache.layers)
     ]
 
