@@ -35,7 +35,10 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
         else ({"seed": options.seed * 1_000_003 + n, **drawn} for n in itertools.count())
     )
     buffered = max(2, workers * 2 // group_size)
-    playing = StreamSettings(workers, group_size, max_staleness=10**9, max_buffered_groups=buffered)
+    # tagged an evaluation: a benchmark's episodes say nothing of a training run's frontier
+    playing = StreamSettings(
+        workers, group_size, max_staleness=10**9, max_buffered_groups=buffered, reset_tags={"origin": "evaluation"}
+    )
     stream = RolloutStream(env_url, policy, tokens, limits, resets, playing)
     started = time.perf_counter()
     with stream:

@@ -29,6 +29,8 @@ def test_rollouts_report_each_tasks_pass_rate_and_the_tokens_the_turn_cache_spar
     assert set(cached["pass_rate_by_task"]) == {DEMO_TASK_ID}
     assert cached["turns_per_episode"] > 1  # a random policy's turns parse as no call, so its episodes go on
     assert cached["reused_tokens"] > cached["prefilled_tokens"] > 0  # a later turn runs only the env's reply
+    # a benchmark's episodes are not training ones: the frontier sampler of a run on this server reads past them
+    assert memory_server.runtime.traces.read("SELECT DISTINCT origin FROM episodes") == [("evaluation",)]
 
     uncached = _bench(memory_server, turn_cache=False)
     assert uncached["reused_tokens"] == 0 and uncached["prefilled_tokens"] > cached["prefilled_tokens"]
