@@ -43,6 +43,7 @@ class RunningServer:
     _grpc: grpc.Server
 
     def stop(self) -> None:
+        self.runtime.drain()
         self._uvicorn.should_exit = True
         self._thread.join(timeout=30)
         self._grpc.stop(grace=2).wait()

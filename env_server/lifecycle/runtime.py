@@ -81,6 +81,7 @@ class EpisodeRuntime:
         self._reserved = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._draining = threading.Event()
         self._idle_sweep = Periodic("idle-episodes", min(settings.idle_timeout_s / 4, 5.0), self._abort_idle)
         self.stepper = Stepper(settings, self.recorder, self.sandboxes.sandbox, self.environment_failure, self._release)
 
@@ -144,7 +145,13 @@ class EpisodeRuntime:
 
     @property
     def stopping(self) -> bool:
-        return self._stop.is_set()
+        """Whether the server is going: long-lived responses (the dashboard's event stream) end when it is."""
+        return self._stop.is_set() or self._draining.is_set()
+
+    def drain(self) -> None:
+        """The HTTP server is about to stop: its long-lived responses end now, so that its graceful shutdown does not
+        wait out its timeout on them (sse-starlette ends them itself only on a signal to the main thread)."""
+        self._draining.set()
 
     def close(self) -> None:
         """Graceful shutdown: abort every live episode and destroy every container this server owns."""
