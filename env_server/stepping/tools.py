@@ -23,17 +23,22 @@ RUN_ENV = {"PYTHONHASHSEED": str(HASH_SEED), "PYTHONDONTWRITEBYTECODE": "1", "PY
 # recorded with its step: a prefix reset replays file writes only, so a prefix whose commands changed files is refused.
 # One find after the command, and no fork before it: anything whose status changed since the stamp was truncated,
 # where a file added or removed changes its directory's (before: two listings, sorted and summed, eleven processes).
+# File times move in clock ticks (4 ms here), and `-cnewer` is strict: a write in the stamp's own tick (`echo x > f`
+# right after it) read as no change. So the command starts only once a file written after the stamp is newer.
 EFFECT_MARK = "regrow-workspace-effect:"
 EFFECT_STAMP = "/tmp/.regrow-run-stamp"
+# Bounds the wait for the next tick (builtins only, microseconds an iteration); past it the effect stays unknown.
+TICK_POLLS = 100000
 _CHANGED_SINCE = (
     f"find {WORKSPACE} \\( -path {WORKSPACE}/.git -o -name __pycache__ -o -name .pytest_cache \\) -prune -o "
     '-cnewer "$s" -print -quit'
 )
 TRACKED_RUN = (
-    f's={EFFECT_STAMP}; : > "$s"; '
+    f's={EFFECT_STAMP}; t={EFFECT_STAMP}.tick; : > "$s"; i=0; '
+    f'while : > "$t" && ! [ "$t" -nt "$s" ] && [ $i -lt {TICK_POLLS} ]; do i=$((i + 1)); done; '
     'sh -c "$1"; code=$?; effect=unknown; '
-    # A find that cannot run its test (a stamp the command removed, no fork left) leaves the effect unknown.
-    f'if [ -e "$s" ] && newer=$({_CHANGED_SINCE} 2>/dev/null); then '
+    # A find that cannot run its test (a stamp the command removed, no fork left, no tick) leaves the effect unknown.
+    f'if [ "$t" -nt "$s" ] && newer=$({_CHANGED_SINCE} 2>/dev/null); then '
     'if [ -z "$newer" ]; then effect=unchanged; else effect=changed; fi; fi; '
     f"printf '\\n{EFFECT_MARK}%s\\n' \"$effect\" >&2; exit $code"
 )

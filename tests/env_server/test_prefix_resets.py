@@ -84,6 +84,22 @@ def test_a_test_run_leaves_the_workspace_unchanged_and_a_removed_file_changes_it
         runtime.abort(episode, "test over")
 
 
+def test_a_write_in_the_first_clock_tick_of_a_command_is_a_change(runtime):
+    """File times move in 4 ms ticks here: 2 in 20 of `echo n > f`, done within the tick of the stamp before it, read as
+    no change, and a prefix reset would have restored a workspace without the file."""
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    try:
+        effects = set()
+        for n in range(30):
+            step = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": f"echo {n} > calc/n.txt"}))
+            effects.add(step.metadata["workspace_changed"])
+        read = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "cat calc/n.txt"}))
+    finally:
+        runtime.abort(episode, "test over")
+    assert effects == {True}
+    assert read.metadata["workspace_changed"] is False and read.output.strip() == "29"
+
+
 def test_the_workspace_after_a_prefix_reset_is_the_one_after_step_k(runtime, recorded):
     origin, after_prefix = recorded
     episode = runtime.start_episode(ResetOptions(prefix_of=origin, prefix_steps=PREFIX))
