@@ -1,21 +1,37 @@
 """Gradient checkpointing beside the in-process sampler: the step's forward is checkpointed, and the sampler, which
 generates from the same model in training mode, keeps its KV cache."""
 
+import inspect
 import threading
 
 import pytest
 import torch
 
 from tests.trainer_client.tiny_policy import tiny_qwen2, train_tokenizer
-from trainer_client.policy.grad_checkpointing import checkpoint_only_while_recording
+from trainer_client.policy.grad_checkpointing import (
+    _STORED,
+    _CheckpointingWhileRecording,
+    checkpoint_only_while_recording,
+)
 from trainer_client.rollout.hf_sampler import HFTurnSampler
 
 pytestmark = pytest.mark.train
 
 
-def _checkpointed_policy():
+def _as_transformers_left_it(model, monkeypatch) -> None:
+    """Undo, for this test, a patch an earlier test of this process put on the model's classes (it is per class)."""
+    for klass in {type(module) for module in model.modules()}:
+        if isinstance(inspect.getattr_static(klass, "gradient_checkpointing", None), _CheckpointingWhileRecording):
+            for module in (module for module in model.modules() if type(module) is klass):
+                module.__dict__["gradient_checkpointing"] = module.__dict__.pop(_STORED, False)
+            monkeypatch.delattr(klass, "gradient_checkpointing")
+
+
+def _checkpointed_policy(monkeypatch=None):
     tokenizer = train_tokenizer()
     model = tiny_qwen2(tokenizer)
+    if monkeypatch is not None:
+        _as_transformers_left_it(model, monkeypatch)
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.train()
     return tokenizer, model
@@ -37,8 +53,11 @@ def _sample_in_a_thread(model, tokenizer):
     return found
 
 
-def test_a_checkpointed_policy_in_training_mode_loses_the_samplers_cache_unless_the_flag_follows_grad_mode():
-    tokenizer, model = _checkpointed_policy()
+def test_a_checkpointed_policy_in_training_mode_loses_the_samplers_cache_unless_the_flag_follows_grad_mode(
+    monkeypatch,
+):
+    checkpoint_only_while_recording(tiny_qwen2(train_tokenizer()))  # as an earlier test of this process may have
+    tokenizer, model = _checkpointed_policy(monkeypatch)
     assert "no KV cache" in str(_sample_in_a_thread(model, tokenizer).get("error"))
 
     assert checkpoint_only_while_recording(model) >= 2  # the decoder layer and the backbone
