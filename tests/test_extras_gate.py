@@ -44,3 +44,28 @@ def test_every_test_module_that_imports_the_train_extra_at_its_top_is_marked_tra
         if _top_level_imports(tree) & set(TRAIN_PACKAGES) and not _marked_train(tree):
             unmarked.append(str(path.relative_to(TESTS)))
     assert unmarked == []
+
+
+def test_the_files_the_unit_lane_skips_unread_have_every_test_marked_with_a_need():
+    """`make test-unit` skips, without importing them, the files whose text declares a needed mark at module level
+    (a grep in the Makefile). Each must truly carry it on every test, or the lane would lose unit tests unseen."""
+    import re
+
+    makefile = (TESTS.parent / "Makefile").read_text(encoding="utf-8")
+    needs = re.search(r"^NEEDS := (.+)$", makefile, re.MULTILINE).group(1).split(" or ")
+    declared = re.compile(rf"^pytestmark = .*pytest\.mark\.({'|'.join(needs)})\b", re.MULTILINE)
+    skipped, unsound = 0, []
+    for path in TESTS.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        if not declared.search(text):
+            continue
+        skipped += 1
+        marks = [
+            ast.unparse(node.value)
+            for node in ast.parse(text).body
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets)
+        ]
+        if not any(re.search(rf"\bmark\.({'|'.join(needs)})\b", mark) for mark in marks):
+            unsound.append(str(path.relative_to(TESTS)))
+    assert unsound == []
+    assert skipped > 40  # the engine's tests, the trainer's and the stacks'
