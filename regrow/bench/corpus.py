@@ -13,13 +13,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandbox import DockerBackend, SandboxError
 from task_synth.errors import SynthError
-from task_synth.pipeline import SynthReport, synthesize
 from task_synth.repository.source import extract_sdist
 from task_synth.settings import SynthSettings
+
+if TYPE_CHECKING:  # the pipeline imports libcst, pyarrow and numpy: half a second that only a run needs
+    from task_synth.pipeline import SynthReport
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +208,8 @@ def run_corpus_bench(
 
     Task images are removed after each repo; wheelhouses, sdists and repo images stay cached under `settings.cache_dir`.
     """
+    from task_synth.pipeline import synthesize
+
     backend = backend or DockerBackend()
     repos = list(CORPUS) if repos is None else repos
     rows = []
