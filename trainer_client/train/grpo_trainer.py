@@ -33,6 +33,7 @@ from trainer_client.policy.prefix_cache import Prefix, recorded_forward
 from trainer_client.rollout.rows import RolloutRow
 from trainer_client.train.channel_gradients import ChannelGradients, next_weight
 from trainer_client.train.settings import TrainSettings
+from trainer_client.train.silent_steps import SilentStepsSkipped
 
 logger = logging.getLogger(__name__)
 
@@ -139,6 +140,8 @@ class RegrowGRPOTrainer(GRPOTrainer):
         self.channel_weight = dict(self.channel_target)
         super().__init__(model=model, args=args, **kwargs)
         self.add_callback(_TeacherFollowsPolicy(self))
+        self.silent_steps = SilentStepsSkipped(self.accelerator, self._metrics["train"])
+        self.add_callback(self.silent_steps)
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
