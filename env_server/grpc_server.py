@@ -94,6 +94,7 @@ def _reset(env: CodingEnvironment, request: pb.ResetRequest) -> pb.EpisodeReply:
         prefix_steps=request.prefix_steps if request.HasField("prefix_steps") else None,
         origin=request.origin or None,
         run_id=request.run_id or None,
+        track_effects=request.track_effects or None,
     )
     return pb.EpisodeReply(episode_id=env.episode_id, observation=observation_message(observation))
 

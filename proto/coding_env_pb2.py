@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16proto/coding_env.proto\x12\rregrow.env.v1\"\xba\x01\n\x0cResetRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\x04seed\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05split\x18\x03 \x01(\t\x12\x0f\n\x07sampler\x18\x04 \x01(\t\x12\x11\n\tprefix_of\x18\x05 \x01(\t\x12\x19\n\x0cprefix_steps\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x0e\n\x06origin\x18\x07 \x01(\t\x12\x0e\n\x06run_id\x18\x08 \x01(\tB\x07\n\x05_seedB\x0f\n\r_prefix_steps\"+\n\x08ToolCall\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\"J\n\x0bStepRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\'\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x17.regrow.env.v1.ToolCall\" \n\nEpisodeRef\x12\x12\n\nepisode_id\x18\x01 \x01(\t\"\x89\x02\n\x0bObservation\x12\x0e\n\x06output\x18\x01 \x01(\t\x12\x16\n\texit_code\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x15\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x1e\n\x11problem_statement\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x12\n\ntools_json\x18\x06 \x01(\t\x12\x0c\n\x04\x64one\x18\x07 \x01(\x08\x12\x13\n\x06reward\x18\x08 \x01(\x01H\x03\x88\x01\x01\x12\x15\n\rmetadata_json\x18\t \x01(\tB\x0c\n\n_exit_codeB\x0b\n\t_feedbackB\x14\n\x12_problem_statementB\t\n\x07_reward\"S\n\x0c\x45pisodeReply\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12/\n\x0bobservation\x18\x02 \x01(\x0b\x32\x1a.regrow.env.v1.Observation\"\x7f\n\x0c\x45pisodeState\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x12\n\nstep_count\x18\x02 \x01(\x05\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x12\n\nsteps_left\x18\x05 \x01(\x05\x12\x14\n\x0cseconds_left\x18\x06 \x01(\x01\"0\n\nCloseReply\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63losed\x18\x02 \x01(\x08\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"\xbb\x01\n\x0b\x43lientFrame\x12,\n\x05reset\x18\x01 \x01(\x0b\x32\x1b.regrow.env.v1.ResetRequestH\x00\x12\'\n\x04step\x18\x02 \x01(\x0b\x32\x17.regrow.env.v1.ToolCallH\x00\x12%\n\x05state\x18\x03 \x01(\x0b\x32\x14.regrow.env.v1.EmptyH\x00\x12%\n\x05\x63lose\x18\x04 \x01(\x0b\x32\x14.regrow.env.v1.EmptyH\x00\x42\x07\n\x05\x66rame\"\x9f\x01\n\x0bServerFrame\x12\x32\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1b.regrow.env.v1.EpisodeReplyH\x00\x12,\n\x05state\x18\x02 \x01(\x0b\x32\x1b.regrow.env.v1.EpisodeStateH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.regrow.env.v1.ErrorH\x00\x42\x07\n\x05\x66rame2\xd6\x02\n\tCodingEnv\x12\x41\n\x05Reset\x12\x1b.regrow.env.v1.ResetRequest\x1a\x1b.regrow.env.v1.EpisodeReply\x12?\n\x04Step\x12\x1a.regrow.env.v1.StepRequest\x1a\x1b.regrow.env.v1.EpisodeReply\x12?\n\x05State\x12\x19.regrow.env.v1.EpisodeRef\x1a\x1b.regrow.env.v1.EpisodeState\x12=\n\x05\x43lose\x12\x19.regrow.env.v1.EpisodeRef\x1a\x19.regrow.env.v1.CloseReply\x12\x45\n\x07\x45pisode\x12\x1a.regrow.env.v1.ClientFrame\x1a\x1a.regrow.env.v1.ServerFrame(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16proto/coding_env.proto\x12\rregrow.env.v1\"\xd1\x01\n\x0cResetRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x11\n\x04seed\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\r\n\x05split\x18\x03 \x01(\t\x12\x0f\n\x07sampler\x18\x04 \x01(\t\x12\x11\n\tprefix_of\x18\x05 \x01(\t\x12\x19\n\x0cprefix_steps\x18\x06 \x01(\x05H\x01\x88\x01\x01\x12\x0e\n\x06origin\x18\x07 \x01(\t\x12\x0e\n\x06run_id\x18\x08 \x01(\t\x12\x15\n\rtrack_effects\x18\t \x01(\x08\x42\x07\n\x05_seedB\x0f\n\r_prefix_steps\"+\n\x08ToolCall\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\"J\n\x0bStepRequest\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\'\n\x06\x61\x63tion\x18\x02 \x01(\x0b\x32\x17.regrow.env.v1.ToolCall\" \n\nEpisodeRef\x12\x12\n\nepisode_id\x18\x01 \x01(\t\"\x89\x02\n\x0bObservation\x12\x0e\n\x06output\x18\x01 \x01(\t\x12\x16\n\texit_code\x18\x02 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\ttruncated\x18\x03 \x01(\x08\x12\x15\n\x08\x66\x65\x65\x64\x62\x61\x63k\x18\x04 \x01(\tH\x01\x88\x01\x01\x12\x1e\n\x11problem_statement\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x12\n\ntools_json\x18\x06 \x01(\t\x12\x0c\n\x04\x64one\x18\x07 \x01(\x08\x12\x13\n\x06reward\x18\x08 \x01(\x01H\x03\x88\x01\x01\x12\x15\n\rmetadata_json\x18\t \x01(\tB\x0c\n\n_exit_codeB\x0b\n\t_feedbackB\x14\n\x12_problem_statementB\t\n\x07_reward\"S\n\x0c\x45pisodeReply\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12/\n\x0bobservation\x18\x02 \x01(\x0b\x32\x1a.regrow.env.v1.Observation\"\x7f\n\x0c\x45pisodeState\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x12\n\nstep_count\x18\x02 \x01(\x05\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0c\n\x04\x64one\x18\x04 \x01(\x08\x12\x12\n\nsteps_left\x18\x05 \x01(\x05\x12\x14\n\x0cseconds_left\x18\x06 \x01(\x01\"0\n\nCloseReply\x12\x12\n\nepisode_id\x18\x01 \x01(\t\x12\x0e\n\x06\x63losed\x18\x02 \x01(\x08\"&\n\x05\x45rror\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t\"\x07\n\x05\x45mpty\"\xbb\x01\n\x0b\x43lientFrame\x12,\n\x05reset\x18\x01 \x01(\x0b\x32\x1b.regrow.env.v1.ResetRequestH\x00\x12\'\n\x04step\x18\x02 \x01(\x0b\x32\x17.regrow.env.v1.ToolCallH\x00\x12%\n\x05state\x18\x03 \x01(\x0b\x32\x14.regrow.env.v1.EmptyH\x00\x12%\n\x05\x63lose\x18\x04 \x01(\x0b\x32\x14.regrow.env.v1.EmptyH\x00\x42\x07\n\x05\x66rame\"\x9f\x01\n\x0bServerFrame\x12\x32\n\x0bobservation\x18\x01 \x01(\x0b\x32\x1b.regrow.env.v1.EpisodeReplyH\x00\x12,\n\x05state\x18\x02 \x01(\x0b\x32\x1b.regrow.env.v1.EpisodeStateH\x00\x12%\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x14.regrow.env.v1.ErrorH\x00\x42\x07\n\x05\x66rame2\xd6\x02\n\tCodingEnv\x12\x41\n\x05Reset\x12\x1b.regrow.env.v1.ResetRequest\x1a\x1b.regrow.env.v1.EpisodeReply\x12?\n\x04Step\x12\x1a.regrow.env.v1.StepRequest\x1a\x1b.regrow.env.v1.EpisodeReply\x12?\n\x05State\x12\x19.regrow.env.v1.EpisodeRef\x1a\x1b.regrow.env.v1.EpisodeState\x12=\n\x05\x43lose\x12\x19.regrow.env.v1.EpisodeRef\x1a\x19.regrow.env.v1.CloseReply\x12\x45\n\x07\x45pisode\x12\x1a.regrow.env.v1.ClientFrame\x1a\x1a.regrow.env.v1.ServerFrame(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,29 +32,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'proto.coding_env_pb2', _glo
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RESETREQUEST']._serialized_start=42
-  _globals['_RESETREQUEST']._serialized_end=228
-  _globals['_TOOLCALL']._serialized_start=230
-  _globals['_TOOLCALL']._serialized_end=273
-  _globals['_STEPREQUEST']._serialized_start=275
-  _globals['_STEPREQUEST']._serialized_end=349
-  _globals['_EPISODEREF']._serialized_start=351
-  _globals['_EPISODEREF']._serialized_end=383
-  _globals['_OBSERVATION']._serialized_start=386
-  _globals['_OBSERVATION']._serialized_end=651
-  _globals['_EPISODEREPLY']._serialized_start=653
-  _globals['_EPISODEREPLY']._serialized_end=736
-  _globals['_EPISODESTATE']._serialized_start=738
-  _globals['_EPISODESTATE']._serialized_end=865
-  _globals['_CLOSEREPLY']._serialized_start=867
-  _globals['_CLOSEREPLY']._serialized_end=915
-  _globals['_ERROR']._serialized_start=917
-  _globals['_ERROR']._serialized_end=955
-  _globals['_EMPTY']._serialized_start=957
-  _globals['_EMPTY']._serialized_end=964
-  _globals['_CLIENTFRAME']._serialized_start=967
-  _globals['_CLIENTFRAME']._serialized_end=1154
-  _globals['_SERVERFRAME']._serialized_start=1157
-  _globals['_SERVERFRAME']._serialized_end=1316
-  _globals['_CODINGENV']._serialized_start=1319
-  _globals['_CODINGENV']._serialized_end=1661
+  _globals['_RESETREQUEST']._serialized_end=251
+  _globals['_TOOLCALL']._serialized_start=253
+  _globals['_TOOLCALL']._serialized_end=296
+  _globals['_STEPREQUEST']._serialized_start=298
+  _globals['_STEPREQUEST']._serialized_end=372
+  _globals['_EPISODEREF']._serialized_start=374
+  _globals['_EPISODEREF']._serialized_end=406
+  _globals['_OBSERVATION']._serialized_start=409
+  _globals['_OBSERVATION']._serialized_end=674
+  _globals['_EPISODEREPLY']._serialized_start=676
+  _globals['_EPISODEREPLY']._serialized_end=759
+  _globals['_EPISODESTATE']._serialized_start=761
+  _globals['_EPISODESTATE']._serialized_end=888
+  _globals['_CLOSEREPLY']._serialized_start=890
+  _globals['_CLOSEREPLY']._serialized_end=938
+  _globals['_ERROR']._serialized_start=940
+  _globals['_ERROR']._serialized_end=978
+  _globals['_EMPTY']._serialized_start=980
+  _globals['_EMPTY']._serialized_end=987
+  _globals['_CLIENTFRAME']._serialized_start=990
+  _globals['_CLIENTFRAME']._serialized_end=1177
+  _globals['_SERVERFRAME']._serialized_start=1180
+  _globals['_SERVERFRAME']._serialized_end=1339
+  _globals['_CODINGENV']._serialized_start=1342
+  _globals['_CODINGENV']._serialized_end=1684
 # @@protoc_insertion_point(module_scope)

@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResetRequest(_message.Message):
-    __slots__ = ("task_id", "seed", "split", "sampler", "prefix_of", "prefix_steps", "origin", "run_id")
+    __slots__ = ("task_id", "seed", "split", "sampler", "prefix_of", "prefix_steps", "origin", "run_id", "track_effects")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     SPLIT_FIELD_NUMBER: _ClassVar[int]
@@ -15,6 +15,7 @@ class ResetRequest(_message.Message):
     PREFIX_STEPS_FIELD_NUMBER: _ClassVar[int]
     ORIGIN_FIELD_NUMBER: _ClassVar[int]
     RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    TRACK_EFFECTS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     seed: int
     split: str
@@ -23,7 +24,8 @@ class ResetRequest(_message.Message):
     prefix_steps: int
     origin: str
     run_id: str
-    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ..., prefix_of: _Optional[str] = ..., prefix_steps: _Optional[int] = ..., origin: _Optional[str] = ..., run_id: _Optional[str] = ...) -> None: ...
+    track_effects: bool
+    def __init__(self, task_id: _Optional[str] = ..., seed: _Optional[int] = ..., split: _Optional[str] = ..., sampler: _Optional[str] = ..., prefix_of: _Optional[str] = ..., prefix_steps: _Optional[int] = ..., origin: _Optional[str] = ..., run_id: _Optional[str] = ..., track_effects: _Optional[bool] = ...) -> None: ...
 
 class ToolCall(_message.Message):
     __slots__ = ("tool", "args_json")

@@ -4,8 +4,8 @@ Prefix sampling (rolling a group out from a shared prefix of a past trajectory, 
 half) needs an environment that can restore a mid-episode state. The state is rebuilt from the record, never by
 running the agent's commands again: each recorded `write_file` and `edit_file` is replayed through the same tool and
 must answer as it did then; read-only tools changed nothing; a command is accepted only where its step recorded that
-it left the workspace's files as they were (`workspace_changed` false). Anything else refuses the prefix, saying
-which step and why.
+it left the workspace's files as they were (`workspace_changed` false), which an episode records only when its reset
+asked for `track_effects`. Anything else refuses the prefix, saying which step and why.
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ def replayed_steps(origin: EpisodeTrace | None, episode_id: str, steps: int) -> 
                 why = (
                     "changed files in the workspace"
                     if changed
-                    else "has no recorded effect on the workspace (its output was cut, or it timed out)"
+                    else "has no recorded effect on the workspace (the episode was not reset with track_effects=true, "
+                    "or the command's output was cut, or it timed out)"
                 )
                 raise PrefixRefused(
                     f"step {number} of {episode_id} ran {_shown(step.action.args.get('command'))}, which {why}; "

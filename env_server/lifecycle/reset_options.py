@@ -1,12 +1,13 @@
 """What a reset asks for: a task by id, or a seed and split to draw one from (uniformly, or at the frontier of a run's
-pass rates); a recorded episode whose prefix to start from; and why, and by which run, the episode is played."""
+pass rates); a recorded episode whose prefix to start from; why, and by which run, the episode is played; and whether
+its commands' effects on the workspace are recorded, so that a later prefix reset can take its steps."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from env_server.stepping.errors import UnknownOrigin
+from env_server.stepping.errors import BadResetOption, UnknownOrigin
 
 if TYPE_CHECKING:
     from env_server.task_store import Task
@@ -27,11 +28,15 @@ class ResetOptions:
     prefix_steps: int | None = None
     origin: str | None = None
     run_id: str | None = None
+    track_effects: bool | None = None
 
     @classmethod
     def of(cls, seed: int | None, data: dict[str, Any]) -> ResetOptions:
         """The options among a reset's data (OpenEnv hands them over as keyword arguments); other keys are ignored."""
-        return cls(seed=seed, **{option.name: data.get(option.name) for option in fields(cls) if option.name != "seed"})
+        given = {option.name: data.get(option.name) for option in fields(cls) if option.name != "seed"}
+        if given["track_effects"] is not None and not isinstance(given["track_effects"], bool):
+            raise BadResetOption(f"track_effects must be true or false, not {given['track_effects']!r}")
+        return cls(seed=seed, **given)
 
     @property
     def prefixed(self) -> bool:

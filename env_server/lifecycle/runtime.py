@@ -262,6 +262,7 @@ class EpisodeRuntime:
             steps_left=self.settings.step_budget - steps,
             engine_epoch=engine.epoch,
             prefix_history=prefix_history(recorded, steps) if recorded is not None else None,
+            track_effects=bool(options.track_effects),
         )
         if rest is not None:
             episode.seeding = self.sandboxes.write_rest_soon(sandbox, rest)

@@ -59,6 +59,8 @@ class Episode:
     engine_epoch: int = 0
     # A prefix reset's recorded steps as the agent is shown them (lifecycle/prefix_replay.py), else None.
     prefix_history: list[dict[str, Any]] | None = None
+    # Whether each command's effect on the workspace is recorded (a reset's track_effects: prefix resets need it).
+    track_effects: bool = False
 
     def sandbox_ready(self) -> Sandbox:
         """The sandbox once the task's files are in it; SandboxGone when writing them failed."""
@@ -189,7 +191,7 @@ class Stepper:
         if args_model.terminal:
             return ToolResult(output="submitted")
         try:
-            return call_tool(episode.sandbox_ready(), args, self.settings)
+            return call_tool(episode.sandbox_ready(), args, self.settings, episode.track_effects)
         except Exception as error:
             lost = self.environment_failure(episode, error)
             if lost is None:

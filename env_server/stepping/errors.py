@@ -39,3 +39,7 @@ class EngineUnreachable(EpisodeError):
 
 class UnknownOrigin(EpisodeError):
     code, http_status = "UNKNOWN_ORIGIN", 400
+
+
+class BadResetOption(EpisodeError):
+    code, http_status = "BAD_RESET_OPTION", 400

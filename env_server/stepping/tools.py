@@ -182,14 +182,17 @@ def edit_file(sb: Sandbox, args: EditFileArgs, settings: ServerSettings) -> Tool
     return _write(sb, path, text.replace(args.old, args.new, 1), settings)
 
 
-def run(sb: Sandbox, args: RunArgs, settings: ServerSettings) -> ToolResult:
+def run(sb: Sandbox, args: RunArgs, settings: ServerSettings, tracked: bool = False) -> ToolResult:
+    """The agent's command in the workspace; `tracked` also records whether it changed the workspace's files."""
     timeout = args.timeout if args.timeout is not None else settings.run_timeout_default_s
     if timeout > settings.run_timeout_cap_s:
         raise ToolRejected(
             f"timeout {timeout:g}s is over the server cap of {settings.run_timeout_cap_s:g}s; ask for less"
         )
-    result = sb.exec(["sh", "-c", TRACKED_RUN, "sh", args.command], timeout=timeout, cwd=WORKSPACE, env=RUN_ENV)
-    stderr, changed = split_effect(result.stderr)
+    # the check costs a stamp, a wait for the clock's next tick and a find: about 7 ms a step, paid only when asked
+    argv = ["sh", "-c", TRACKED_RUN, "sh", args.command] if tracked else ["sh", "-c", args.command]
+    result = sb.exec(argv, timeout=timeout, cwd=WORKSPACE, env=RUN_ENV)
+    stderr, changed = split_effect(result.stderr) if tracked else (result.stderr, None)
     output = result.stdout + stderr
     feedback = error = None
     if result.timed_out:
@@ -255,9 +258,12 @@ IMPLEMENTATIONS: dict[type[BaseModel], Callable[[Sandbox, Any, ServerSettings], 
 }
 
 
-def call_tool(sb: Sandbox, args: BaseModel, settings: ServerSettings) -> ToolResult:
-    """Run the tool whose validated arguments `args` are (not a terminal one); a rejected call becomes feedback."""
+def call_tool(sb: Sandbox, args: BaseModel, settings: ServerSettings, track_effects: bool = False) -> ToolResult:
+    """Run the tool whose validated arguments `args` are (not a terminal one); a rejected call becomes feedback.
+    With `track_effects`, a command's result says whether it changed the workspace's files."""
     try:
+        if track_effects and isinstance(args, RunArgs):
+            return run(sb, args, settings, tracked=True)
         return IMPLEMENTATIONS[type(args)](sb, args, settings)
     except ToolRejected as rejected:
         return ToolResult(output="", feedback=rejected.feedback, error=rejected.error)

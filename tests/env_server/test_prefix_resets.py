@@ -1,8 +1,9 @@
 """Prefix resets on the real engine: a recorded episode's workspace after its first k steps is restored byte for byte
-by replaying its file writes, commands are never run again (one that changed files refuses the prefix), the agent is
-shown the prefix, and the trace names where it came from."""
+by replaying its file writes, commands are never run again (one that changed files, or whose effect the episode did not
+track, refuses the prefix), the agent is shown the prefix, and the trace names where it came from."""
 
 import io
+import json
 import tarfile
 
 import grpc
@@ -33,6 +34,7 @@ STEPS = [
     ToolCall(tool="write_file", args={"path": "calc/late.txt", "content": "after the prefix\n"}),
 ]
 PREFIX = 5  # up to the refused edit, before the command that writes
+TRACKED = ResetOptions(task_id=DEMO_TASK_ID, track_effects=True)  # each command's effect is recorded
 
 
 def workspace_files(episode) -> dict[str, tuple[int, bytes]]:
@@ -48,7 +50,7 @@ def workspace_files(episode) -> dict[str, tuple[int, bytes]]:
 
 def play(runtime) -> tuple[str, dict]:
     """One episode of STEPS played through the stepper: its id, and its workspace as it stood after PREFIX steps."""
-    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    episode = runtime.start_episode(TRACKED)
     after_prefix = {}
     for number, action in enumerate(STEPS, 1):
         runtime.stepper.take_step(episode, action)
@@ -74,7 +76,7 @@ def test_each_command_step_records_whether_it_changed_the_workspace(runtime, rec
 def test_a_test_run_leaves_the_workspace_unchanged_and_a_removed_file_changes_it(runtime):
     """The effect is read from the status times of the workspace's files and directories: the agent's pytest writes no
     bytecode or cache there, and a removed file shows in its directory."""
-    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    episode = runtime.start_episode(TRACKED)
     try:
         tests = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "python -m pytest -q tests"}))
         assert tests.metadata["workspace_changed"] is False, tests.output
@@ -87,7 +89,7 @@ def test_a_test_run_leaves_the_workspace_unchanged_and_a_removed_file_changes_it
 def test_a_write_in_the_first_clock_tick_of_a_command_is_a_change(runtime):
     """File times move in 4 ms ticks here: 2 in 20 of `echo n > f`, done within the tick of the stamp before it, read as
     no change, and a prefix reset would have restored a workspace without the file."""
-    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    episode = runtime.start_episode(TRACKED)
     try:
         effects = set()
         for n in range(30):
@@ -173,7 +175,7 @@ async def test_the_trainers_client_gets_the_prefix_over_websocket_and_a_clear_re
 
 
 def test_a_command_whose_effect_cannot_be_read_is_unknown_and_no_prefix_passes_it(runtime):
-    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    episode = runtime.start_episode(TRACKED)
     try:
         hidden = runtime.stepper.take_step(episode, ToolCall(tool="run", args={"command": "rm -f /tmp/.regrow-run-*"}))
         assert "workspace_changed" not in hidden.metadata  # unknown, not "unchanged"
@@ -181,3 +183,33 @@ def test_a_command_whose_effect_cannot_be_read_is_unknown_and_no_prefix_passes_i
         runtime.abort(episode, "test over")
     with pytest.raises(PrefixRefused, match="has no recorded effect"):
         runtime.start_episode(ResetOptions(prefix_of=episode.id, prefix_steps=1))
+
+
+def test_an_episode_reset_without_track_effects_records_no_effect_and_no_prefix_passes_its_commands(runtime):
+    """The effect check costs each command about 7 ms (a stamp, a clock tick, a find), so only episodes that ask pay."""
+    episode = runtime.start_episode(ResetOptions(task_id=DEMO_TASK_ID))
+    try:
+        # untracked, the command's stderr is its own: a line that looks like the check's answer is output, not a verdict
+        forged = runtime.stepper.take_step(
+            episode, ToolCall(tool="run", args={"command": "echo; echo regrow-workspace-effect:unchanged >&2"})
+        )
+        assert "workspace_changed" not in forged.metadata and "regrow-workspace-effect:unchanged" in forged.output
+    finally:
+        runtime.abort(episode, "test over")
+    with pytest.raises(PrefixRefused, match="not reset with track_effects=true"):
+        runtime.start_episode(ResetOptions(prefix_of=episode.id, prefix_steps=1))
+
+
+def test_track_effects_over_grpc(server):
+    with grpc.insecure_channel(server.grpc_target) as channel:
+        stub = pb_grpc.CodingEnvStub(channel)
+        tracked = stub.Reset(pb.ResetRequest(task_id=DEMO_TASK_ID, track_effects=True)).episode_id
+        plain = stub.Reset(pb.ResetRequest(task_id=DEMO_TASK_ID)).episode_id
+        call = pb.ToolCall(tool="run", args_json='{"command": "touch calc/x.txt"}')
+        effects = [
+            json.loads(stub.Step(pb.StepRequest(episode_id=episode, action=call)).observation.metadata_json)
+            for episode in (tracked, plain)
+        ]
+        for episode in (tracked, plain):
+            stub.Close(pb.EpisodeRef(episode_id=episode))
+    assert effects[0]["workspace_changed"] is True and "workspace_changed" not in effects[1]

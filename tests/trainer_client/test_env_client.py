@@ -204,6 +204,18 @@ def test_uniform_groups_are_dropped_by_default_only_when_rlvr_is_the_only_channe
     assert not TrainSettings(env=url, uniform_groups="keep").drops_uniform_groups
 
 
+def test_a_run_with_prefix_sampling_asks_its_episodes_to_track_their_commands_effects():
+    """A prefix can pass a command only where the episode recorded its effect, which the server does only when asked."""
+    from trainer_client.train.settings import TrainSettings
+    from trainer_client.train.training_stream import run_reset_tags, training_run_id
+
+    url = "http://127.0.0.1:9"
+    plain = run_reset_tags(TrainSettings(env=url, output_dir=Path("runs/a")))
+    assert plain == {"origin": "training", "run_id": training_run_id(Path("runs/a"))}
+    prefixed = run_reset_tags(TrainSettings(env=url, output_dir=Path("runs/a"), prefix_sampling=True))
+    assert prefixed == {**plain, "track_effects": True}
+
+
 def test_every_reset_of_a_stream_carries_its_origin_and_run(scripted_env_url, tokenizer, episode_tokens):
     """The frontier sampler reads a run's own training episodes; before, a trainer's resets said nothing of either."""
     from tests.trainer_client.scripted_env import ScriptedCodingEnv

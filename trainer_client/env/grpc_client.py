@@ -119,6 +119,7 @@ class GrpcConnection:
             request.seed = int(options["seed"])
         if options.get("prefix_steps") is not None:
             request.prefix_steps = int(options["prefix_steps"])
+        request.track_effects = bool(options.get("track_effects"))
         reply = await self._request(pb.ClientFrame(reset=request), "reset")
         return checked_observation(observation_from_proto(reply.observation), self._target)
 

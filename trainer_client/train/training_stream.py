@@ -41,6 +41,15 @@ def training_run_id(output_dir: Path) -> str:
     return f"{output_dir.name}-{hashlib.sha256(resolved.encode()).hexdigest()[:8]}"
 
 
+def run_reset_tags(settings: TrainSettings) -> dict[str, Any]:
+    """What every reset of the run says: why and by whom it is played, and, for prefix sampling, to record each
+    command's effect on the workspace (a prefix reset can take only the steps that changed no file)."""
+    tags: dict[str, Any] = {"origin": "training", "run_id": training_run_id(settings.output_dir)}
+    if settings.prefix_sampling:
+        tags["track_effects"] = True
+    return tags
+
+
 def training_rollouts(run: PreparedRun, policy: TrainingPolicy) -> StreamedRollouts:
     """The trainer's rollout function: a stream of this rank's groups, which prefix sampling (when on) hears back."""
     from trainer_client.rollout.agent_loop import EpisodeLimits
@@ -65,7 +74,7 @@ def training_rollouts(run: PreparedRun, policy: TrainingPolicy) -> StreamedRollo
         max_buffered_groups=2 * local_groups(settings, run.world),
         drop_uniform=settings.drops_uniform_groups,
         uniform_patience=settings.uniform_patience,
-        reset_tags={"origin": "training", "run_id": training_run_id(settings.output_dir)},
+        reset_tags=run_reset_tags(settings),
     )
     stream = RolloutStream(
         settings.env,
