@@ -5,6 +5,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from proto.dataset_files import BATCH_ROWS, DatasetFormat, write_dataset
+from tests.exported_datasets import load_exported
 
 SCHEMA = pa.schema([("n", pa.int32()), ("text", pa.string())])
 COUNT = 2 * BATCH_ROWS + 5
@@ -26,14 +27,9 @@ def test_parquet_is_written_one_row_group_per_batch_from_a_generator(tmp_path):
 
 @pytest.mark.parametrize("fmt", list(DatasetFormat))
 def test_every_format_loads_back_whole_with_datasets(tmp_path, fmt):
-    from datasets import load_dataset, load_from_disk
-
     out = tmp_path / f"rows.{fmt.value}"
     assert write_dataset(rows([]), SCHEMA, out, fmt, force=False) == COUNT
-    if fmt is DatasetFormat.hf:
-        loaded = load_from_disk(str(out))
-    else:
-        loaded = load_dataset("json" if fmt is DatasetFormat.jsonl else "parquet", data_files=str(out), split="train")
+    loaded = load_exported(fmt, out)
     assert loaded["n"] == list(range(COUNT)) and loaded[COUNT - 1]["text"] == f"row {COUNT - 1}"
     assert sorted(path.name for path in tmp_path.iterdir()) == [out.name]  # no staging or partial file is left
 

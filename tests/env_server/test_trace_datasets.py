@@ -5,7 +5,6 @@ import sys
 from datetime import timedelta
 
 import pytest
-from datasets import load_dataset, load_from_disk
 from typer.testing import CliRunner
 
 from env_server.traces.datasets import REWARD_DETAILS
@@ -18,6 +17,7 @@ from proto.observations import TestOutcome as Outcome  # not collected as a test
 from proto.traces import EpisodeTrace, StepTrace
 from proto.transcript import prefix_history, prefix_messages, system_prompt, transcript
 from regrow.cli import app as regrow_app
+from tests.exported_datasets import load_exported, load_saved
 from tests.replay.recorded_traces import START, recorded_traces
 from trainer_client.replay.replay_run import read_traces
 
@@ -80,11 +80,7 @@ def trace_db(tmp_path):
     return path
 
 
-def load(fmt: DatasetFormat, out):
-    """The export read back the way a user would load it."""
-    if fmt is DatasetFormat.hf:
-        return load_from_disk(str(out))
-    return load_dataset("json" if fmt is DatasetFormat.jsonl else "parquet", data_files=str(out), split="train")
+load = load_exported
 
 
 @pytest.mark.parametrize("fmt", list(DatasetFormat))
@@ -174,7 +170,7 @@ def test_an_existing_output_is_kept_unless_forced(trace_db, tmp_path):
     assert (out / "keep.txt").read_text() == "mine"
     forced = ["traces", "export", "--db", str(trace_db), "--out", str(out), "--format", "hf", "--force"]
     assert CliRunner().invoke(regrow_app, forced).exit_code == 0
-    assert load_from_disk(str(out)).num_rows == 3 and not (out / "keep.txt").exists()
+    assert load_saved(out).num_rows == 3 and not (out / "keep.txt").exists()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".episodes")]  # no partial or old copy left
 
 

@@ -3,7 +3,6 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from datasets import load_dataset, load_from_disk
 from typer.testing import CliRunner
 
 from env_server.traces.store import TraceStore
@@ -12,6 +11,7 @@ from proto.dataset_files import DatasetFormat
 from proto.observations import CodingObservation
 from proto.traces import EpisodeTokens, EpisodeTrace, StepTrace
 from regrow.cli import app as regrow_app
+from tests.exported_datasets import load_exported
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 # Values a float32 column holds exactly, so the Arrow formats read back what was written.
@@ -76,10 +76,7 @@ def _printed(result, text: str) -> bool:
     return "".join(text.split()) in "".join(result.output.split())
 
 
-def _load(fmt: DatasetFormat, out):
-    if fmt is DatasetFormat.hf:
-        return load_from_disk(str(out))
-    return load_dataset("json" if fmt is DatasetFormat.jsonl else "parquet", data_files=str(out), split="train")
+_load = load_exported
 
 
 @pytest.mark.parametrize("fmt", list(DatasetFormat))

@@ -4,13 +4,13 @@ import json
 from datetime import datetime
 
 import pytest
-from datasets import load_dataset, load_from_disk
 from typer.testing import CliRunner
 
 from proto.dataset_files import DatasetFormat
 from proto.task_files import RECORDS
 from regrow.cli import app as regrow_app
 from task_synth.store.task_export import SWE_BENCH_FIELDS, TaskExportError, export_tasks
+from tests.exported_datasets import load_exported, load_saved
 from tests.task_fixture import DEMO_TASK_ID, F2P, P2P, SOLUTION_PATCH, demo_record
 
 IMAGE = "regrow/demo-repo:test"
@@ -27,10 +27,7 @@ def task_store(tmp_path):
     return store
 
 
-def load(fmt: DatasetFormat, out):
-    if fmt is DatasetFormat.hf:
-        return load_from_disk(str(out))
-    return load_dataset("json" if fmt is DatasetFormat.jsonl else "parquet", data_files=str(out), split="train")
+load = load_exported
 
 
 @pytest.mark.parametrize("fmt", list(DatasetFormat))
@@ -54,7 +51,7 @@ def test_the_cli_exports_a_store_for_datasets(task_store, tmp_path):
     out = tmp_path / "tasks_hf"
     result = CliRunner().invoke(regrow_app, ["tasks", "export", "--store", str(task_store), "--out", str(out)])
     assert result.exit_code == 0, result.output
-    assert load_from_disk(str(out)).num_rows == 2
+    assert load_saved(out).num_rows == 2
     assert "difficulty of 2 tasks" in result.output and "units deleted" in result.output
 
 
