@@ -13,6 +13,10 @@ from sandbox.limits import Limits
 from task_synth.repository.editable_install import SCRATCH
 from task_synth.validation.call_runs import RECORDER, RECORDER_FILES
 
+# A task's image holds pytest and the project's own plugins, not this checkout's test tools (asyncio, anyio, trio,
+# xdist, randomly, timeout): a child pytest loads only the plugins named with -p, and starts in 0.3 s instead of 0.6.
+ONLY_NAMED_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
 
 def recorded_raw_calls(
     tmp_path: Path, files: dict[str, str], functions: dict[str, list[str]], reads: list[str] = ()
@@ -34,6 +38,7 @@ def recorded_raw_calls(
         "REGROW_IO_CONFIG": str(tmp_path / "config.json"),
         "REGROW_IO_OUT": str(tmp_path / "calls.json"),
         "PYTEST_ADDOPTS": "",
+        **ONLY_NAMED_PLUGINS,
     }
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", RECORDER, "tests"]
     run = subprocess.run(
@@ -68,7 +73,8 @@ class LocalSandbox:
 
     def exec(self, command, timeout, cwd, env=None):
         env = {key: self._here(value) if value.startswith(SCRATCH) else value for key, value in (env or {}).items()}
-        env = {**os.environ, **env, "PYTHONPATH": f"{self._here('/plugins')}{os.pathsep}{self.root}"}
+        env = {**os.environ, **env, **ONLY_NAMED_PLUGINS}
+        env["PYTHONPATH"] = f"{self._here('/plugins')}{os.pathsep}{self.root}"
         if command[0] == "sh":  # `sh -c SCRIPT sh ARGS`: `python` is this interpreter, sandbox paths are under root
             script = re.sub(r"(?<![\w.])/[\w./-]+", lambda found: self._here(found.group(0)), command[2])
             argv = ["sh", "-c", script.replace("python ", f"{sys.executable} ", 1), "sh", *map(self._here, command[4:])]

@@ -43,6 +43,7 @@ def test_last():
 def _run(tmp_path: Path, budget: str | None, only: str | None = None) -> list[dict[str, bool]]:
     (tmp_path / "test_loop.py").write_text(LOOPING)
     env = {**os.environ, "REGROW_REPEAT": "2", "REGROW_REPORT_OUT": str(tmp_path / "report.json")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # the plugins named with -p only, as in a task's image
     env["PYTHONPATH"] = str(PLUGINS)
     if budget:
         env["REGROW_ROUND_BUDGET_S"] = budget

@@ -51,6 +51,7 @@ def _pytest(
         "PYTHONPATH": str(root / "plugins"),
         "REGROW_REPEAT": str(repeat),
         "REGROW_REPORT_OUT": str(root / "report.json"),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",  # the plugins named with -p only, as in a task's image
     }
     if selected is not None:
         (root / "selected.json").write_text(json.dumps(selected))
