@@ -36,9 +36,10 @@ def run_rollout_bench(options: RolloutBenchOptions, sampler_name: str = "uniform
     )
     buffered = max(2, workers * 2 // group_size)
     # tagged an evaluation: a benchmark's episodes say nothing of a training run's frontier
-    playing = StreamSettings(
-        workers, group_size, max_staleness=10**9, max_buffered_groups=buffered, reset_tags={"origin": "evaluation"}
-    )
+    tags: dict[str, Any] = {"origin": "evaluation"}
+    if options.prefix_latency:  # a prefix may pass a command only where the episode recorded its effect
+        tags["track_effects"] = True
+    playing = StreamSettings(workers, group_size, max_staleness=10**9, max_buffered_groups=buffered, reset_tags=tags)
     stream = RolloutStream(env_url, policy, tokens, limits, resets, playing)
     started = time.perf_counter()
     with stream:
