@@ -211,7 +211,10 @@ def test_a_ladder_of_named_arms_without_evaluation_tables_each_runs_training_rew
         return TrainSummary(
             steps=4, episodes=8, groups_dropped_stale=0, episode_retries=0, groups_dropped_lost=0,
             groups_dropped_uniform=0, policy_tokens=100, final_model=tmp_path / "final",
-            log_history=[{"loss": 0.0, "reward": reward, "rlvr/loss": 0.0} for reward in rewards],
+            log_history=[
+                {"loss": 0.0, "reward": reward, "rlvr/loss": 0.0, "optimizer/step_skipped": float(reward == 0.1)}
+                for reward in rewards
+            ],
         )  # fmt: skip
 
     monkeypatch.setattr(run, "run_training", training)
@@ -221,6 +224,7 @@ def test_a_ladder_of_named_arms_without_evaluation_tables_each_runs_training_rew
 
     assert [(arm.name, arm.seed) for arm in table.arms] == [(ARMS[0].name, 0), (ARMS[0].name, 1)]
     assert [arm.train_rewards for arm in table.arms] == [[0.2, 0.4, 0.5, 0.9], [0.1, 0.1, 0.6, 0.7]]
+    assert [arm.steps_skipped for arm in table.arms] == [0, 2]  # the steps the optimizer left alone
     assert all(arm.pass_at_1 is None and arm.eval_episodes == 0 for arm in table.arms)
     assert reward_trend([0.2, 0.4, 0.5, 0.9]) == pytest.approx((0.3, 0.7))  # the first half of the steps and the last
     markdown = (tmp_path / "ladder.md").read_text()

@@ -125,6 +125,9 @@ class ArmResult(BaseModel):
     train_rewards: list[float] = Field(
         default_factory=list, description="Each training step's mean episode reward, in step order."
     )
+    steps_skipped: int | None = Field(
+        default=None, description="Steps whose gradient was zero everywhere: the optimizer left the weights alone."
+    )
     run_dir: str | None = None
     curves: str | None = Field(default=None, description="The arm's TensorBoard folder.")
 
@@ -340,6 +343,7 @@ def run_arm(
     figures.steps, figures.episodes = summary.steps, summary.episodes
     figures.final_losses = {k: v for k, v in _final_losses(summary).items() if math.isfinite(v)}
     figures.train_rewards = [float(entry["reward"]) for entry in summary.log_history if "reward" in entry]
+    figures.steps_skipped = sum(entry.get("optimizer/step_skipped", 0) == 1 for entry in summary.log_history)
     figures.run_dir = str(settings.output_dir)
     figures.curves = str(summary.curves) if summary.curves else None
     return figures
