@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from env_server.observability.metrics import ServerMetrics
+from env_server.traces import backlog
 from env_server.traces.store import TraceStore
 from proto.actions import ToolCall
 from proto.observations import CodingObservation
@@ -115,8 +116,9 @@ def fill(disk: Path, db_path: Path) -> Path:
     return filler
 
 
-def test_a_locked_database_delays_the_records_but_not_the_steps(tmp_path, caplog):
+def test_a_locked_database_delays_the_records_but_not_the_steps(tmp_path, caplog, monkeypatch):
     caplog.set_level(logging.INFO, "env_server.traces.backlog")
+    monkeypatch.setattr(backlog, "RETRY_INTERVAL_S", 0.25)  # a few retries in a second, not in 2.5
     path = tmp_path / "traces.sqlite"
     store, metrics = open_store(path)
     store.start_episode(episode("before", minute=0))
@@ -137,7 +139,7 @@ def test_a_locked_database_delays_the_records_but_not_the_steps(tmp_path, caplog
         assert [e.episode_id for e in store.list_episodes()] == ["during", "before"]
         assert [e.episode_id for e in store.list_episodes(status="aborted")] == ["before"]
         assert [e.episode_id for e in store.list_episodes(limit=1, offset=1)] == ["before"]
-        time.sleep(2.5)  # the lock outlives a few retries, which must not be logged again
+        time.sleep(0.8)  # the lock outlives a few retries, which must not be logged again
     finally:
         holder.execute("ROLLBACK")
         holder.close()

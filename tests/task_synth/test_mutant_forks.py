@@ -96,7 +96,7 @@ def test_a_groups_mutants_of_two_modules_run_in_one_command(tmp_path: Path):
 
 
 # Imports for longer than a call may last (inflect's typeguard-checked package took 1.7 s).
-SLOW_IMPORT = "import time\n\ntime.sleep(1.5)\n" + ORIGINAL
+SLOW_IMPORT = "import time\n\ntime.sleep(0.8)\n" + ORIGINAL  # longer than a call's limit below
 
 
 def test_a_package_slower_to_import_than_a_calls_limit_still_gives_outcomes_and_its_mutants_are_told_apart(
@@ -106,13 +106,13 @@ def test_a_package_slower_to_import_than_a_calls_limit_still_gives_outcomes_and_
     target.write_text(SLOW_IMPORT)
     sb = LocalSandbox(tmp_path)
     checks = [IoCheck(module="counter", qualname="bump", args=f"({n},)") for n in (1, 2)]
-    assert [_results(found) for found in run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0)] == [["1", "2"]]
+    assert [_results(found) for found in run_calls(sb, checks, "0", call_s=0.5, budget_s=5.0)] == [["1", "2"]]
     sources = [SLOW_IMPORT, SLOW_IMPORT.replace("return len(CALLS)", "return 10 * len(CALLS)")]
     sb.write_file(
         MUTANTS_JSON,
         json.dumps({"mutants": [{"module": "counter", "path": str(target), "source": text} for text in sources]}),
     )
-    outcomes = run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(sources))
+    outcomes = run_calls(sb, checks, "0", call_s=0.5, budget_s=5.0, mutants=len(sources))
     assert [_results(found) for found in outcomes] == [["1", "2"], ["10", "20"]]
 
 
@@ -140,7 +140,7 @@ def _package_outcomes(tmp_path: Path, monkeypatch, sources: list[str], checks: l
         MUTANTS_JSON,
         json.dumps({"mutants": [{"module": "pkg.core", "path": core, "source": text} for text in sources]}),
     )
-    outcomes = run_calls(sb, checks, "0", call_s=1.0, budget_s=5.0, mutants=len(sources))
+    outcomes = run_calls(sb, checks, "0", call_s=0.5, budget_s=5.0, mutants=len(sources))
     return [_results(found) for found in outcomes], imports.read_text()
 
 
