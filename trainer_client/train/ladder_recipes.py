@@ -16,8 +16,9 @@ ARM_COUNT = 4
 # The longest turn of `regrow traces demo`'s demonstrations on the demo store, in SmolLM2's tokens: an edit_file call
 # that rewrites a stubbed function whole. A turn budget below it cuts the demonstration the policy was fine-tuned on.
 DEMO_LONGEST_TURN_TOKENS = 672
-# The same on the store of single-function demo tasks that cpu-overfit trains on (`--kinds function --max-tasks 4`).
-FUNCTION_DEMO_LONGEST_TURN_TOKENS = 270
+# The same on the store of single-function demo tasks that cpu-overfit trains on (`--kinds function --max-tasks 10`):
+# render_table's edit.
+FUNCTION_DEMO_LONGEST_TURN_TOKENS = 308
 
 
 @dataclass(frozen=True)
@@ -79,7 +80,7 @@ RECIPES = {
                 "workers": 4,  # the group's episodes in flight together: the sampler batches their turns
                 "split": "train",
                 "max_turns": 5,  # the demonstrations' calls: a read, an edit, the tests, submit
-                "max_turn_tokens": FUNCTION_DEMO_LONGEST_TURN_TOKENS + 114,
+                "max_turn_tokens": FUNCTION_DEMO_LONGEST_TURN_TOKENS + 76,
                 "max_completion_tokens": 2048,  # the demonstrations' episodes take 1,106 to 1,162 after the prompt
                 "micro_batch_rows": 1,
                 # at 0.7 the fine-tuned policy (assistant loss 0.015) passes some of each task's episodes and not
@@ -88,7 +89,9 @@ RECIPES = {
                 # at 3e-5 (decaying) the policy lost its edits within 3 steps; 5e-6 decaying to 0 moved nothing in 6
                 "learning_rate": 1e-5,
                 "lr_schedule": "constant",
-                "uniform_groups": "keep",  # every group counts in the step's mean reward, the curve's one number
+                # every group counts in the step's mean reward, the curve's one number; a step whose group scored
+                # alike has no gradient, and the optimizer leaves the weights alone (silent_steps.py)
+                "uniform_groups": "keep",
                 # the stream plays up to 2 groups ahead of the trainer (2 a step's groups); a group dropped as stale
                 # shifts the task cycle, and the halves of the steps then play different tasks
                 "max_staleness": 2,
@@ -96,17 +99,19 @@ RECIPES = {
                 "device": "cpu",
             },
             ladder={"arms": ["a1"], "seeds": 3, "eval_tasks": 0, "k": 1},
-            step_s=150.0,
+            step_s=165.0,
             eval_episode_s=0.0,
-            assumes="an SFT checkpoint of SmolLM2-135M on the store's own demonstrations (--model: 6 epochs at 1e-4 "
-            "take their assistant loss from 1.38 to 0.015) on 2 cores with nothing else running: a step of 4 "
-            "episodes of one single-function task, in flight together, and its update; read each seed's first half "
-            "of the steps against its last in the table's training reward",
-            launch="regrow synth tests/fixtures/minilib --out TASKS --kinds function --max-tasks 4 --seed 0; regrow "
+            assumes="an SFT checkpoint of SmolLM2-135M on the store's own 10 demonstrations (--model: 6 epochs at "
+            "1e-4 take their assistant loss from 1.43 to 0.005, 21 minutes) on 2 cores with nothing else running: a "
+            "step of 4 episodes of one single-function task, in flight together, and its update (165 s measured); "
+            "read each seed's first half of the steps against its last in the table's training reward",
+            launch="regrow synth tests/fixtures/minilib --out TASKS --kinds function --max-tasks 10 --seed 0; regrow "
             "serve --tasks TASKS; regrow traces demo --tasks TASKS --env URL; regrow traces export --db "
             "TASKS/traces.sqlite --out demos.jsonl; regrow sft --traces demos.jsonl --model smollm2 --epochs 6 "
-            "--learning-rate 1e-4 --output-dir runs/sft; then regrow ladder --recipe cpu-overfit --model "
-            "runs/sft/final --env URL --out runs/overfit --task-ids ID1,ID2,ID3 (3 of the store's instance ids)",
+            "--learning-rate 1e-4 --output-dir runs/sft; regrow bench rollouts --env URL --model runs/sft/final "
+            "--group-size 4 --episodes 40 --workers 8 --max-turns 5 --max-turn-tokens 384 --temperature 0.7 "
+            "--task-id ID (each); then regrow ladder --recipe cpu-overfit --model runs/sft/final --env URL --out "
+            "runs/overfit --task-ids ID1,ID2,ID3 (the 3 whose pass rate is nearest one half)",
         ),
         LadderRecipe(
             name="gpu-1x80gb",
