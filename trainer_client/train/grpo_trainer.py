@@ -141,7 +141,8 @@ class RegrowGRPOTrainer(GRPOTrainer):
         super().__init__(model=model, args=args, **kwargs)
         self.add_callback(_TeacherFollowsPolicy(self))
         self.silent_steps = SilentStepsSkipped(self.accelerator, self._metrics["train"])
-        self.add_callback(self.silent_steps)
+        if not self.is_deepspeed_enabled:  # DeepSpeed keeps the gradients and steps in its own engine, not here
+            self.add_callback(self.silent_steps)
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)

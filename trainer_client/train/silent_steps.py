@@ -4,7 +4,8 @@ A GRPO step whose groups all scored alike (and that carries no SDPO turn or DPO 
 Adam would still move every weight by its momentum: after one step with a gradient, the next two empty steps move
 the weights 0.67 and 0.52 of a learning rate further the same way (measured on the cpu-overfit recipe), so a lone
 noisy group is applied about three times. Handing the optimizer no gradient (None) makes it skip every parameter,
-its moments and step count included; the learning-rate schedule still advances.
+its moments and step count included; the learning-rate schedule still advances. Under DeepSpeed, whose engine holds
+the gradients and takes the step itself, the trainer does not add this callback.
 """
 
 from __future__ import annotations
