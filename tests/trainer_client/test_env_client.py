@@ -46,10 +46,10 @@ async def test_timed_out_connection_is_dropped_and_the_next_episode_is_clean(scr
     client = EnvClient(scripted_env_url, max_connections=1, request_timeout=0.5)
     with pytest.raises(EnvTransportError, match="no reply to 'step'"):
         async with client.episode(task_id="calc") as episode:
-            await episode.step(ToolCall(tool="run", args={"command": "sleep 1.5"}))
-    await asyncio.sleep(1.5)  # the late reply to the timed-out step arrives now, on the dropped socket
+            await episode.step(ToolCall(tool="run", args={"command": "sleep 1"}))
+    await asyncio.sleep(1.0)  # the late reply to the timed-out step arrives now, on the dropped socket
     async with client.episode(task_id="calc") as episode:
-        assert episode.first.problem_statement  # a reset observation, not the stale "ran sleep 1.5"
+        assert episode.first.problem_statement  # a reset observation, not the stale "ran sleep 1"
         reply = await episode.step(ToolCall(tool="run", args={"command": "echo hi"}))
         assert reply.output == "ran echo hi"
     await client.aclose()
