@@ -48,7 +48,8 @@ class CodingEnvironment(Environment[ToolCall, CodingObservation, EpisodeState]):
         `sampler="frontier"` by recorded pass rate (the server's REGROW_SERVER_SAMPLER when not given). With
         `prefix_of` and `prefix_steps`, start from a recorded episode's workspace after that many of its steps; the
         answer's metadata["prefix"] shows them. `origin` (training, evaluation or demonstration) and `run_id` say why
-        and by whom the episode is played: the frontier sampler reads the drawing run's training episodes alone.
+        and by whom the episode is played: the frontier sampler reads the drawing run's training episodes alone. With
+        `track_effects=True` each command records whether it changed the workspace, which a later prefix reset needs.
         Other options are ignored (lifecycle/reset_options.py).
 
         Over plain HTTP the episode outlives the request: /step continues it by the id in the answer's metadata.
