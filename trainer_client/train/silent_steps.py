@@ -49,11 +49,11 @@ class SilentStepsSkipped(TrainerCallback):
         self.skipped = 0
 
     def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
-        if model is None or has_gradient(model, self.accelerator):
-            self.metrics.setdefault("optimizer/step_skipped", []).append(0.0)
+        silent = model is not None and not has_gradient(model, self.accelerator)
+        self.metrics.setdefault("optimizer/step_skipped", []).append(float(silent))
+        if not silent:
             return
         for parameter in model.parameters():
             parameter.grad = None
         self.skipped += 1
-        self.metrics.setdefault("optimizer/step_skipped", []).append(1.0)
         logger.info("step %d has no gradient (every group scored alike): the weights stay", state.global_step + 1)
