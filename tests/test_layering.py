@@ -44,7 +44,7 @@ BESIDE = {
 }
 # Each part's top-level modules below every room, which every room may import.
 GROUND = {
-    "sandbox": {"errors", "layout", "limits", "settings"},
+    "sandbox": {"archive_extraction", "errors", "layout", "limits", "settings"},
     "env_server": {"settings", "task_store", "frontier_sampler"},
     "task_synth": {"errors", "settings", "stage_clock", "task_evidence"},
     "trainer_client": set(),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import git
 
+from sandbox.archive_extraction import UnsafeArchive, extract_archive
 from sandbox.layout import CACHE_NAMES as LEFT_BY_TOOLS
 from task_synth.errors import SynthError
 from task_synth.repository.repo_layout import SKIPPED_DIRS
@@ -92,15 +93,12 @@ def require_source(source: str) -> None:
 
 
 def extract_sdist(archive: Path, destination: Path) -> Path:
-    """Unpack an sdist into `destination` and return its one top directory."""
-    destination.mkdir(parents=True, exist_ok=True)
+    """Unpack an sdist into `destination` and return its one top directory; a member that would land outside it is
+    refused before anything is written."""
     try:
-        if archive.name.endswith(".zip"):
-            with zipfile.ZipFile(archive) as sdist:
-                sdist.extractall(destination)
-        else:
-            with tarfile.open(archive) as sdist:
-                sdist.extractall(destination, filter="data")
+        extract_archive(archive, destination, label=archive.name)
+    except UnsafeArchive as error:
+        raise SynthError(f"{error}: refused, and nothing was unpacked; get the sdist from its project") from error
     except (tarfile.TarError, zipfile.BadZipFile, EOFError) as error:
         detail = " ".join(str(error).split())[:200]  # tarfile's error lists each compression it tried, a line each
         raise SynthError(f"{archive} cannot be unpacked ({detail}): download the sdist again") from error

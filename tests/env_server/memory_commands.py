@@ -27,6 +27,7 @@ from typing import Any
 from env_server.grading.inside.launcher import CHILDREN, collect
 from env_server.stepping.tools import TRACKED_RUN
 from sandbox import ExecResult, SandboxFileNotFound
+from sandbox.archive_extraction import extract_archive
 from sandbox.layout import WORKSPACE
 from sandbox.runtime.memory_sandbox import Command, MemorySandbox
 
@@ -160,8 +161,7 @@ def _launch_on_host(command: Command, sandbox: MemorySandbox) -> ExecResult:
 def _copy_out(sandbox: MemorySandbox, path: str, root: Path) -> None:
     """`path` of the sandbox, as the same path under `root`."""
     archive = b"".join(sandbox.export_tree(path, 1 << 30))
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(root / posixpath.dirname(path).lstrip("/"), filter="tar")
+    extract_archive(archive, root / posixpath.dirname(path).lstrip("/"))
 
 
 def _on_host(value: Any, root: Path) -> Any:

@@ -19,6 +19,7 @@ from env_server.harbor.export import export_harbor
 from env_server.harbor.inside import wire_standins
 from proto import tasks
 from regrow.cli import app
+from sandbox.archive_extraction import extract_archive
 from tests.task_fixture import DELETED_OPS, DEMO_TASK_ID, ORIGINAL_OPS, WRONG_OPS, build_memory_task_store
 
 # Makes pytest report every test passed, whatever the code does: the report is no proof.
@@ -118,8 +119,7 @@ def test_the_stand_ins_carry_what_the_shipped_judging_imports_of_the_wire_models
 
 
 def _workspace(exported: Path, where: Path) -> Path:
-    with tarfile.open(exported / "tests" / "workspace.tar.gz") as archive:
-        archive.extractall(where, filter="tar")
+    extract_archive(exported / "tests" / "workspace.tar.gz", where)
     return where / "workspace"
 
 

@@ -5,13 +5,13 @@ engine. Every forgery earns 0 on every task; the task's own code earns 1."""
 from __future__ import annotations
 
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from env_server.task_store import Task
 from regrow.bench.corpus import download_sdist
+from sandbox.archive_extraction import extract_archive
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
 from tests.env_server.conftest import live_runtime
@@ -32,8 +32,7 @@ CANDIDATES_PER_KIND = 10
 
 def _unpacked(requirement: str, folder: Path) -> Path:
     archive = download_sdist(requirement, folder / "sdists")
-    with tarfile.open(archive) as sdist:
-        sdist.extractall(folder / "src", filter="data")
+    extract_archive(archive, folder / "src")
     return next(path for path in (folder / "src").iterdir() if path.is_dir())
 
 

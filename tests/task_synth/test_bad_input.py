@@ -142,3 +142,27 @@ def test_a_run_first_removes_the_sandboxes_a_killed_run_left(tmp_path, docker_ba
         assert left not in {c["Id"] for c in docker_backend.managed_containers()}
     finally:
         docker_backend.remove(left)
+
+
+@pytest.mark.parametrize("member", ["evil-1.0/../../escaped", "/tmp/regrow-synth-absolute-escape"])
+def test_a_hostile_sdist_is_refused_in_one_line_and_writes_nothing_outside(tmp_path, member):
+    import io
+    import tarfile
+
+    from regrow.cli import app
+
+    sdist = tmp_path / "downloads" / "evil-1.0.tar.gz"
+    sdist.parent.mkdir()
+    with tarfile.open(sdist, "w:gz") as archive:
+        for name in ("evil-1.0/setup.py", member):
+            info = tarfile.TarInfo(name)
+            info.size = 5
+            archive.addfile(info, io.BytesIO(b"pwned"))
+    before = {path for path in tmp_path.rglob("*")}
+    result = CliRunner().invoke(app, ["synth", str(sdist), "--out", str(tmp_path / "out")])
+    said = " ".join(result.output.split())
+    assert result.exit_code == 1, result.output
+    assert f"member '{member}'" in said and "refused, and nothing was unpacked" in said, said
+    assert "Traceback" not in result.output
+    assert {path for path in tmp_path.rglob("*")} == before  # no store, no escaped file
+    assert not Path("/tmp/regrow-synth-absolute-escape").exists()

@@ -3,10 +3,10 @@
 import os
 import subprocess
 import sys
-import tarfile
 
 import pytest
 
+from sandbox.archive_extraction import extract_archive
 from task_synth.pipeline import synthesize
 from task_synth.settings import SynthSettings
 
@@ -39,8 +39,7 @@ def test_real_sdist_yields_a_validated_task(tmp_path, docker_backend, base_image
         check=True,
     )
     (archive,) = tmp_path.glob("*.tar.gz")
-    with tarfile.open(archive) as sdist:
-        sdist.extractall(tmp_path, filter="data")
+    extract_archive(archive, tmp_path)
     source = next(path for path in tmp_path.iterdir() if path.is_dir())
     report = synthesize(str(source), tmp_path / "store", SynthSettings(max_tasks=1, seed=0), backend=docker_backend)
     assert report.valid == 1
