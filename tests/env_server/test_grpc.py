@@ -1,14 +1,17 @@
 """gRPC: unary calls and the Episode stream with the /ws semantics, health, reflection, fresh stubs."""
 
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+from packaging.requirements import Requirement
 
 from proto import coding_env_pb2 as pb
 from proto import coding_env_pb2_grpc as pb_grpc
@@ -17,7 +20,33 @@ from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Where a generator writes its own version into the stubs: grpcio-tools' and protoc's, which say nothing of the .proto.
+VERSION_STAMPS = (
+    (re.compile(r"GRPC_GENERATED_VERSION = '[\d.]+'"), "GRPC_GENERATED_VERSION = 'X'"),
+    (re.compile(r"# Protobuf Python Version: [\d.]+"), "# Protobuf Python Version: X"),
+    (
+        re.compile(r"(ValidateProtobufRuntimeVersion\(\s*_runtime_version\.Domain\.PUBLIC,)\s*\d+,\s*\d+,\s*\d+,"),
+        r"\1 X,",
+    ),
+)
+
+
+def _without_version_stamps(text: str) -> str:
+    for pattern, replacement in VERSION_STAMPS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+def _stamps(root: Path) -> tuple[str, str]:
+    """The grpcio and protobuf versions the committed stubs were made with (and need at least, at run time)."""
+    grpc_stamp = re.search(r"GRPC_GENERATED_VERSION = '([\d.]+)'", (root / "coding_env_pb2_grpc.py").read_text())
+    protobuf_stamp = re.search(r"# Protobuf Python Version: ([\d.]+)", (root / "coding_env_pb2.py").read_text())
+    assert grpc_stamp and protobuf_stamp
+    return grpc_stamp[1], protobuf_stamp[1]
+
+
 def test_generated_stubs_match_the_proto_file(tmp_path):
+    """The stubs say what the .proto says: a newer grpcio-tools on the index changes only its version stamps."""
     subprocess.run(
         [
             sys.executable,
@@ -33,9 +62,32 @@ def test_generated_stubs_match_the_proto_file(tmp_path):
         check=True,
     )
     for name in ("coding_env_pb2.py", "coding_env_pb2.pyi", "coding_env_pb2_grpc.py"):
-        assert (tmp_path / "proto" / name).read_text() == (ROOT / "proto" / name).read_text(), (
+        made, committed = (tmp_path / "proto" / name).read_text(), (ROOT / "proto" / name).read_text()
+        assert _without_version_stamps(made) == _without_version_stamps(committed), (
             f"proto/{name} is stale: regenerate it with the command at the top of proto/coding_env.proto"
         )
+
+
+def test_the_version_stamps_are_ignored_and_nothing_else():
+    committed = (ROOT / "proto" / "coding_env_pb2.py").read_text()
+    bumped = committed.replace("# Protobuf Python Version: ", "# Protobuf Python Version: 9").replace(
+        "    35,", "    99,"
+    )
+    assert bumped != committed and _without_version_stamps(bumped) == _without_version_stamps(committed)
+    assert _without_version_stamps(committed.replace("CodingEnv", "CodingEnvX")) != _without_version_stamps(committed)
+
+
+def test_the_install_requires_at_least_the_runtime_the_committed_stubs_were_made_for():
+    """The stubs raise at import under an older grpcio or protobuf, so the floors in pyproject.toml are theirs, and
+    the dev extra pins the grpcio-tools that made them."""
+    grpc_stamp, protobuf_stamp = _stamps(ROOT / "proto")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = {Requirement(line).name: Requirement(line).specifier for line in project["dependencies"]}
+    for name in ("grpcio", "grpcio-health-checking", "grpcio-reflection"):
+        assert f">={grpc_stamp}" in {str(spec) for spec in floors[name]}, name
+    assert f">={protobuf_stamp}" in {str(spec) for spec in floors["protobuf"]}
+    tools = [Requirement(line) for line in project["optional-dependencies"]["dev"] if line.startswith("grpcio-tools")]
+    assert [str(tools[0].specifier)] == [f"=={grpc_stamp}"]
 
 
 @pytest.fixture(scope="module")
