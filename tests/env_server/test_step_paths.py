@@ -39,7 +39,7 @@ class DownPaths:
         walk: FrameType | None = frame
         while walk is not None:
             name = walk.f_code.co_filename
-            if name.startswith(ROOT) and "/.venv/" not in name and "/tests/" not in name:
+            if name.startswith(ROOT) and "/site-packages/" not in name and "/tests/" not in name:
                 self.files.add(name[len(ROOT) :])
             walk = walk.f_back
         return None
