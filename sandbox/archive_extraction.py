@@ -45,8 +45,7 @@ def extract_archive(source: Path | str | bytes | BinaryIO, destination: Path | s
 
 def _extract_zip(data: Path | str | BinaryIO, destination: Path, label: str) -> None:
     with zipfile.ZipFile(data) as archive:
-        infos = archive.infolist()
-        for info in infos:
+        for info in archive.infolist():
             # zipfile writes a symlink or device entry as a plain file of its bytes; only the name can leave the folder
             _refuse_escaping_name(info.filename, label)
         archive.extractall(destination)

@@ -70,7 +70,7 @@ HOSTILE = {
 }
 # What a real sdist may hold, and which must unpack as it is.
 BENIGN = _tar(
-    (lambda info: (info, None))(_special("pkg-1.0", tarfile.DIRTYPE)[0]),
+    _special("pkg-1.0", tarfile.DIRTYPE),
     _file("pkg-1.0/setup.py"),
     _file("pkg-1.0/run.sh", b"#!/bin/sh\n", 0o4755),
     _special("pkg-1.0/docs", tarfile.SYMTYPE, "doc"),
