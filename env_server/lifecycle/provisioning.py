@@ -103,6 +103,8 @@ class SandboxSupply:
         if first.as_files:  # every task of a key has the same install
             sandbox.import_tree("/", first.install_archive())
             sandbox.import_tree("/", self._layers(key).base)
+            sandbox.prime_import("/")  # the reset's rest then streams into a tar that waits for it
+        sandbox.prime_exec()  # and the first step's command goes to a process that runs already
 
     def sandbox(self, task: Task) -> Sandbox:
         """A started container of the task's image with the task's files in it."""

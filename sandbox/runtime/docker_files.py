@@ -20,7 +20,7 @@ _GO_MODE_SYMLINK = 1 << 27
 _MAX_LINK_HOPS = 8
 
 
-def _absolute(path: str) -> str:
+def absolute_path(path: str) -> str:
     if not path.startswith("/"):
         raise ValueError(f"sandbox paths must be absolute, got {path!r}")
     return posixpath.normpath(path)
@@ -34,7 +34,7 @@ def _not_found_or_gone(sb: Sandbox, path: str, error: docker.errors.APIError) ->
 
 
 def write_file(api: docker.APIClient, sb: Sandbox, path: str, payload: bytes, mode: int) -> None:
-    path = _absolute(path)
+    path = absolute_path(path)
     limit = sb.limits.file_size_bytes
     if len(payload) > limit:
         raise FileTooLarge(f"{path}: {len(payload)} bytes is over the {limit}-byte file limit; write smaller files")
@@ -62,7 +62,7 @@ def write_file(api: docker.APIClient, sb: Sandbox, path: str, payload: bytes, mo
 
 
 def read_file(api: docker.APIClient, sb: Sandbox, path: str, hops: int = 0) -> bytes:
-    path = _absolute(path)
+    path = absolute_path(path)
     limit = sb.limits.file_size_bytes
     try:
         stream, stat = api.get_archive(sb.id, path)
@@ -95,7 +95,7 @@ def read_file(api: docker.APIClient, sb: Sandbox, path: str, hops: int = 0) -> b
 
 
 def export_tree(api: docker.APIClient, sb: Sandbox, path: str, max_bytes: int) -> Iterator[bytes]:
-    path = _absolute(path)
+    path = absolute_path(path)
     try:
         stream, _ = api.get_archive(sb.id, path, chunk_size=256 * 1024)
     except docker.errors.APIError as error:
@@ -122,7 +122,7 @@ def _capped(stream: Iterator[bytes], path: str, max_bytes: int) -> Iterator[byte
 
 
 def import_tree(api: docker.APIClient, sb: Sandbox, path: str, archive: bytes) -> None:
-    path = _absolute(path)
+    path = absolute_path(path)
     try:
         api.put_archive(sb.id, path, archive)
     except docker.errors.APIError as error:
@@ -133,7 +133,7 @@ _KINDS = {"f": "file", "d": "dir", "l": "link"}
 
 
 def list_dir(sb: Sandbox, path: str) -> list[DirEntry]:
-    path = _absolute(path)
+    path = absolute_path(path)
     # The trailing slash makes find refuse a file ("Not a directory") instead of listing nothing.
     listed = path.rstrip("/") + "/"
     result = sb.exec(["find", listed, "-mindepth", "1", "-maxdepth", "1", "-printf", r"%y\t%s\t%f\n"], timeout=30)
@@ -151,5 +151,5 @@ def list_dir(sb: Sandbox, path: str) -> list[DirEntry]:
 
 
 def search(sb: Sandbox, pattern: str, path: str) -> ExecResult:
-    path = _absolute(path)
+    path = absolute_path(path)
     return sb.exec(["grep", "-rnIE", "--exclude-dir=.git", "-e", pattern, "--", path], timeout=30)

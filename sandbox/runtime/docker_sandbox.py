@@ -15,8 +15,10 @@ from sandbox.errors import SandboxGone
 from sandbox.limits import Limits
 from sandbox.runtime import docker_files
 from sandbox.runtime.exec_stream import StreamResult, read_exec_stream
+from sandbox.runtime.primed_exec import PrimedRunner
 from sandbox.runtime.process_sweep import entry_command, entry_could_not_fork, split_reclaimed, sweep_command
 from sandbox.runtime.sandbox_protocol import DirEntry, ExecResult
+from sandbox.runtime.tree_receiver import TreeReceiver, agent_owned
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,7 @@ OUTER_GRACE_S = 5.0
 RECLAIM_ALLOWANCE_S = 30.0
 EXEC_MARKER = "REGROW_EXEC"
 EXIT_CODE_WAIT_S = 15.0
+RECEIVE_TIMEOUT_S = 60.0
 EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
 SWEEP_ATTEMPTS = 5
 START_ATTEMPTS = 5
@@ -66,6 +69,8 @@ class DockerSandbox:
         self._remove = remove
         self._oom_seen = 0
         self._closed = False
+        self._receiver: TreeReceiver | None = None
+        self._runner: PrimedRunner | None = None
 
     def __enter__(self) -> DockerSandbox:
         return self
@@ -86,12 +91,17 @@ class DockerSandbox:
         if not 0 < timeout <= 24 * 3600:
             raise ValueError(f"timeout must be in (0, 86400] seconds, got {timeout}")
         argv = command if isinstance(command, list) else ["sh", "-c", command]
-        marker = f"{EXEC_MARKER}={uuid.uuid4().hex}"
+        runner = self._take_runner(user or self.user)
+        marker = runner.marker if runner else f"{EXEC_MARKER}={uuid.uuid4().hex}"
         environment = [marker, *_environment(env or {})]
         started, reclaim, reclaimed = time.monotonic(), False, 0
         for attempt in range(START_ATTEMPTS):
             wrapped = entry_command(argv, timeout, KILL_GRACE_S, reclaim=reclaim)
-            exec_id, stream = self._start_and_read(wrapped, user or self.user, cwd, environment, started + timeout)
+            primed = self._run_primed(runner, wrapped, cwd, env or {}, started + timeout) if runner else None
+            runner = None  # one command a runner; a retry starts plainly
+            exec_id, stream = primed or self._start_and_read(
+                wrapped, user or self.user, cwd, environment, started + timeout
+            )
             exit_code = self._exit_code(exec_id, stream.deadline_hit)
             stderr, killed = split_reclaimed(stream.stderr)
             reclaimed += killed
@@ -139,6 +149,33 @@ class DockerSandbox:
             )
         finally:
             sock.close()
+
+    def prime_exec(self) -> None:
+        """Start the next command's process now, as the sandbox's user, so that its exec costs no engine start (a
+        warm container readied for a reset's first step); it waits until a command comes or the sandbox goes."""
+        if self._runner is not None:
+            self._runner.close()
+        try:
+            self._runner = PrimedRunner(self.api, self.id, self.user, f"{EXEC_MARKER}={uuid.uuid4().hex}")
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
+
+    def _take_runner(self, user: str) -> PrimedRunner | None:
+        runner, self._runner = self._runner, None
+        if runner is not None and runner.user != user:
+            self._runner = runner  # kept for a command as the sandbox's user
+            return None
+        return runner
+
+    def _run_primed(
+        self, runner: PrimedRunner, wrapped: list[str], cwd: str | None, env: Mapping[str, str], timeout_at: float
+    ) -> tuple[str, StreamResult] | None:
+        deadline = timeout_at + KILL_GRACE_S + OUTER_GRACE_S + RECLAIM_ALLOWANCE_S
+        stream = runner.run(wrapped, cwd, dict(env), deadline, self.limits.output_cap_bytes)
+        if stream is None:
+            log.info("the primed runner of %s had ended; the command starts plainly", self.id[:12])
+            return None
+        return runner.exec_id, stream
 
     def _never_started(self, exec_id: str) -> bool:
         """Whether the engine failed to start the exec's process at all (it reports 126 and no pid then)."""
@@ -247,8 +284,27 @@ class DockerSandbox:
         return docker_files.export_tree(self.api, self, path, max_bytes)
 
     def import_tree(self, path: str, archive: bytes) -> None:
-        """Unpack a tar archive into the existing directory `path`."""
+        """Unpack a tar archive into the existing directory `path`: through the receiver `prime_import` started, if
+        it waits at `path` and every member is the agent's (what it writes as the agent), else by the engine."""
+        receiver, self._receiver = self._receiver, None
+        if receiver is not None and receiver.path == docker_files.absolute_path(path) and agent_owned(archive):
+            problem = receiver.receive(archive, RECEIVE_TIMEOUT_S)
+            if problem is None:
+                return
+            log.warning("the primed import into %s failed (%s); the engine unpacks it instead", self.id[:12], problem)
+        elif receiver is not None:
+            receiver.close()
         docker_files.import_tree(self.api, self, path, archive)
+
+    def prime_import(self, path: str) -> None:
+        """Start a `tar -x` into `path` as the sandbox's user that waits for the next `import_tree` there, so that
+        import costs no engine round trip (a warm container readied for a reset, or for a fork)."""
+        if self._receiver is not None:
+            self._receiver.close()
+        try:
+            self._receiver = TreeReceiver(self.api, self.id, docker_files.absolute_path(path), self.user)
+        except docker.errors.APIError as error:
+            raise _gone_or_raise(error, self.id) from error
 
     def freeze(self) -> None:
         """Kill every process in the container but keep its files readable: nothing the agent started lives on."""
@@ -267,4 +323,7 @@ class DockerSandbox:
         if self._closed:
             return
         self._closed = True
+        for waiting in (self._receiver, self._runner):
+            if waiting is not None:
+                waiting.close()
         self._remove(self.id)

@@ -89,6 +89,16 @@ class Sandbox(Protocol):
         """Unpack a tar archive into the existing directory `path`."""
         ...
 
+    def prime_exec(self) -> None:
+        """Make the next `exec` as the sandbox's user cheap where the runtime can (its process started already): a
+        warm container readied for a reset's first step calls it; a no-op where a start is cheap anyway."""
+        ...
+
+    def prime_import(self, path: str) -> None:
+        """Make the next `import_tree` into `path` cheap where the runtime can (a receiver that already waits in the
+        sandbox): a warm container readied for a reset or a fork calls it; a no-op where an import is cheap anyway."""
+        ...
+
     def ensure_running(self) -> None:
         """Raise `SandboxGone` unless the sandbox still runs."""
         ...

@@ -1,0 +1,81 @@
+"""A tar receiver started ahead in a container: a later import streams its bytes to a `tar -x` that already waits,
+instead of asking the engine to unpack them (put_archive: tens of milliseconds on a slow storage driver, paid while a
+reset's first step waits). One receiver takes one archive; a warm container readied for a reset, or later for a fork
+at step k, primes one."""
+
+from __future__ import annotations
+
+import io
+import logging
+import socket
+import tarfile
+import time
+
+import docker
+import docker.errors
+
+from sandbox.layout import AGENT_UID
+from sandbox.runtime.exec_stream import read_exec_stream
+
+log = logging.getLogger(__name__)
+
+_EXIT_MARKER = "REGROW_TAR_EXIT="
+# -p keeps each member's mode (not the umask's); as a non-root user tar writes every file as that user.
+_RECEIVE = f'tar -x -p -f - -C "$1" 2>&1; echo "{_EXIT_MARKER}$?"'
+_OUTPUT_CAP = 64 * 1024
+
+
+def agent_owned(archive: bytes) -> bool:
+    """Whether every member of the tar belongs to the agent: what a receiver running as the agent writes exactly
+    (the engine's put_archive would give another owner its own)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+            return all(member.uid == AGENT_UID and member.gid == AGENT_UID for member in tar)
+    except tarfile.TarError:
+        return False
+
+
+class TreeReceiver:
+    """`tar -x` into `path`, started now as `user`, fed later by `receive`; `close` ends it unfed."""
+
+    def __init__(self, api: docker.APIClient, container_id: str, path: str, user: str):
+        self.path = path
+        exec_id = api.exec_create(
+            container_id, ["sh", "-c", _RECEIVE, "sh", path], user=user, stdin=True, stdout=True, stderr=True
+        )["Id"]
+        self._sock = api.exec_start(exec_id, socket=True)
+        self._raw = getattr(self._sock, "_sock", self._sock)
+        assert isinstance(self._raw, socket.socket), f"docker-py handed back {type(self._raw).__name__}, not a socket"
+
+    def receive(self, archive: bytes, timeout: float) -> str | None:
+        """Unpack `archive` through the waiting tar; None when it did, else what went wrong (the caller falls back to
+        the engine's own unpacking, which overwrites whatever part this wrote)."""
+        deadline = time.monotonic() + timeout
+        try:
+            self._raw.settimeout(timeout)
+            self._raw.sendall(archive)
+            self._raw.shutdown(socket.SHUT_WR)  # tar's input ends: it finishes and the stream closes
+            stream = read_exec_stream(self._sock, deadline, _OUTPUT_CAP)
+        except OSError as error:
+            return f"the receiver's stream broke: {error}"
+        finally:
+            self.close()
+        output = (stream.stdout + stream.stderr).decode(errors="replace")
+        if stream.deadline_hit:
+            return f"tar did not finish within {timeout:.0f}s"
+        head, _, code = output.rpartition(_EXIT_MARKER)
+        if code.strip() != "0":
+            return f"tar exited {code.strip() or 'without a code'}: {head.strip()[-300:]}"
+        return None
+
+    def close(self) -> None:
+        """End the stream; an unfed tar reads the end of its input at once and exits (a bare close left it for
+        seconds, holding a pid of the sandbox's)."""
+        try:
+            self._raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # fed already, or the engine closed it
+        try:
+            self._sock.close()
+        except OSError as error:
+            log.debug("closing a receiver's stream: %s", error)
