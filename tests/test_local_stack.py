@@ -27,9 +27,10 @@ def _compose_v1_first() -> list[str]:
 def stack(docker_backend, base_image):
     """The local stack built and started from scratch; yields the project, its URL and its tasks."""
     # up to date is a no-op; otherwise the images would install a wheel of older code
-    subprocess.run(["make", "wheelhouse"], cwd=REPO, check=True, capture_output=True)
+    made = subprocess.run(["make", "app-image"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert made.returncode == 0, f"make app-image failed:\n{output_tail(made)}"
     project = ComposeProject(_compose_v1_first(), f"regrowe2e{os.getpid()}", REGROW_DEMO_TASKS="2")
-    up = project.run("up", "-d", "--build", timeout=1800)
+    up = project.run("up", "-d", timeout=1800)
     try:
         assert up.returncode == 0, f"compose up failed:\n{output_tail(up)}\n{project.logs()}"
         project.wait_healthy()

@@ -31,8 +31,9 @@ def train_stack(docker_backend, base_image):
         REGROW_TRAIN_MAX_TURN_TOKENS="48",
     )
     try:
-        app = project.run("build", "synth", timeout=1800)  # the trainer runs the service image with this code
-        assert app.returncode == 0, f"building the service image failed:\n{output_tail(app)}"
+        # the trainer runs the service image with this code
+        app = subprocess.run(["make", "app-image"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+        assert app.returncode == 0, f"make app-image failed:\n{output_tail(app)}"
         up = project.run("--profile", "train", "up", "-d", timeout=1800)
         assert up.returncode == 0, f"compose v2 up failed:\n{output_tail(up)}\n{project.logs()}"
         project.wait_healthy()

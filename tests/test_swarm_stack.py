@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.compose_stack import REPO, ComposeProject, output_tail
+from tests.compose_stack import REPO, output_tail
 from tests.live_process import free_port
 from tests.task_fixture import DEMO_TASK_ID, SOLUTION_PATCH, build_demo_task_store
 
@@ -66,11 +66,8 @@ def until(check, timeout: float, what: str, poll: float = 2.0):
 
 def _service_image() -> str:
     """regrow/app as the compose tests build it: the same wheelhouse and build, so an up-to-date image is reused."""
-    made = subprocess.run(["make", "wheelhouse"], cwd=REPO, capture_output=True, text=True, timeout=1800)
-    assert made.returncode == 0, f"make wheelhouse failed:\n{output_tail(made)}"
-    compose = ["docker-compose"] if shutil.which("docker-compose") else ["docker", "compose"]
-    built = ComposeProject(compose, f"regrowswarm{os.getpid()}").run("build", "synth", timeout=1800)
-    assert built.returncode == 0, f"building the service image failed:\n{output_tail(built)}"
+    made = subprocess.run(["make", "app-image"], cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert made.returncode == 0, f"make app-image failed:\n{output_tail(made)}"
     return "regrow/app:0.1.0"
 
 

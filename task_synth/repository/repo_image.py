@@ -74,9 +74,9 @@ def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool
             (strip / BUILD_ONLY).touch()
         log.info("building %s", tag)
         arguments = {"BASE_IMAGE": BASE_IMAGE}
-        labels = {SYNTH_LABEL: "repo"}
-        _build(backend, context, "repo.Dockerfile", build_stage_tag(tag), arguments, labels, target="build")
-        _build(backend, context, "repo.Dockerfile", tag, arguments, labels)
+        # No labels here: the builder would add a step for them at the end of each stage; the Dockerfile sets SYNTH_LABEL
+        _build(backend, context, "repo.Dockerfile", build_stage_tag(tag), arguments, {}, target="build")
+        _build(backend, context, "repo.Dockerfile", tag, arguments, {})
     return True
 
 

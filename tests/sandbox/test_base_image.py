@@ -63,6 +63,9 @@ def test_every_default_base_image_is_the_one_regrow_images_build_makes():
     named = {
         "compose.yaml": re.findall(r"regrow/base:[\w.-]+", (root / "compose.yaml").read_text()),
         "deploy/app.Dockerfile": re.findall(r"regrow/base:[\w.-]+", (root / "deploy" / "app.Dockerfile").read_text()),
+        "deploy/build-app-image.sh": re.findall(
+            r"regrow/base:[\w.-]+", (root / "deploy" / "build-app-image.sh").read_text()
+        ),
         "README.md": re.findall(r"\"(regrow/base:[\w.-]+)\"", (root / "README.md").read_text()),
     }
     assert {place: set(tags) for place, tags in named.items()} == {place: {BASE_IMAGE} for place in named}
