@@ -13,7 +13,7 @@ NEEDED_VERSIONS = {
     "transformers": "==5.23.0",
     "trl": "==1.16.0",
     "peft": "==0.21.2",
-    "accelerate": ">=1.0",
+    "accelerate": "==1.16.0",
 }
 
 

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from proto.traces import EpisodeTrace
 from regrow.cli import app as regrow_app
 from tests.env_server.dashboard_support import FORGED_INIT
+from tests.support.metric_samples import metric_samples, sample
 from tests.task_fixture import DEMO_TASK_ID, MEMORY_IMAGE, ORIGINAL_OPS
 
 # Package code that makes every test pass without running it: a forgery the grader must flag.
@@ -54,7 +55,7 @@ def test_a_forged_submission_is_flagged_in_the_trace_the_list_and_the_metrics(me
     assert "forged" in trace.steps[-1].observation.feedback
     assert listed[played[2]]["reward_details"]["tampered"] is True
     assert listed[played[0]]["reward_details"]["tampered"] is False
-    assert 'regrow_reward_tampered_total{reason="check_records_forged"}' in text
+    assert sample(text, "regrow_reward_tampered_total", reason="check_records_forged") >= 1
 
 
 def test_episode_list_filters_by_task_status_and_reward(memory_server, played):
@@ -89,12 +90,13 @@ def test_traces_export_writes_every_episode(memory_server, played, tmp_path, fmt
 def test_metrics_report_episodes_latency_rewards_pool_and_failures(memory_server, played):
     with httpx.Client(base_url=memory_server.http_url) as http:
         text = http.get("/metrics").text
-    assert "regrow_active_episodes " in text
-    assert 'regrow_episodes_total{status="submitted"}' in text
-    assert 'regrow_step_seconds_bucket{le="0.5",tool="run"}' in text
-    assert "regrow_reward_count" in text and 'regrow_reward_bucket{le="1.0"}' in text
-    ready = [line for line in text.splitlines() if line.startswith(f'regrow_warm_pool_ready{{image="{MEMORY_IMAGE}"')]
-    assert len(ready) == 1 and ',pool="' in ready[0]  # a series per pool key, not per image
+    assert sample(text, "regrow_active_episodes") is not None
+    assert sample(text, "regrow_episodes_total", status="submitted") >= 1
+    assert sample(text, "regrow_step_seconds_bucket", le="0.5", tool="run") is not None
+    assert sample(text, "regrow_reward_count") >= 1 and sample(text, "regrow_reward_bucket", le="1.0") is not None
+    ready = [labels for (name, labels) in metric_samples(text) if name == "regrow_warm_pool_ready"]
+    assert len(ready) == 1 and ("image", MEMORY_IMAGE) in ready[0]  # a series per pool key, not per image
+    assert any(key == "pool" for key, _ in ready[0])
     assert "regrow_sandbox_failures_total" in text or "# HELP regrow_sandbox_failures_total" in text
 
 

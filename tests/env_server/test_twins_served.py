@@ -20,6 +20,7 @@ from proto.tasks import IoCheck
 from task_synth.store.twins import twin_of
 from tests.env_server.conftest import live_runtime
 from tests.env_server.test_reward_hacks import LIE, OPS_HEAD, UNIT_IS_STUB
+from tests.support.metric_samples import sample
 from tests.task_fixture import DEMO_TASK_ID, ORIGINAL_OPS
 
 pytestmark = pytest.mark.docker
@@ -81,5 +82,5 @@ def test_a_twin_pays_an_honest_solution_nothing_and_catches_forged_reports(twin_
     assert stub["reward"] == 0.0 and stub["tampered"] is True and "twin_rewarded" in stub["tamper_reasons"], stub
     assert twin_runtime.live_stats.twin_forgeries() == (3, 2)
     text = generate_latest(twin_runtime.metrics.registry).decode()
-    assert 'regrow_twins_graded_total{outcome="forged"} 2.0' in text
-    assert 'regrow_twins_graded_total{outcome="held"} 1.0' in text
+    assert sample(text, "regrow_twins_graded_total", outcome="forged") == 2.0
+    assert sample(text, "regrow_twins_graded_total", outcome="held") == 1.0

@@ -1,7 +1,10 @@
 """Run `python -m regrow.bench.gpu_check ARGS` as a GPU box would: with the standard library, this tree, the packages a
 box with torch, transformers, accelerate and peft has (their installed requirements, transitively), the wheels
-deploy/gpu-check/wheels.txt carries, and nothing else. The interpreter starts without site-packages (-S) and finds the
-allowed distributions through a folder of links to them, so that a missing one is missing as on the box."""
+deploy/gpu-check/wheels.txt carries at the versions it pins (installed from the index into a folder of their own, as
+`make wheelhouse-gpu` fetches them), and nothing else. The interpreter starts without site-packages (-S) and finds the
+box's distributions through a folder of links to them, so that a missing one is missing as on the box; the carried
+folder comes first, so that a newer release installed here cannot stand in for the pinned one (nor a new requirement
+of it go unnoticed)."""
 
 import importlib.metadata as metadata
 import re
@@ -56,15 +59,24 @@ def link_farm(allowed: set[str], folder: Path) -> None:
                 link.symlink_to(source)
 
 
+def install_carried(folder: Path) -> None:
+    """The wheels wheels.txt names, at its versions and with no dependency of theirs, installed into `folder`."""
+    command = [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(folder), "-r", str(WHEELS)]
+    installed = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, f"installing wheels.txt failed:\n{installed.stderr[-3000:]}"
+
+
 def run_as_on_a_box(arguments: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     """`python -m regrow.bench.gpu_check ARGUMENTS` with only the box's and the carried distributions importable."""
     with tempfile.TemporaryDirectory(prefix="regrow-box-") as temporary:
-        folder = str(Path(temporary) / "site-packages")  # dill pickles by value what lies outside one so named
-        Path(folder).mkdir()
-        link_farm(box_distributions() | carried(), Path(folder))
-        start = (
-            f"import sys, runpy; sys.path[:0] = [{str(ROOT)!r}, {folder!r}]; sys.argv[0] = 'regrow.bench.gpu_check'; "
-        )
+        # dill pickles by value what lies outside a folder named site-packages
+        carried_folder, box_folder = Path(temporary) / "carried" / "site-packages", Path(temporary) / "site-packages"
+        carried_folder.mkdir(parents=True)
+        box_folder.mkdir()
+        install_carried(carried_folder)
+        link_farm(box_distributions() - carried(), box_folder)
+        paths = [str(ROOT), str(carried_folder), str(box_folder)]
+        start = f"import sys, runpy; sys.path[:0] = {paths!r}; sys.argv[0] = 'regrow.bench.gpu_check'; "
         start += "runpy.run_module('regrow.bench.gpu_check', run_name='__main__', alter_sys=True)"
         command = [sys.executable, "-S", "-c", start, *arguments]
         return subprocess.run(command, capture_output=True, text=True, timeout=timeout, cwd=ROOT)

@@ -107,6 +107,7 @@ def test_the_gpu_check_imports_nothing_of_the_env_server_or_the_synthesizer():
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.pypi  # the carried wheels at their pinned versions
 def test_the_gpu_check_runs_with_only_what_a_gpu_box_has_and_the_wheels_it_carries():
     """A box with torch, transformers, accelerate and peft, and deploy/gpu-check/wheels.txt: on an H200 the check
     first failed at `import pydantic`, which none of the four requires."""
