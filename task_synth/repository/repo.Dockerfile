@@ -6,11 +6,10 @@
 ARG BASE_IMAGE
 FROM ${BASE_IMAGE} AS build
 USER root
-# The settings first: the classic builder commits a layer for each, in seconds that grow with the layers under it
-# (4.5 s each after the install, about 3 on the base); the label is the synthesizer's (containers inherit it).
+# The settings first, and no label (each container is labelled when it is made): the classic builder commits a layer
+# for every step, 4 to 6 s each on a slow storage driver.
 ENV VIRTUAL_ENV=/opt/venv PATH=/opt/venv/bin:$PATH PYTHONDONTWRITEBYTECODE=1 PIP_NO_INDEX=1 PIP_NO_CACHE_DIR=1
 WORKDIR /workspace
-LABEL regrow.synth=repo
 COPY wheels /tmp/wheels
 # The project's own wheel (wheels/own) is there only for a dependency that requires the project; uninstalled after,
 # so that the image holds no copy of the source: each workspace installs it editable.

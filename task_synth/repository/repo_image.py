@@ -57,27 +57,57 @@ def _build(
         ) from error
 
 
+class RepoImageBuild:
+    """One repo image's two stages, built from one context: the build stage first, then the task stage, which may be
+    built beside the editable install that runs in the build stage. Use it as a context manager (the context's files
+    go on the way out); `needed` is False when both stages exist already, and then building is a no-op."""
+
+    def __init__(self, backend: DockerBackend, tag: str, wheelhouse: Path):
+        self.backend, self.tag, self.wheelhouse = backend, tag, wheelhouse
+        self.needed = not (backend.image_exists(tag) and backend.image_exists(build_stage_tag(tag)))
+        self._scratch: tempfile.TemporaryDirectory | None = None
+
+    def __enter__(self) -> RepoImageBuild:
+        if self.needed:
+            self._scratch = tempfile.TemporaryDirectory(prefix="regrow-repo-image-")
+            context = Path(self._scratch.name)
+            shutil.copytree(self.wheelhouse, context / "wheels")
+            # What the task stage needs to drop the build's tools (the build stage keeps it, with the project's wheel).
+            strip = context / "wheels" / "strip"
+            strip.mkdir()
+            shutil.copy(build_tools.__file__, strip / "build_tools.py")
+            if (self.wheelhouse / BUILD_ONLY).is_file():  # a wheelhouse older than the list: pip goes, installers stay
+                shutil.copy(self.wheelhouse / BUILD_ONLY, strip / BUILD_ONLY)
+            else:
+                (strip / BUILD_ONLY).touch()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+
+    def build_stage(self) -> None:
+        if self._scratch is not None:
+            log.info("building %s", self.tag)
+            # No labels: the builder would add a step for them to each stage; every container gets SYNTH_LABEL
+            self._build(build_stage_tag(self.tag), target="build")
+
+    def task_stage(self) -> None:
+        if self._scratch is not None:
+            self._build(self.tag)  # the build stage's steps come from the builder's cache
+
+    def _build(self, tag: str, target: str | None = None) -> None:
+        assert self._scratch is not None
+        context, arguments = Path(self._scratch.name), {"BASE_IMAGE": BASE_IMAGE}
+        _build(self.backend, context, "repo.Dockerfile", tag, arguments, {}, target=target)
+
+
 def build_repo_image(backend: DockerBackend, tag: str, wheelhouse: Path) -> bool:
     """Build the repo image's two stages (`tag` and its build stage) unless both exist; True when this call built."""
-    if backend.image_exists(tag) and backend.image_exists(build_stage_tag(tag)):
-        return False
-    with tempfile.TemporaryDirectory(prefix="regrow-repo-image-") as scratch:
-        context = Path(scratch)
-        shutil.copytree(wheelhouse, context / "wheels")
-        # What the task stage needs to drop the build's tools (the build stage keeps it, with the project's wheel).
-        strip = context / "wheels" / "strip"
-        strip.mkdir()
-        shutil.copy(build_tools.__file__, strip / "build_tools.py")
-        if (wheelhouse / BUILD_ONLY).is_file():  # a wheelhouse older than the list: pip goes, the installers stay
-            shutil.copy(wheelhouse / BUILD_ONLY, strip / BUILD_ONLY)
-        else:
-            (strip / BUILD_ONLY).touch()
-        log.info("building %s", tag)
-        arguments = {"BASE_IMAGE": BASE_IMAGE}
-        # No labels here: the builder would add a step for them at the end of each stage; the Dockerfile sets SYNTH_LABEL
-        _build(backend, context, "repo.Dockerfile", build_stage_tag(tag), arguments, {}, target="build")
-        _build(backend, context, "repo.Dockerfile", tag, arguments, {})
-    return True
+    with RepoImageBuild(backend, tag, wheelhouse) as image:
+        image.build_stage()
+        image.task_stage()
+    return image.needed
 
 
 def build_store_images(backend: DockerBackend, records: list, store: Path) -> dict[str, bool]:

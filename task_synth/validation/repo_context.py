@@ -10,7 +10,7 @@ import shlex
 import shutil
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,7 @@ from task_synth.repository.editable_install import seed_workspace, tree_archive
 from task_synth.repository.image_python import image_python_version
 from task_synth.repository.prepared_repo import SANDBOX_LIMITS, PreparedRepo
 from task_synth.repository.pytest_compat import dropped_doctests, kept_options, project_addopts
-from task_synth.repository.repo_image import SYNTH_LABEL, build_repo_image, build_stage_tag, repo_image_tag
+from task_synth.repository.repo_image import SYNTH_LABEL, RepoImageBuild, build_stage_tag, repo_image_tag
 from task_synth.repository.repo_layout import read_layout
 from task_synth.repository.scm_version import write_pkg_info
 from task_synth.repository.source import checkout
@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # The whole image scan, run beside the install and the baseline; the stage "image scan" is what is left to wait for.
 IMAGE_SCAN_BESIDE = "image scan (beside baseline)"
+TASK_IMAGE_BESIDE = "task image (beside editable install)"
 
 
 @dataclass(kw_only=True)
@@ -89,9 +90,21 @@ def with_project_options(settings: SynthSettings, root: Path) -> SynthSettings:
     return settings.model_copy(update={"test_command": f"{DEFAULT_TEST_COMMAND} {shlex.join(kept)}"})
 
 
+def _timed_task_stage(image: RepoImageBuild, clock: StageClock) -> None:
+    with clock.stage(TASK_IMAGE_BESIDE):
+        image.task_stage()
+
+
 def _timed_image_scan(
-    backend: DockerBackend, image: str, packages: list[str], clock: StageClock, cache_dir: Path, stop: threading.Event
+    backend: DockerBackend,
+    image: str,
+    packages: list[str],
+    clock: StageClock,
+    cache_dir: Path,
+    stop: threading.Event,
+    built: Future,
 ) -> tuple[ImageIndex, list[Hit]]:
+    built.result()  # the task stage's own error, if it failed (the baseline has raised it already)
     with clock.stage(IMAGE_SCAN_BESIDE):
         index, hits = cached_index(backend, image, packages, cache_dir, stop)
         index.sorted_tokens  # noqa: B018 -- sorted here, once, rather than by the first jobs at once
@@ -149,33 +162,41 @@ def prepare_repo(
     )
     tag = repo_image_tag(checked.repo_name, wheelhouse.name)
     stage("repo image")
-    if build_repo_image(backend, tag, wheelhouse):
-        created_images += [tag, build_stage_tag(tag)]
-    context = RepoContext(
-        backend, checked, layout, tag, settings, wheelhouse, clock, baseline=Baseline(set(), set(), {}, [], {})
-    )
-    # The image is read while the install and the baseline run tests in containers: neither needs the other.
-    stop = threading.Event()  # set when the run stops or fails here: leaving the `with` waits for the scan
-    with ThreadPoolExecutor(1, thread_name_prefix="image-scan") as beside:
-        scan = beside.submit(_timed_image_scan, backend, tag, layout.top_packages, clock, settings.cache_dir, stop)
-        try:
-            stage("editable install")
-            context.capture_editable_install()
-            stage("baseline")
-            with context.sandbox() as sb:
-                context.baseline = run_baseline(
-                    sb,
-                    context.layout,  # with the files the install generated
-                    settings.test_command,
-                    settings.baseline_runs,
-                    settings.test_timeout_s,
-                    settings.max_baseline_failure_fraction,
-                )
-        except BaseException:
-            stop.set()
-            raise
-        stage("image scan")
-        context.image_index, hits = scan.result()
+    with RepoImageBuild(backend, tag, wheelhouse) as image:
+        if image.needed:
+            created_images += [tag, build_stage_tag(tag)]
+        image.build_stage()
+        context = RepoContext(
+            backend, checked, layout, tag, settings, wheelhouse, clock, baseline=Baseline(set(), set(), {}, [], {})
+        )
+        # Beside the editable install (which runs in the build stage): the task stage, then the image's scan; the
+        # baseline waits for the task stage alone.
+        stop = threading.Event()  # set when the run stops or fails here: leaving the `with` waits for the scan
+        with ThreadPoolExecutor(1, thread_name_prefix="image-scan") as beside:
+            task_image = beside.submit(_timed_task_stage, image, clock)
+            scan = beside.submit(
+                _timed_image_scan, backend, tag, layout.top_packages, clock, settings.cache_dir, stop, task_image
+            )
+            try:
+                stage("editable install")
+                context.capture_editable_install()
+                stage("task image")
+                task_image.result()
+                stage("baseline")
+                with context.sandbox() as sb:
+                    context.baseline = run_baseline(
+                        sb,
+                        context.layout,  # with the files the install generated
+                        settings.test_command,
+                        settings.baseline_runs,
+                        settings.test_timeout_s,
+                        settings.max_baseline_failure_fraction,
+                    )
+            except BaseException:
+                stop.set()
+                raise
+            stage("image scan")
+            context.image_index, hits = scan.result()
     if hits:
         shown = ", ".join(f"/{hit.path} ({hit.canary})" for hit in hits[:3])
         raise SynthError(
