@@ -193,7 +193,7 @@ def deploy(
     try:
         check_manager()
         store = tasks.resolve()
-        ensure_image(image, "run `make up` or `docker-compose build synth` on every node")
+        ensure_image(image, "run `make up` or `make app-image` on every node")
         images = check_task_store(store)
         deploy_stack(name, stack_file, store, http_port, grpc_port, image)
         console.print(f"deployed stack {name} (task store {store}, repo images {', '.join(images)})")

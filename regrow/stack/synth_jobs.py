@@ -236,7 +236,7 @@ def start_jobs(settings: StackSynthSettings) -> list[SynthJob]:
     from task_synth.batch import read_sources
 
     check_manager()
-    ensure_image(settings.image, "run `make up` or `docker-compose build synth` on every node")
+    ensure_image(settings.image, "run `make up` or `make app-image` on every node")
     variables = dict(item.split("=", 1) for item in settings.env if "=" in item)
     if len(variables) != len(settings.env):
         raise StackError(f"--env takes KEY=VALUE, got {[item for item in settings.env if '=' not in item]}")
