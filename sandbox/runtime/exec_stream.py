@@ -1,10 +1,15 @@
-"""Read Docker's multiplexed exec stream with an output cap and a hard deadline."""
+"""Read Docker's multiplexed exec stream with an output cap and a hard deadline; feed an exec started ahead."""
 
 import io
+import logging
 import socket
 import struct
 import time
 from dataclasses import dataclass, field
+
+import docker
+
+log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">BxxxL")
 _STDOUT, _STDERR = 1, 2
@@ -88,3 +93,35 @@ def read_exec_stream(sock: object, deadline: float, cap: int) -> StreamResult:
             del pending[: _HEADER.size + size]
             (err if kind == _STDERR else out).add(payload)
     return StreamResult(bytes(out.data), bytes(err.data), out.total, err.total, deadline_hit)
+
+
+class FedExec:
+    """A created exec, started now with its stdin attached: `feed` sends its whole input and reads its stream to the
+    end; `close` ends its input unfed, so a process waiting on it reads the end at once and exits (a bare close of
+    the socket left it waiting for seconds)."""
+
+    def __init__(self, api: docker.APIClient, exec_id: str):
+        self.exec_id = exec_id
+        self._sock = api.exec_start(exec_id, socket=True)
+        self._raw = getattr(self._sock, "_sock", self._sock)
+        assert isinstance(self._raw, socket.socket), f"docker-py handed back {type(self._raw).__name__}, not a socket"
+
+    def feed(self, data: bytes, deadline: float, cap: int) -> StreamResult:
+        """Send `data`, end the input, and read the stream until EOF or `deadline`; OSError when the stream broke."""
+        try:
+            self._raw.settimeout(max(0.1, deadline - time.monotonic()))
+            self._raw.sendall(data)
+            self._raw.shutdown(socket.SHUT_WR)
+            return read_exec_stream(self._sock, deadline, cap)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        try:
+            self._raw.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass  # fed already, or the engine closed it
+        try:
+            self._sock.close()
+        except OSError as error:
+            log.debug("closing a fed exec's stream: %s", error)

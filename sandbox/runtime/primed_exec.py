@@ -10,14 +10,12 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import socket
-import time
 from pathlib import Path
 
 import docker
 import docker.errors
 
-from sandbox.runtime.exec_stream import StreamResult, read_exec_stream
+from sandbox.runtime.exec_stream import FedExec, StreamResult
 from sandbox.runtime.inside.primed_runner import TOOK
 
 log = logging.getLogger(__name__)
@@ -42,9 +40,7 @@ class PrimedRunner:
             environment=[marker, "PYTHONCOERCECLOCALE=0"],
             stdin=True,
         )["Id"]
-        self._sock = api.exec_start(self.exec_id, socket=True)
-        self._raw = getattr(self._sock, "_sock", self._sock)
-        assert isinstance(self._raw, socket.socket), f"docker-py handed back {type(self._raw).__name__}, not a socket"
+        self._exec = FedExec(api, self.exec_id)
 
     def run(
         self, argv: list[str], cwd: str | None, env: dict[str, str], deadline: float, cap: int
@@ -53,15 +49,10 @@ class PrimedRunner:
         command did not run."""
         request = json.dumps({"argv": argv, "cwd": cwd, "env": env}).encode() + b"\n"
         try:
-            self._raw.settimeout(max(0.1, deadline - time.monotonic()))
-            self._raw.sendall(request)
-            self._raw.shutdown(socket.SHUT_WR)
-            stream = read_exec_stream(self._sock, deadline, cap + len(TOOK))
+            stream = self._exec.feed(request, deadline, cap + len(TOOK))
         except OSError as error:
             log.info("a primed runner's stream broke before its command: %s", error)
             return None
-        finally:
-            self.close()
         if not stream.stdout.startswith(TOOK):
             # Nothing at all by the deadline: the runner may yet take it (stopped, say), so it is this command's
             # timeout, and the marker's sweep ends the runner; an early end with nothing is a runner that had died.
@@ -75,12 +66,5 @@ class PrimedRunner:
         )
 
     def close(self) -> None:
-        """End the stream; an unfed runner reads the end of its input and exits."""
-        try:
-            self._raw.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # fed already, or the engine closed it
-        try:
-            self._sock.close()
-        except OSError as error:
-            log.debug("closing a runner's stream: %s", error)
+        """End it unfed: the runner reads the end of its input and exits."""
+        self._exec.close()

@@ -6,8 +6,6 @@ at step k, primes one."""
 from __future__ import annotations
 
 import io
-import logging
-import socket
 import tarfile
 import time
 
@@ -15,9 +13,7 @@ import docker
 import docker.errors
 
 from sandbox.layout import AGENT_UID
-from sandbox.runtime.exec_stream import read_exec_stream
-
-log = logging.getLogger(__name__)
+from sandbox.runtime.exec_stream import FedExec
 
 _EXIT_MARKER = "REGROW_TAR_EXIT="
 # -p keeps each member's mode (not the umask's); as a non-root user tar writes every file as that user.
@@ -43,23 +39,15 @@ class TreeReceiver:
         exec_id = api.exec_create(
             container_id, ["sh", "-c", _RECEIVE, "sh", path], user=user, stdin=True, stdout=True, stderr=True
         )["Id"]
-        self._sock = api.exec_start(exec_id, socket=True)
-        self._raw = getattr(self._sock, "_sock", self._sock)
-        assert isinstance(self._raw, socket.socket), f"docker-py handed back {type(self._raw).__name__}, not a socket"
+        self._exec = FedExec(api, exec_id)
 
     def receive(self, archive: bytes, timeout: float) -> str | None:
         """Unpack `archive` through the waiting tar; None when it did, else what went wrong (the caller falls back to
         the engine's own unpacking, which overwrites whatever part this wrote)."""
-        deadline = time.monotonic() + timeout
         try:
-            self._raw.settimeout(timeout)
-            self._raw.sendall(archive)
-            self._raw.shutdown(socket.SHUT_WR)  # tar's input ends: it finishes and the stream closes
-            stream = read_exec_stream(self._sock, deadline, _OUTPUT_CAP)
+            stream = self._exec.feed(archive, time.monotonic() + timeout, _OUTPUT_CAP)
         except OSError as error:
             return f"the receiver's stream broke: {error}"
-        finally:
-            self.close()
         output = (stream.stdout + stream.stderr).decode(errors="replace")
         if stream.deadline_hit:
             return f"tar did not finish within {timeout:.0f}s"
@@ -69,13 +57,5 @@ class TreeReceiver:
         return None
 
     def close(self) -> None:
-        """End the stream; an unfed tar reads the end of its input at once and exits (a bare close left it for
-        seconds, holding a pid of the sandbox's)."""
-        try:
-            self._raw.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass  # fed already, or the engine closed it
-        try:
-            self._sock.close()
-        except OSError as error:
-            log.debug("closing a receiver's stream: %s", error)
+        """End it unfed: tar reads the end of its input at once and exits."""
+        self._exec.close()
