@@ -26,7 +26,6 @@ COPY .cache/app-layer /opt/regrow/
 # Named volumes mounted at /tasks, traces and runs start with these owners, so the services can write as `agent`.
 RUN /opt/regrow/venv/bin/uv pip install --python /opt/regrow/venv/bin/python --no-index --no-deps --no-cache -q /opt/regrow/regrow-wheel/*.whl \
  && rm -rf /opt/regrow/regrow-wheel \
- && find /opt/regrow/venv -name __pycache__ -prune -exec rm -rf {} + \
  && /opt/regrow/venv/bin/python -c "import regrow.cli, env_server.server, env_server.app, task_synth.pipeline, sandbox.proxy.server" \
  && install -d -o agent -g agent /tasks /home/agent/traces /home/agent/runs
 USER agent

@@ -30,12 +30,12 @@ OUTER_GRACE_S = 5.0
 RECLAIM_ALLOWANCE_S = 30.0
 EXEC_MARKER = "REGROW_EXEC"
 EXIT_CODE_WAIT_S = 15.0
-RECEIVE_TIMEOUT_S = 60.0
 EXIT_CODE_POLL_S = 0.1  # the longest pause between polls
 SWEEP_ATTEMPTS = 5
 START_ATTEMPTS = 5
 SWEEP_TIMEOUT_S = 30.0
 OOM_CHECK_TIMEOUT_S = 30.0
+RECEIVE_TIMEOUT_S = 60.0  # a primed import's, before the engine unpacks it instead
 _OOM_COUNT = "cat /sys/fs/cgroup/memory/memory.oom_control /sys/fs/cgroup/memory.events 2>/dev/null"
 
 

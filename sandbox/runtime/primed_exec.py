@@ -13,7 +13,6 @@ import logging
 from pathlib import Path
 
 import docker
-import docker.errors
 
 from sandbox.runtime.exec_stream import FedExec, StreamResult
 from sandbox.runtime.inside.primed_runner import TOOK

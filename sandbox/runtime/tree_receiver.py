@@ -10,7 +10,6 @@ import tarfile
 import time
 
 import docker
-import docker.errors
 
 from sandbox.layout import AGENT_UID
 from sandbox.runtime.exec_stream import FedExec
